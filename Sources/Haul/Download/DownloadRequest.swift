@@ -1,0 +1,121 @@
+import Foundation
+
+/// One request header sent with a download, e.g. `Authorization: Bearer …`.
+public struct HTTPHeaderField: Sendable, Hashable, Codable {
+    public var name: String
+    public var value: String
+
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
+
+    /// Parses `Name: value`.
+    /// - Throws: ``HaulError/Code/invalidArgument`` when there is no colon, the name is not a
+    ///   valid token, or the value holds a line break.
+    public init(parsing line: String) throws {
+        guard let colon = line.firstIndex(of: ":") else {
+            throw HaulError(.invalidArgument, "Invalid header '\(line)'", hint: "Write it as 'Name: value'")
+        }
+        let name = line[..<colon].trimmingCharacters(in: .whitespaces)
+        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        guard !name.isEmpty, name.allSatisfy({ tokenCharacters.contains($0) }) else {
+            throw HaulError(.invalidArgument, "Invalid header name in '\(line)'")
+        }
+        guard !value.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+            throw HaulError(.invalidArgument, "Header '\(name)' holds a line break")
+        }
+        self.init(name: name, value: value)
+    }
+}
+
+/// Where a download's finished file goes.
+public struct Destination: Sendable, Hashable, Codable {
+    /// The directory the file goes into.
+    public var directory: String
+    /// The file name, or nil to let the server's `Content-Disposition` or the URL choose it.
+    public var fileName: String?
+
+    /// Into exactly this file path.
+    public static func file(_ path: String) -> Destination {
+        let absolute = Destination.absolute(path)
+        return Destination(
+            directory: (absolute as NSString).deletingLastPathComponent,
+            fileName: (absolute as NSString).lastPathComponent)
+    }
+
+    /// Into this directory, under a name chosen from the response or the URL.
+    public static func directory(_ path: String) -> Destination {
+        Destination(directory: Destination.absolute(path), fileName: nil)
+    }
+
+    static func absolute(_ path: String) -> String {
+        let expanded = (path as NSString).expandingTildeInPath
+        let full =
+            expanded.hasPrefix("/")
+            ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
+        return (full as NSString).standardizingPath
+    }
+}
+
+/// What to download, where, and how to check it.
+public struct DownloadRequest: Sendable {
+    /// The http(s) URL to download.
+    public var url: URL
+    /// Where the file goes.
+    public var destination: Destination
+    /// Extra request headers.
+    public var headers: [HTTPHeaderField]
+    /// The digest the finished file must have; checked before it is moved into place.
+    public var checksum: Checksum?
+    /// Whether an existing file at the destination may be replaced.
+    public var overwrite: Bool
+
+    public init(
+        url: URL,
+        destination: Destination,
+        headers: [HTTPHeaderField] = [],
+        checksum: Checksum? = nil,
+        overwrite: Bool = false
+    ) {
+        self.url = url
+        self.destination = destination
+        self.headers = headers
+        self.checksum = checksum
+        self.overwrite = overwrite
+    }
+
+    /// Parses and checks a URL typed by a person: it must be absolute http(s) with a host.
+    /// - Throws: ``HaulError/Code/invalidURL`` or ``HaulError/Code/unsupportedScheme``.
+    public static func parseURL(_ text: String) throws -> URL {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty else { throw HaulError.invalidURL(text, reason: "it is empty") }
+        // Percent-encode characters a person may type (spaces, non-ASCII) but URL(string:) rejects.
+        let url =
+            URL(string: trimmed)
+            ?? trimmed.addingPercentEncoding(withAllowedCharacters: .urlAllowed).flatMap { URL(string: $0) }
+        guard let url, let scheme = url.scheme?.lowercased() else {
+            throw HaulError.invalidURL(text, reason: "it is not a URL")
+        }
+        try validate(url, scheme: scheme, original: text)
+        return url
+    }
+
+    static func validate(_ url: URL, scheme: String? = nil, original: String? = nil) throws {
+        let scheme = scheme ?? url.scheme?.lowercased() ?? ""
+        guard scheme == "http" || scheme == "https" else { throw HaulError.unsupportedScheme(url) }
+        guard let host = url.host, !host.isEmpty else {
+            throw HaulError.invalidURL(original ?? url.absoluteString, reason: "it has no host")
+        }
+    }
+}
+
+extension CharacterSet {
+    fileprivate static let urlAllowed: CharacterSet = {
+        var set = CharacterSet.urlQueryAllowed
+        set.formUnion(.urlPathAllowed)
+        set.insert(charactersIn: "#[]@!$&'()*+,;=%")
+        return set
+    }()
+}

@@ -1,0 +1,48 @@
+import Foundation
+
+/// The states a download goes through.
+public enum TaskState: String, Sendable, Codable, CaseIterable {
+    /// Waiting for its turn.
+    case queued
+    /// Transferring.
+    case running
+    /// Stopped by request, with its data kept for a resume.
+    case paused
+    /// The verified file is at its destination.
+    case completed
+    /// Stopped by an error.
+    case failed
+    /// Stopped by request; its partial data was removed.
+    case cancelled
+}
+
+/// What a finished download produced.
+public struct DownloadResult: Sendable, Equatable {
+    /// The task that ran.
+    public var taskID: UUID
+    /// The path of the finished, verified file.
+    public var path: String
+    /// The file's size.
+    public var bytes: Int64
+    /// Bytes fetched over the network by this run.
+    public var bytesFetched: Int64
+    /// The offset this run continued from, when it resumed earlier work.
+    public var resumedFrom: Int64?
+    /// True when the file was already complete and no request was made.
+    public var alreadyComplete: Bool
+    /// Wall time of this run.
+    public var elapsed: Duration
+
+    public init(
+        taskID: UUID, path: String, bytes: Int64, bytesFetched: Int64, resumedFrom: Int64?, alreadyComplete: Bool,
+        elapsed: Duration = .zero
+    ) {
+        self.taskID = taskID
+        self.path = path
+        self.bytes = bytes
+        self.bytesFetched = bytesFetched
+        self.resumedFrom = resumedFrom
+        self.alreadyComplete = alreadyComplete
+        self.elapsed = elapsed
+    }
+}

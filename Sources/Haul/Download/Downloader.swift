@@ -1,0 +1,285 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+
+/// Haul's version, sent in the User-Agent.
+public enum HaulVersion {
+    public static let current = "0.1.0"
+}
+
+/// Starts and tracks resumable downloads: one HTTP client and one store shared by all of them.
+///
+/// ```swift
+/// try await Downloader.withDownloader(configuration: .init(store: .sqlite(at: path))) { downloader in
+///     let task = try await downloader.download(DownloadRequest(url: url, destination: .directory("/data")))
+///     let result = try await task.result()
+/// }
+/// ```
+/// Every download is recorded in the store with its validators and committed offsets, so a
+/// download interrupted by a crash continues from its last checkpoint when asked for again.
+public final class Downloader: Sendable {
+    /// How a downloader behaves. Every field has a sensible default.
+    public struct Configuration: Sendable {
+        /// Where the store lives.
+        public var store: StoreLocation
+        /// How long to wait for a connection.
+        public var connectTimeout: Duration
+        /// How long a connection may stay silent mid-response before it counts as failed.
+        public var readTimeout: Duration
+        /// Redirects followed before giving up.
+        public var maxRedirects: Int
+        /// The User-Agent header.
+        public var userAgent: String
+        /// The longest time between checkpoints while data flows.
+        public var checkpointInterval: Duration
+        /// The most bytes written between checkpoints.
+        public var checkpointBytes: Int64
+        /// How retryable failures are retried.
+        public var retry: RetryPolicy
+        /// Where the library logs; silent by default.
+        public var logger: Logger
+
+        public init(
+            store: StoreLocation = .default,
+            connectTimeout: Duration = .seconds(30),
+            readTimeout: Duration = .seconds(60),
+            maxRedirects: Int = 10,
+            userAgent: String = "Haul/\(HaulVersion.current)",
+            checkpointInterval: Duration = .seconds(1),
+            checkpointBytes: Int64 = 8 << 20,
+            retry: RetryPolicy = RetryPolicy(),
+            logger: Logger = Logger(label: "haul", factory: { _ in SwiftLogNoOpLogHandler() })
+        ) {
+            self.store = store
+            self.connectTimeout = connectTimeout
+            self.readTimeout = readTimeout
+            self.maxRedirects = maxRedirects
+            self.userAgent = userAgent
+            self.checkpointInterval = checkpointInterval
+            self.checkpointBytes = checkpointBytes
+            self.retry = retry
+            self.logger = logger
+        }
+    }
+
+    /// Where a downloader keeps its SQLite store.
+    public struct StoreLocation: Sendable {
+        enum Kind: Sendable {
+            case path(String)
+            case memory
+            case existing(Store)
+        }
+
+        let kind: Kind
+
+        /// `$HAUL_HOME/haul.sqlite` (see ``HaulHome``).
+        public static var `default`: StoreLocation { .sqlite(at: HaulHome.resolve().storePath) }
+        /// A SQLite file at `path`.
+        public static func sqlite(at path: String) -> StoreLocation { StoreLocation(kind: .path(path)) }
+        /// In memory only: nothing survives the process.
+        public static var inMemory: StoreLocation { StoreLocation(kind: .memory) }
+        /// A store already opened.
+        public static func store(_ store: Store) -> StoreLocation { StoreLocation(kind: .existing(store)) }
+    }
+
+    /// The store this downloader records into.
+    public let store: Store
+    private let client: HTTPClient
+    private let configuration: Configuration
+
+    /// Opens the store and creates the HTTP client. Call ``shutdown()`` when done, or use
+    /// ``withDownloader(configuration:_:)``.
+    public init(configuration: Configuration = Configuration()) throws {
+        switch configuration.store.kind {
+        case .path(let path): self.store = try Store(path: path)
+        case .memory: self.store = try Store.inMemory()
+        case .existing(let store): self.store = store
+        }
+        var http = HTTPClient.Configuration()
+        http.redirectConfiguration = .disallow
+        http.decompression = .disabled
+        http.timeout = .init(
+            connect: .nanoseconds(Int64(configuration.connectTimeout.nanoseconds)),
+            read: .nanoseconds(Int64(configuration.readTimeout.nanoseconds)))
+        self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: http)
+        self.configuration = configuration
+    }
+
+    /// Runs `body` with a downloader and shuts it down afterwards, whether `body` throws or not.
+    public static func withDownloader<Result>(
+        configuration: Configuration = Configuration(),
+        _ body: (Downloader) async throws -> Result
+    ) async throws -> Result {
+        let downloader = try Downloader(configuration: configuration)
+        do {
+            let result = try await body(downloader)
+            try await downloader.shutdown()
+            return result
+        } catch {
+            try? await downloader.shutdown()
+            throw error
+        }
+    }
+
+    /// Closes the HTTP client. Running downloads fail with a connection error.
+    public func shutdown() async throws {
+        try await client.shutdown()
+    }
+
+    /// Starts (or continues) downloading `request.url`.
+    ///
+    /// A request for the same URL into the same place as an earlier, unfinished one continues
+    /// it from its last checkpoint; one whose verified file is still in place completes
+    /// without a request.
+    /// - Throws: ``HaulError`` at once for a bad URL or an unusable destination directory.
+    public func download(_ request: DownloadRequest) async throws -> DownloadTask {
+        try DownloadRequest.validate(request.url)
+        try FileOps.checkWritableDirectory(request.destination.directory)
+        if let name = request.destination.fileName, !FileNaming.isPlainName(name) {
+            throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: request.destination.directory)
+        }
+        let headers = String(decoding: try JSONEncoder().encode(request.headers), as: UTF8.self)
+        let now = Date()
+        var segments: [SegmentRecord]
+        var record: TaskRecord
+        if var existing = try await store.findTask(
+            url: request.url.absoluteString, directory: request.destination.directory,
+            fileName: request.destination.fileName),
+            existing.state != TaskState.cancelled.rawValue
+        {
+            existing.requestHeaders = headers
+            existing.checksum = request.checksum?.description
+            existing.overwrite = request.overwrite
+            existing.queuedAt = now
+            record = existing
+            segments = try await store.segments(of: existing.id)
+            if segments.isEmpty { segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)] }
+            try await store.save(record, segments: segments)
+        } else {
+            let id = UUID()
+            record = TaskRecord(
+                id: id, session: "default", url: request.url.absoluteString, finalURL: nil,
+                directory: request.destination.directory, fileName: request.destination.fileName,
+                explicitName: request.destination.fileName != nil, requestHeaders: headers,
+                checksum: request.checksum?.description, overwrite: request.overwrite,
+                state: TaskState.queued.rawValue, priority: 0, etag: nil, lastModified: nil, serverDate: nil,
+                totalLength: nil, createdAt: now, queuedAt: now, updatedAt: now, errorMessage: nil)
+            segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
+            try await store.insert(record, segments: segments)
+        }
+        return start(record, segments: segments)
+    }
+
+    /// Continues a download from resume data produced by ``DownloadTask/pause()`` or carried
+    /// by a failure, in this process or another.
+    /// - Throws: ``HaulError`` when the resume data does not describe a usable download.
+    public func download(resumingFrom resumeData: ResumeData) async throws -> DownloadTask {
+        try DownloadRequest.validate(resumeData.url)
+        try FileOps.checkWritableDirectory(resumeData.destination.directory)
+        let now = Date()
+        var record =
+            try await store.task(id: resumeData.taskID)
+            ?? TaskRecord(
+                id: resumeData.taskID, session: "default", url: resumeData.url.absoluteString, finalURL: nil,
+                directory: resumeData.destination.directory, fileName: resumeData.destination.fileName,
+                explicitName: false, requestHeaders: "[]", checksum: nil, overwrite: false,
+                state: TaskState.queued.rawValue, priority: 0, etag: nil, lastModified: nil, serverDate: nil,
+                totalLength: nil, createdAt: now, queuedAt: now, updatedAt: now, errorMessage: nil)
+        record.url = resumeData.url.absoluteString
+        record.finalURL = resumeData.finalURL?.absoluteString
+        record.directory = resumeData.destination.directory
+        record.fileName = resumeData.destination.fileName
+        record.requestHeaders = String(decoding: try JSONEncoder().encode(resumeData.headers), as: UTF8.self)
+        record.checksum = resumeData.checksum?.description
+        record.overwrite = resumeData.overwrite
+        record.validators = resumeData.validators
+        record.state = TaskState.queued.rawValue
+        record.queuedAt = now
+        // Resume data is only as good as the part file beside it: without the file, start over.
+        var segments = resumeData.segments.enumerated().map { index, segment in
+            SegmentRecord(
+                taskID: resumeData.taskID, ordinal: index, start: segment.start, end: segment.end,
+                committed: segment.committed)
+        }
+        let partSize = record.destinationPath.flatMap { FileOps.size($0 + ".part") } ?? 0
+        if segments.contains(where: { $0.committed > partSize }) {
+            segments = [SegmentRecord(taskID: resumeData.taskID, ordinal: 0, start: 0, end: nil, committed: 0)]
+            record.validators = Validators()
+        }
+        try await store.save(record, segments: segments)
+        return start(record, segments: segments)
+    }
+
+    private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
+        let environment = TransferEnvironment(
+            transport: HTTPTransport(
+                client: client, maxRedirects: configuration.maxRedirects, userAgent: configuration.userAgent),
+            store: store,
+            checkpointInterval: configuration.checkpointInterval,
+            checkpointBytes: configuration.checkpointBytes,
+            retry: configuration.retry,
+            logger: configuration.logger)
+        return DownloadTask(id: record.id) { progress, control in
+            let transfer = Transfer(
+                task: record, segments: segments, environment: environment, progress: progress, control: control)
+            return try await transfer.run()
+        }
+    }
+}
+
+/// A running download: its progress, a way to pause or cancel it, and its result.
+public final class DownloadTask: Sendable {
+    /// The task's identifier in the store.
+    public let id: UUID
+    private let box = ProgressBox()
+    private let control = TransferControl()
+    private let runner: Task<DownloadResult, any Error>
+
+    init(
+        id: UUID,
+        operation: @escaping @Sendable (ProgressBox, TransferControl) async throws -> DownloadResult
+    ) {
+        self.id = id
+        let (box, control) = (box, control)
+        self.runner = Task { try await operation(box, control) }
+    }
+
+    /// Progress now: bytes, total, speed over the last second or more.
+    public var progress: DownloadProgress { box.snapshot() }
+
+    /// Waits for the download to end.
+    /// - Returns: the finished file.
+    /// - Throws: ``HaulError``; a pause ends it with code ``HaulError/Code/paused`` and resume data.
+    public func result() async throws -> DownloadResult {
+        try await runner.value
+    }
+
+    /// Stops the download after a last checkpoint and returns what is needed to continue it.
+    /// - Throws: ``HaulError`` when the download had already ended, or ended with a failure first.
+    public func pause() async throws -> ResumeData {
+        control.request(.pause)
+        runner.cancel()
+        do {
+            let result = try await runner.value
+            throw HaulError(
+                .invalidArgument, "The download had already finished: \(result.path)", path: result.path)
+        } catch let error as HaulError where error.code == .paused {
+            guard let resumeData = error.resumeData else { throw error }
+            return resumeData
+        }
+    }
+
+    /// Stops the download and deletes its partial data.
+    public func cancel() async {
+        control.request(.cancel)
+        runner.cancel()
+        _ = try? await runner.value
+    }
+}
+
+extension Duration {
+    var nanoseconds: Int64 {
+        components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
+    }
+}

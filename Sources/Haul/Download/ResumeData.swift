@@ -1,0 +1,122 @@
+import Foundation
+
+/// Everything needed to continue a paused or interrupted download, in this process or another.
+///
+/// A versioned, Codable value, serialised as JSON by ``encoded()``. Decoding rejects
+/// unknown future versions with ``HaulError/Code/unsupportedResumeDataVersion`` rather than
+/// guessing, and anything malformed with ``HaulError/Code/corruptResumeData``.
+public struct ResumeData: Codable, Sendable, Equatable {
+    /// The format version this library writes and reads.
+    public static let currentVersion = 1
+
+    /// One byte range of the part file and how much of it is safely on disk.
+    public struct Segment: Codable, Sendable, Equatable {
+        /// First byte of the range.
+        public var start: Int64
+        /// One past the last byte, or nil while the total length is unknown.
+        public var end: Int64?
+        /// Bytes in `start..<committed` are on disk.
+        public var committed: Int64
+
+        public init(start: Int64, end: Int64?, committed: Int64) {
+            self.start = start
+            self.end = end
+            self.committed = committed
+        }
+    }
+
+    /// The format version.
+    public var version: Int
+    /// The task this continues.
+    public var taskID: UUID
+    /// The URL the download was asked for.
+    public var url: URL
+    /// The URL the last response came from, after redirects.
+    public var finalURL: URL?
+    /// Extra request headers.
+    public var headers: [HTTPHeaderField]
+    /// The server's validators from the first response.
+    public var validators: Validators
+    /// Where the file goes.
+    public var destination: Destination
+    /// The expected digest, if one was given.
+    public var checksum: Checksum?
+    /// Whether an existing file at the destination may be replaced.
+    public var overwrite: Bool
+    /// The part file holding the bytes so far, when the destination is known.
+    public var partPath: String?
+    /// The committed byte ranges.
+    public var segments: [Segment]
+
+    /// Bytes safely on disk.
+    public var bytesCommitted: Int64 { segments.reduce(0) { $0 + ($1.committed - $1.start) } }
+
+    /// The JSON form, to store or hand to another process.
+    public func encoded() -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        // Encoding plain values cannot fail.
+        return (try? encoder.encode(self)) ?? Data()
+    }
+
+    /// Decodes resume data produced by ``encoded()``.
+    public init(decoding data: Data) throws {
+        struct VersionProbe: Decodable { var version: Int }
+        let decoder = JSONDecoder()
+        let probe: VersionProbe
+        do {
+            probe = try decoder.decode(VersionProbe.self, from: data)
+        } catch {
+            throw HaulError(
+                .corruptResumeData, "Resume data is corrupt (not a Haul resume-data document)", underlying: error)
+        }
+        guard probe.version <= ResumeData.currentVersion, probe.version >= 1 else {
+            throw HaulError(
+                .unsupportedResumeDataVersion,
+                "Resume data has format version \(probe.version); this Haul reads version \(ResumeData.currentVersion)",
+                hint: "Use the Haul version that produced it")
+        }
+        do {
+            self = try decoder.decode(ResumeData.self, from: data)
+        } catch {
+            throw HaulError(.corruptResumeData, "Resume data is corrupt", underlying: error)
+        }
+        try validate()
+    }
+
+    init(
+        taskID: UUID, url: URL, finalURL: URL?, headers: [HTTPHeaderField], validators: Validators,
+        destination: Destination, checksum: Checksum?, overwrite: Bool, partPath: String?, segments: [Segment]
+    ) {
+        self.version = ResumeData.currentVersion
+        self.taskID = taskID
+        self.url = url
+        self.finalURL = finalURL
+        self.headers = headers
+        self.validators = validators
+        self.destination = destination
+        self.checksum = checksum
+        self.overwrite = overwrite
+        self.partPath = partPath
+        self.segments = segments
+    }
+
+    /// Rejects values that cannot describe a real download, whoever produced them.
+    private func validate() throws {
+        func corrupt(_ why: String) -> HaulError { HaulError(.corruptResumeData, "Resume data is corrupt: \(why)") }
+        try DownloadRequest.validate(url)
+        guard !segments.isEmpty else { throw corrupt("no segments") }
+        for segment in segments {
+            guard segment.start >= 0, segment.committed >= segment.start else { throw corrupt("a segment is inverted") }
+            if let end = segment.end {
+                guard end >= segment.start, segment.committed <= end else { throw corrupt("a segment overruns its end") }
+            }
+            if let total = validators.totalLength, let end = segment.end, end > total {
+                throw corrupt("a segment lies beyond the file's length")
+            }
+        }
+        if let name = destination.fileName, !FileNaming.isPlainName(name) {
+            throw corrupt("the file name '\(name)' is not a safe name")
+        }
+    }
+}

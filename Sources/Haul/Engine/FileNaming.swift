@@ -1,0 +1,159 @@
+import Crypto
+import Foundation
+
+/// Chooses a safe file name for a download and keeps it inside its directory.
+///
+/// Order: the name the user gave; else the server's `Content-Disposition` (`filename*=`
+/// before `filename=`); else the URL's last path component, percent-decoded; else a name
+/// made from the URL's hash. Every candidate is sanitised: a name from a server can never
+/// climb out of the target directory, be empty, be `.` or `..`, or hold NUL or `/`.
+enum FileNaming {
+    /// The file name for a download into `directory`.
+    static func fileName(contentDisposition: String?, url: URL) -> String {
+        if let contentDisposition, let suggested = suggestedName(fromContentDisposition: contentDisposition),
+            let name = sanitize(suggested)
+        {
+            return name
+        }
+        if let name = nameFromURL(url) { return name }
+        return hashedName(for: url)
+    }
+
+    /// The last path component of the URL, percent-decoded and sanitised; nil when there is none.
+    static func nameFromURL(_ url: URL) -> String? {
+        let path = URLComponents(url: url, resolvingAgainstBaseURL: false)?.percentEncodedPath ?? url.path
+        guard let last = path.split(separator: "/").last else { return nil }
+        let decoded = String(last).removingPercentEncoding ?? String(last)
+        return sanitize(decoded)
+    }
+
+    /// `download-<16 hex digits of SHA-256(url)>`, the name of last resort.
+    static func hashedName(for url: URL) -> String {
+        let digest = SHA256.hash(data: Data(url.absoluteString.utf8))
+        return "download-" + digest.prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Whether a name is one plain file name: not empty, not `.` or `..`, no `/` or NUL.
+    static func isPlainName(_ name: String) -> Bool {
+        !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
+    }
+
+    /// Makes a server- or URL-supplied name safe, or returns nil when nothing usable is left.
+    static func sanitize(_ raw: String) -> String? {
+        // Only the last component counts, whatever separator a hostile server used.
+        let lastComponent = raw.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
+        var scalars = String.UnicodeScalarView()
+        for scalar in lastComponent.unicodeScalars {
+            // Drop NUL, C0/C1 controls and DEL; they have no business in a file name.
+            if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) { continue }
+            scalars.append(scalar)
+        }
+        var name = String(scalars).trimmingCharacters(in: .whitespaces)
+        // A leading dot would hide the file or make it `.`/`..`; trailing dots and spaces confuse other systems.
+        while name.hasPrefix(".") { name.removeFirst() }
+        while name.hasSuffix(".") || name.hasSuffix(" ") { name.removeLast() }
+        guard !name.isEmpty else { return nil }
+        // Keep within the usual 255-byte limit, without splitting a character, and keep the extension if we can.
+        if name.utf8.count > 255 {
+            let ext = (name as NSString).pathExtension
+            let keep = ext.isEmpty || ext.utf8.count > 16 ? "" : "." + ext
+            var stem = ext.isEmpty ? name : String(name.dropLast(keep.count))
+            while stem.utf8.count + keep.utf8.count > 255 { stem.removeLast() }
+            name = stem + keep
+        }
+        return name
+    }
+
+    /// The file name a `Content-Disposition` header suggests, unsanitised. RFC 6266:
+    /// `filename*` (RFC 8187, `UTF-8''percent-encoded`) wins over `filename`.
+    static func suggestedName(fromContentDisposition header: String) -> String? {
+        var plain: String?
+        var extended: String?
+        for parameter in splitParameters(header).dropFirst() {
+            guard let equals = parameter.firstIndex(of: "=") else { continue }
+            let key = parameter[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
+            let value = parameter[parameter.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            switch key {
+            case "filename*":
+                // charset'language'percent-encoded-value
+                let pieces = value.split(separator: "'", maxSplits: 2, omittingEmptySubsequences: false)
+                guard pieces.count == 3 else { continue }
+                let charset = pieces[0].lowercased()
+                guard charset == "utf-8" || charset == "iso-8859-1" else { continue }
+                if charset == "utf-8" {
+                    extended = String(pieces[2]).removingPercentEncoding
+                } else {
+                    extended = latin1Decode(String(pieces[2]))
+                }
+            case "filename":
+                plain = unquote(value)
+            default:
+                continue
+            }
+        }
+        return extended ?? plain
+    }
+
+    /// Splits on `;` outside quoted strings.
+    private static func splitParameters(_ header: String) -> [String] {
+        var parts: [String] = []
+        var current = ""
+        var inQuotes = false
+        var escaped = false
+        for character in header {
+            if escaped {
+                current.append(character)
+                escaped = false
+                continue
+            }
+            switch character {
+            case "\\" where inQuotes:
+                current.append(character)
+                escaped = true
+            case "\"":
+                inQuotes.toggle()
+                current.append(character)
+            case ";" where !inQuotes:
+                parts.append(current)
+                current = ""
+            default:
+                current.append(character)
+            }
+        }
+        parts.append(current)
+        return parts.map { $0.trimmingCharacters(in: .whitespaces) }
+    }
+
+    private static func unquote(_ value: String) -> String {
+        guard value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") else { return value }
+        var result = ""
+        var escaped = false
+        for character in value.dropFirst().dropLast() {
+            if escaped {
+                result.append(character)
+                escaped = false
+            } else if character == "\\" {
+                escaped = true
+            } else {
+                result.append(character)
+            }
+        }
+        return result
+    }
+
+    private static func latin1Decode(_ value: String) -> String? {
+        var bytes: [UInt8] = []
+        var iterator = Array(value.utf8).makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%") {
+                guard let high = iterator.next(), let low = iterator.next(),
+                    let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+                else { return nil }
+                bytes.append(value)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(bytes.map { Character(Unicode.Scalar($0)) })
+    }
+}

@@ -1,0 +1,111 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// Sends GET requests through AsyncHTTPClient and follows redirects itself, so that every
+/// hop is checked: at most `maxRedirects`, only to http(s), credentials dropped when the
+/// host changes.
+struct HTTPTransport: Sendable {
+    let client: HTTPClient
+    let maxRedirects: Int
+    let userAgent: String
+
+    struct Response {
+        var head: HTTPClientResponse
+        var url: URL
+        var status: Int { Int(head.status.code) }
+        var headers: HTTPHeaders { head.headers }
+    }
+
+    /// Statuses that redirect a GET.
+    private static let redirectStatuses: Set<Int> = [301, 302, 303, 307, 308]
+
+    func get(_ url: URL, headers extra: [HTTPHeaderField], range: String?, ifRange: String?, logger: Logger)
+        async throws -> Response
+    {
+        var current = url
+        var extra = extra
+        var hops = 0
+        while true {
+            var request = HTTPClientRequest(url: current.absoluteString)
+            request.method = .GET
+            request.headers.add(name: "User-Agent", value: userAgent)
+            request.headers.add(name: "Accept", value: "*/*")
+            for field in extra {
+                // Haul owns these: ranges count encoded bytes, so identity is required (rule 2).
+                let lowered = field.name.lowercased()
+                if ["range", "if-range", "accept-encoding", "host"].contains(lowered) { continue }
+                if lowered == "user-agent" { request.headers.remove(name: "User-Agent") }
+                if lowered == "accept" { request.headers.remove(name: "Accept") }
+                request.headers.add(name: field.name, value: field.value)
+            }
+            request.headers.replaceOrAdd(name: "Accept-Encoding", value: "identity")
+            if let range { request.headers.add(name: "Range", value: range) }
+            if let ifRange { request.headers.add(name: "If-Range", value: ifRange) }
+
+            logger.debug("GET", metadata: ["url": "\(current)", "range": "\(range ?? "-")"])
+            let head: HTTPClientResponse
+            do {
+                head = try await client.execute(request, deadline: .distantFuture, logger: logger)
+            } catch {
+                throw HTTPTransport.connectionError(error, url: current)
+            }
+            let status = Int(head.status.code)
+            guard HTTPTransport.redirectStatuses.contains(status), let location = head.headers.first(name: "Location")
+            else {
+                return Response(head: head, url: current)
+            }
+            await HTTPTransport.discard(head.body)
+            hops += 1
+            guard hops <= maxRedirects else {
+                throw HaulError(
+                    .tooManyRedirects, "More than \(maxRedirects) redirects starting at \(url.absoluteString)",
+                    url: url)
+            }
+            guard let next = URL(string: location, relativeTo: current)?.absoluteURL else {
+                throw HaulError(.invalidResponse, "Redirect to an invalid location '\(location)'", url: current)
+            }
+            let scheme = next.scheme?.lowercased()
+            guard scheme == "http" || scheme == "https", next.host?.isEmpty == false else {
+                throw HaulError(
+                    .unsupportedRedirect,
+                    "Refusing redirect from \(current.absoluteString) to \(next.absoluteString): only http and https are followed",
+                    url: url)
+            }
+            if next.host?.lowercased() != current.host?.lowercased() || next.port != current.port {
+                extra.removeAll { ["authorization", "cookie", "proxy-authorization"].contains($0.name.lowercased()) }
+            }
+            logger.debug("redirect", metadata: ["status": "\(status)", "to": "\(next)"])
+            current = next
+        }
+    }
+
+    /// Reads and drops a small body (a redirect's), so the connection can be reused; gives up
+    /// on the connection instead of reading a large one.
+    static func discard(_ body: HTTPClientResponse.Body) async {
+        var seen = 0
+        do {
+            for try await chunk in body {
+                seen += chunk.readableBytes
+                if seen > 1 << 20 { break }
+            }
+        } catch {}
+    }
+
+    /// Wraps a transport failure as a retryable ``HaulError``.
+    static func connectionError(_ error: any Error, url: URL) -> HaulError {
+        if let error = error as? HaulError { return error }
+        var what = "Connection failed"
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .readTimeout: what = "The server stopped sending data (read timeout)"
+            case .connectTimeout: what = "Connecting timed out"
+            case .remoteConnectionClosed: what = "The server closed the connection"
+            default: break
+            }
+        }
+        return HaulError(.connection, "\(what) for \(url.absoluteString)", url: url, underlying: error)
+    }
+}

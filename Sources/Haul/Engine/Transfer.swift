@@ -1,0 +1,489 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// Why a running transfer was asked to stop.
+enum StopReason: Sendable, Equatable {
+    case pause
+    case cancel
+}
+
+/// The switch a ``DownloadTask`` flips to stop its transfer; read by the transfer when its
+/// Swift task is cancelled, to tell a pause from a cancel.
+final class TransferControl: Sendable {
+    private let reason = Mutex<StopReason?>(nil)
+
+    func request(_ stop: StopReason) {
+        reason.withLock { if $0 == nil { $0 = stop } }
+    }
+
+    var requested: StopReason? { reason.withLock { $0 } }
+}
+
+/// What a transfer needs from its downloader.
+struct TransferEnvironment: Sendable {
+    var transport: HTTPTransport
+    var store: Store
+    var checkpointInterval: Duration
+    var checkpointBytes: Int64
+    var retry: RetryPolicy
+    var logger: Logger
+}
+
+/// One download, from the first request to the verified file in place.
+///
+/// It owns the part file and the task's records while it runs; nothing else touches them.
+/// The flow and the correctness rules are those of design.md: validators remembered from
+/// the first response, `If-Range` on every resume, every 206 checked against what was
+/// asked for, a 200 written from offset 0 on the same response, checkpoints made of
+/// `fdatasync` then the committed offset in the store, verification before the atomic
+/// rename.
+final class Transfer {
+    private var task: TaskRecord
+    private var segments: [SegmentRecord]
+    private let environment: TransferEnvironment
+    private let progress: ProgressBox
+    private let control: TransferControl
+    private var logger: Logger
+    private var part: PartFile?
+    private var restarts = 0
+    /// Where the current response's bytes go next; past the last checkpoint while streaming.
+    private var writeOffset: Int64 = 0
+    private var lastCheckpoint: (time: ContinuousClock.Instant, offset: Int64) = (.now, 0)
+
+    /// Restarts from zero allowed (a changed or inconsistent representation) before giving up.
+    static let maxRestarts = 3
+    /// Bytes re-read before the resume point when the server gives no validator (rule 7).
+    static let overlapLength: Int64 = 64 * 1024
+
+    /// A reason to throw away the partial data and start again from byte 0.
+    private struct Restart: Error {
+        var reason: String
+    }
+
+    init(
+        task: TaskRecord, segments: [SegmentRecord], environment: TransferEnvironment, progress: ProgressBox,
+        control: TransferControl
+    ) {
+        self.task = task
+        self.segments = segments
+        self.environment = environment
+        self.progress = progress
+        self.control = control
+        var logger = environment.logger
+        logger[metadataKey: "haul.task"] = "\(task.id)"
+        self.logger = logger
+    }
+
+    private var url: URL { URL(string: task.url)! }
+    private var requestHeaders: [HTTPHeaderField] {
+        (try? JSONDecoder().decode([HTTPHeaderField].self, from: Data(task.requestHeaders.utf8))) ?? []
+    }
+    private var checksum: Checksum? { task.checksum.flatMap { try? Checksum(parsing: $0) } }
+    private var store: Store { environment.store }
+
+    // MARK: Running
+
+    /// Runs the download to the end: the verified file in place, or an error.
+    func run() async throws -> DownloadResult {
+        let started = ContinuousClock.now
+        do {
+            if let done = try await alreadyComplete() { return done }
+            try checkDestinationFree()
+            try await store.setState(task.id, TaskState.running.rawValue)
+            progress.update {
+                $0.fileName = task.fileName
+                $0.totalBytes = task.totalLength
+                $0.bytesReceived = segments[0].committed
+                $0.resumedFrom = segments[0].committed > 0 ? segments[0].committed : nil
+            }
+            try await transferWithRetries()
+            let result = try await finish(started: started)
+            return result
+        } catch {
+            throw await conclude(after: error)
+        }
+    }
+
+    /// A task completed earlier whose file is still in place completes again without a request.
+    private func alreadyComplete() async throws -> DownloadResult? {
+        guard task.state == TaskState.completed.rawValue, let destination = task.destinationPath,
+            let size = FileOps.size(destination), size == task.totalLength ?? size
+        else { return nil }
+        if let checksum {
+            let file = try PartFile(path: destination, lock: false)
+            defer { file.close() }
+            guard try file.digest(checksum.algorithm, length: size) == checksum.hex else { return nil }
+        }
+        logger.info("already complete", metadata: ["path": "\(destination)"])
+        progress.update {
+            $0.fileName = task.fileName
+            $0.totalBytes = size
+            $0.bytesReceived = size
+        }
+        return DownloadResult(
+            taskID: task.id, path: destination, bytes: size, bytesFetched: 0, resumedFrom: nil,
+            alreadyComplete: true)
+    }
+
+    /// Refuses to replace a file that is already at the destination unless asked to.
+    private func checkDestinationFree() throws {
+        guard !task.overwrite, let destination = task.destinationPath, FileOps.exists(destination) else { return }
+        throw HaulError(
+            .destinationExists, "\(destination) already exists", url: url, path: destination,
+            hint: "Use --force to replace it, or -o to choose another name")
+    }
+
+    private func transferWithRetries() async throws {
+        var failures = 0
+        while true {
+            let before = segments[0].committed
+            do {
+                try await attempt()
+                return
+            } catch let restart as Restart {
+                restarts += 1
+                guard restarts <= Transfer.maxRestarts else {
+                    throw HaulError(
+                        .representationChanged,
+                        "The file at \(task.url) kept changing during the download (\(restart.reason))", url: url,
+                        hint: "Try again later")
+                }
+                logger.notice("restarting from 0", metadata: ["reason": "\(restart.reason)"])
+                try await resetToZero(validators: Validators())
+            } catch let error as HaulError where error.isRetryable && control.requested == nil {
+                if segments[0].committed > before { failures = 0 }
+                failures += 1
+                guard failures <= environment.retry.maxRetries else {
+                    var error = error
+                    error.hint =
+                        "Gave up after \(environment.retry.maxRetries) retries; run the same command again to resume"
+                    throw error
+                }
+                let delay = environment.retry.delay(attempt: failures, retryAfter: error.retryAfter)
+                logger.notice(
+                    "retrying",
+                    metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"])
+                try await Task.sleep(for: delay)
+            }
+        }
+    }
+
+    // MARK: One request
+
+    private func attempt() async throws {
+        var offset = segments[0].committed
+        if offset > 0, try openPart().size() < offset {
+            logger.warning("part file shorter than its checkpoint; starting over")
+            try await resetToZero(validators: task.validators)
+            offset = 0
+        }
+        var range: String?
+        var ifRange: String?
+        var overlap: Int64 = 0
+        if offset > 0 {
+            ifRange = task.validators.ifRangeValue
+            if ifRange == nil { overlap = min(offset, Transfer.overlapLength) }
+            if overlap == offset {
+                // No validator and little done: fetching it again is cheaper than checking it.
+                try await resetToZero(validators: task.validators)
+                offset = 0
+                overlap = 0
+            } else {
+                range = "bytes=\(offset - overlap)-"
+            }
+        }
+        let requestStart = offset - overlap
+
+        let response = try await environment.transport.get(
+            url, headers: requestHeaders, range: range, ifRange: ifRange, logger: logger)
+        task.finalURL = response.url.absoluteString
+        let expectedEnd: Int64?
+        switch response.status {
+        case 200:
+            if offset > 0 {
+                logger.notice("server sent the whole file (range ignored or file changed); writing it from byte 0")
+            }
+            expectedEnd = try await beginFromZero(response)
+            writeOffset = 0
+        case 206 where range != nil:
+            let end = try checkPartialResponse(response, requestStart: requestStart)
+            expectedEnd = end
+            writeOffset = requestStart
+        case 416 where range != nil:
+            await HTTPTransport.discard(response.head.body)
+            let contentRange = response.headers.first(name: "Content-Range").flatMap(ContentRange.init(parsing:))
+            if let total = task.totalLength, contentRange?.range == nil, contentRange?.completeLength == total,
+                offset == total
+            {
+                return  // rule 6: every byte is on disk already.
+            }
+            throw Restart(reason: "416 for a range the file should have")
+        default:
+            await HTTPTransport.discard(response.head.body)
+            if (200..<300).contains(response.status) {
+                throw HaulError(
+                    .invalidResponse, "Unexpected HTTP \(response.status) for \(response.url.absoluteString)",
+                    url: url, status: response.status)
+            }
+            throw HaulError.httpStatus(
+                response.status, reason: response.head.status.reasonPhrase, url: response.url,
+                retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After")))
+        }
+        try await stream(response.head.body, overlap: overlap, from: requestStart, expectedEnd: expectedEnd)
+    }
+
+    /// A 200: the whole representation from byte 0, on this very response (rule 5). Records
+    /// its validators, length and the file name before a byte is written.
+    private func beginFromZero(_ response: HTTPTransport.Response) async throws -> Int64? {
+        let headers = response.headers
+        let length: Int64? =
+            headers.first(name: "Transfer-Encoding") == nil ? headers.first(name: "Content-Length").flatMap { Int64($0) } : nil
+        if task.fileName == nil {
+            let name = FileNaming.fileName(
+                contentDisposition: headers.first(name: "Content-Disposition"), url: response.url)
+            task.fileName = name
+            progress.update { $0.fileName = name }
+            try checkDestinationFree()
+        }
+        try await resetToZero(validators: Validators(headers: headers, totalLength: length))
+        progress.update {
+            $0.totalBytes = length
+            $0.resumedFrom = nil
+        }
+        return length
+    }
+
+    /// A 206: accepted only if it is exactly the range asked for, of the same representation (rule 4).
+    private func checkPartialResponse(_ response: HTTPTransport.Response, requestStart: Int64) throws -> Int64 {
+        let headers = response.headers
+        guard let header = headers.first(name: "Content-Range"), let contentRange = ContentRange(parsing: header),
+            let range = contentRange.range
+        else {
+            throw Restart(reason: "206 with a missing or malformed Content-Range")
+        }
+        guard range.lowerBound == requestStart else {
+            throw Restart(reason: "206 starts at \(range.lowerBound), asked for \(requestStart)")
+        }
+        if let total = task.totalLength, contentRange.completeLength != total {
+            throw Restart(
+                reason: "206 says the file is \(contentRange.completeLength.map(String.init) ?? "*") bytes, was \(total)")
+        }
+        if let length = headers.first(name: "Content-Length").flatMap({ Int64($0) }), length != contentRange.length {
+            throw Restart(reason: "206 Content-Length \(length) disagrees with Content-Range \(header)")
+        }
+        if let stored = task.validators.strongETag, let etag = headers.first(name: "ETag"), etag != stored {
+            throw Restart(reason: "206 carries ETag \(etag), was \(stored)")
+        }
+        if task.totalLength == nil, let total = contentRange.completeLength {
+            task.totalLength = total
+            segments[0].end = total
+        }
+        progress.update { $0.totalBytes = self.task.totalLength }
+        return range.upperBound + 1
+    }
+
+    /// Writes the body at its offset, checkpointing as it goes. Bytes before `segments[0].committed`
+    /// are the overlap (rule 7): compared with the disk, not written.
+    private func stream(_ body: HTTPClientResponse.Body, overlap: Int64, from start: Int64, expectedEnd: Int64?)
+        async throws
+    {
+        let part = try openPart()
+        var expectedOverlap = overlap > 0 ? try part.read(at: start, count: Int(overlap)) : []
+        var overlapChecked = 0
+        lastCheckpoint = (.now, segments[0].committed)
+        do {
+            for try await var buffer in body {
+                if overlapChecked < expectedOverlap.count {
+                    let n = min(buffer.readableBytes, expectedOverlap.count - overlapChecked)
+                    let matches = buffer.withUnsafeReadableBytes { received in
+                        expectedOverlap.withUnsafeBytes { expected in
+                            memcmp(received.baseAddress!, expected.baseAddress! + overlapChecked, n) == 0
+                        }
+                    }
+                    guard matches else { throw Restart(reason: "the bytes before the resume point changed") }
+                    overlapChecked += n
+                    writeOffset += Int64(n)
+                    buffer.moveReaderIndex(forwardBy: n)
+                    if overlapChecked == expectedOverlap.count { expectedOverlap = [] }
+                }
+                let count = buffer.readableBytes
+                guard count > 0 else { continue }
+                if let expectedEnd, writeOffset + Int64(count) > expectedEnd {
+                    throw HaulError(
+                        .invalidResponse,
+                        "The server sent more bytes than it promised (\(writeOffset + Int64(count)) > \(expectedEnd)) for \(task.url)",
+                        url: url)
+                }
+                try part.write(buffer, at: writeOffset)
+                writeOffset += Int64(count)
+                progress.add(count)
+                if writeOffset - lastCheckpoint.offset >= environment.checkpointBytes
+                    || ContinuousClock.now - lastCheckpoint.time >= environment.checkpointInterval
+                {
+                    try await checkpoint()
+                }
+            }
+        } catch let error as Restart {
+            throw error
+        } catch let error as HaulError where error.code != .connection {
+            throw error
+        } catch {
+            // The connection broke or we were stopped: keep what is on disk, then report.
+            try await checkpoint()
+            if control.requested != nil || error is CancellationError { throw CancellationError() }
+            throw HTTPTransport.connectionError(error, url: url)
+        }
+        if overlapChecked < expectedOverlap.count {
+            throw HaulError(.connection, "The response ended inside the overlap check for \(task.url)", url: url)
+        }
+        if let expectedEnd, writeOffset < expectedEnd {
+            // Rule 8: short is a network failure, never a finished file.
+            try await checkpoint()
+            throw HaulError(
+                .connection,
+                "The response ended after \(writeOffset) of \(expectedEnd) bytes for \(task.url)", url: url)
+        }
+        if task.totalLength == nil {
+            task.totalLength = writeOffset
+            segments[0].end = writeOffset
+            try await store.save(task, segments: segments)
+        }
+        try await checkpoint()
+    }
+
+    // MARK: Checkpoints and part file
+
+    /// Syncs the part file, then records the committed offset: in that order, so the store
+    /// never claims bytes that are not durably on disk.
+    private func checkpoint() async throws {
+        guard let part, writeOffset > segments[0].committed else { return }
+        try part.sync()
+        let (store, id, offset) = (store, task.id, writeOffset)
+        try await uncancellable { try await store.checkpoint(id, committed: [(0, offset)]) }
+        segments[0].committed = writeOffset
+        lastCheckpoint = (.now, writeOffset)
+    }
+
+    /// Forgets all partial data: truncates the part file and records offset 0 and the new
+    /// validators in one transaction, before any byte of the new representation is written.
+    private func resetToZero(validators: Validators) async throws {
+        task.validators = validators
+        segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
+        writeOffset = 0
+        if task.fileName != nil { try openPart().truncate(to: 0) }
+        try await store.save(task, segments: segments)
+        progress.update {
+            $0.bytesReceived = 0
+            $0.bytesThisRun = 0
+        }
+    }
+
+    private var partPath: String? { task.destinationPath.map { $0 + ".part" } }
+
+    private func openPart() throws -> PartFile {
+        if let part { return part }
+        guard let path = partPath else {
+            throw HaulError(.invalidResponse, "No file name chosen before writing", url: url)
+        }
+        let file = try PartFile(path: path, lock: true)
+        part = file
+        return file
+    }
+
+    // MARK: Ending
+
+    /// Verifies and moves the part file into place.
+    private func finish(started: ContinuousClock.Instant) async throws -> DownloadResult {
+        let part = try openPart()
+        let total = writeOffset > 0 ? writeOffset : segments[0].committed
+        guard let destination = task.destinationPath, let partPath else {
+            throw HaulError(.invalidResponse, "No file name chosen", url: url)
+        }
+        if try part.size() != total { try part.truncate(to: total) }
+        try part.sync()
+        if let checksum {
+            let actual = try part.digest(checksum.algorithm, length: total)
+            guard actual == checksum.hex else {
+                // The bytes are wrong; keeping them would only make a rerun verify them again.
+                part.close()
+                FileOps.remove(partPath)
+                self.part = nil
+                try await resetToZero(validators: Validators())
+                var error = HaulError(
+                    .checksumMismatch,
+                    "Checksum mismatch for \(destination): expected \(checksum.algorithm.name) \(checksum.hex), got \(actual)",
+                    url: url, path: destination,
+                    hint: "Nothing was saved; check the checksum or the URL")
+                error.underlying = nil
+                throw error
+            }
+        }
+        try checkDestinationFree()
+        try FileOps.rename(partPath, to: destination)
+        part.close()
+        self.part = nil
+        try await store.setState(task.id, TaskState.completed.rawValue)
+        let fetched = progress.snapshot().bytesThisRun
+        logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
+        return DownloadResult(
+            taskID: task.id, path: destination, bytes: total, bytesFetched: fetched,
+            resumedFrom: progress.snapshot().resumedFrom, alreadyComplete: false,
+            elapsed: ContinuousClock.now - started)
+    }
+
+    /// Records how the run ended and turns any error into the ``HaulError`` to report.
+    private func conclude(after error: any Error) async -> HaulError {
+        let stop = control.requested
+        part?.close()
+        part = nil
+        let resumeData = makeResumeData()
+        do {
+            switch stop {
+            case .pause:
+                try await setStateUncancellable(.paused)
+                var paused = HaulError(.paused, "Paused \(task.url) at \(segments[0].committed) bytes", url: url)
+                paused.resumeData = resumeData
+                return paused
+            case .cancel:
+                if let partPath { FileOps.remove(partPath) }
+                try await setStateUncancellable(.cancelled)
+                return HaulError(.cancelled, "Cancelled \(task.url)", url: url)
+            case nil:
+                var failure =
+                    error as? HaulError
+                    ?? HaulError(.connection, "Download of \(task.url) failed", url: url, underlying: error)
+                if failure.path == nil { failure.path = task.destinationPath }
+                if failure.code != .checksumMismatch, segments[0].committed > 0 { failure.resumeData = resumeData }
+                let message = failure.description
+                try await setStateUncancellable(.failed, error: message)
+                return failure
+            }
+        } catch {
+            return error as? HaulError ?? HaulError(.store, "Recording the end of \(task.url) failed", underlying: error)
+        }
+    }
+
+    private func setStateUncancellable(_ state: TaskState, error: String? = nil) async throws {
+        let (store, id) = (store, task.id)
+        try await uncancellable { try await store.setState(id, state.rawValue, error: error) }
+    }
+
+    func makeResumeData() -> ResumeData {
+        ResumeData(
+            taskID: task.id, url: url, finalURL: task.finalURL.flatMap(URL.init(string:)), headers: requestHeaders,
+            validators: task.validators,
+            destination: Destination(directory: task.directory, fileName: task.fileName),
+            checksum: checksum, overwrite: task.overwrite, partPath: partPath,
+            segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) })
+    }
+}
+
+/// Runs `body` to the end even when the calling task is cancelled: the bookkeeping after a
+/// pause (the last checkpoint, the state) must still reach the store.
+func uncancellable<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await Task { try await body() }.value
+}

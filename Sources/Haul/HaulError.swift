@@ -1,0 +1,193 @@
+import Foundation
+
+/// The one error type of the Haul library.
+///
+/// Every failure carries a ``Code`` and as much context as is known: the URL, the file
+/// path, the HTTP status and the underlying cause. ``description`` is one readable line
+/// saying what failed and, where there is something to do about it, what to do.
+public struct HaulError: Error, CustomStringConvertible, Sendable {
+    /// What kind of failure this is. Compare with the static members, e.g. `error.code == .httpStatus`.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        fileprivate enum Base: String, Hashable, Sendable {
+            case invalidURL
+            case unsupportedScheme
+            case unsupportedRedirect
+            case tooManyRedirects
+            case httpStatus
+            case connection
+            case invalidResponse
+            case representationChanged
+            case checksumMismatch
+            case destinationExists
+            case fileSystem
+            case diskFull
+            case corruptResumeData
+            case unsupportedResumeDataVersion
+            case invalidArgument
+            case store
+            case cancelled
+            case paused
+        }
+
+        fileprivate let base: Base
+        fileprivate init(_ base: Base) { self.base = base }
+
+        /// The URL could not be parsed or has no host.
+        public static let invalidURL = Code(.invalidURL)
+        /// The URL's scheme is not `http` or `https`.
+        public static let unsupportedScheme = Code(.unsupportedScheme)
+        /// A redirect pointed at a scheme other than `http` or `https`.
+        public static let unsupportedRedirect = Code(.unsupportedRedirect)
+        /// More redirects than the configured maximum.
+        public static let tooManyRedirects = Code(.tooManyRedirects)
+        /// The server answered with an HTTP status that means failure.
+        public static let httpStatus = Code(.httpStatus)
+        /// The connection failed, timed out, or closed before the body was complete.
+        public static let connection = Code(.connection)
+        /// The server's response broke the protocol (for example a body longer than promised).
+        public static let invalidResponse = Code(.invalidResponse)
+        /// The file on the server changed while the download was under way, more often than allowed.
+        public static let representationChanged = Code(.representationChanged)
+        /// The downloaded bytes do not match the expected checksum.
+        public static let checksumMismatch = Code(.checksumMismatch)
+        /// A finished file already exists at the destination.
+        public static let destinationExists = Code(.destinationExists)
+        /// A file-system operation failed (permissions, missing directory, I/O error).
+        public static let fileSystem = Code(.fileSystem)
+        /// The disk is full.
+        public static let diskFull = Code(.diskFull)
+        /// Resume data could not be decoded.
+        public static let corruptResumeData = Code(.corruptResumeData)
+        /// Resume data was written by a newer, unknown format version.
+        public static let unsupportedResumeDataVersion = Code(.unsupportedResumeDataVersion)
+        /// An argument given to the library is not valid (for example a malformed checksum).
+        public static let invalidArgument = Code(.invalidArgument)
+        /// The SQLite store failed.
+        public static let store = Code(.store)
+        /// The download was cancelled.
+        public static let cancelled = Code(.cancelled)
+        /// The download was paused; ``HaulError/resumeData`` continues it.
+        public static let paused = Code(.paused)
+
+        public var description: String { base.rawValue }
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// A sentence saying what failed.
+    public var message: String
+    /// The URL being downloaded, when known.
+    public var url: URL?
+    /// The file involved, when known.
+    public var path: String?
+    /// The HTTP status the server answered with, when the failure is about one.
+    public var status: Int?
+    /// What the user can do about it, when there is something.
+    public var hint: String?
+    /// The error that caused this one.
+    public var underlying: (any Error)?
+    /// For failures that leave a resumable download behind: the data to continue it.
+    public var resumeData: ResumeData?
+    /// How long the server asked us to wait before retrying (`Retry-After`), when it did.
+    public var retryAfter: Duration?
+
+    /// Creates an error.
+    public init(
+        _ code: Code,
+        _ message: String,
+        url: URL? = nil,
+        path: String? = nil,
+        status: Int? = nil,
+        hint: String? = nil,
+        underlying: (any Error)? = nil
+    ) {
+        self.code = code
+        self.message = message
+        self.url = url
+        self.path = path
+        self.status = status
+        self.hint = hint
+        self.underlying = underlying
+    }
+
+    /// Whether trying again from the last checkpoint has a chance of succeeding:
+    /// connection failures, timeouts, 5xx, 408 and 429.
+    public var isRetryable: Bool {
+        switch code.base {
+        case .connection: return true
+        case .httpStatus:
+            guard let status else { return false }
+            return status == 408 || status == 429 || (500...599).contains(status)
+        default: return false
+        }
+    }
+
+    public var description: String {
+        var line = message
+        if let url, !message.contains(url.absoluteString) { line += " (\(url.absoluteString))" }
+        if let path, !message.contains(path) { line += " [\(path)]" }
+        if let underlying {
+            let cause = HaulError.describe(underlying)
+            if !cause.isEmpty, !line.contains(cause) { line += ": \(cause)" }
+        }
+        if let hint { line += ". \(hint)" }
+        return line
+    }
+
+    /// A short readable description of any error, used for causes.
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? HaulError { return error.description }
+        if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)) }
+        let text = String(describing: error)
+        return text
+    }
+}
+
+extension HaulError {
+    static func invalidURL(_ text: String, reason: String) -> HaulError {
+        HaulError(.invalidURL, "Invalid URL '\(text)': \(reason)", hint: "Give a full http:// or https:// URL")
+    }
+
+    static func unsupportedScheme(_ url: URL) -> HaulError {
+        HaulError(
+            .unsupportedScheme,
+            "Unsupported URL scheme '\(url.scheme ?? "")' in \(url.absoluteString)",
+            url: url,
+            hint: "Haul downloads http:// and https:// URLs only"
+        )
+    }
+
+    static func httpStatus(_ status: Int, reason: String, url: URL, retryAfter: Duration? = nil) -> HaulError {
+        var error = HaulError(.httpStatus, "HTTP \(status) \(reason) for \(url.absoluteString)", url: url, status: status)
+        error.retryAfter = retryAfter
+        switch status {
+        case 401, 403: error.hint = "Check the URL and any credentials (-H 'Authorization: …')"
+        case 404, 410: error.hint = "Check the URL"
+        default: break
+        }
+        return error
+    }
+
+    static func fileSystem(_ operation: String, path: String, errno code: Int32) -> HaulError {
+        if code == ENOSPC || code == EDQUOT {
+            return HaulError(
+                .diskFull,
+                "No space left on device while trying to \(operation) \(path)",
+                path: path,
+                hint: "Free some space and run the same command again to resume"
+            )
+        }
+        var hint: String?
+        if code == EACCES || code == EPERM || code == EROFS {
+            hint = "Choose a destination you can write to (-o or -d)"
+        } else if code == ENOENT {
+            hint = "Check that the directory exists"
+        }
+        return HaulError(
+            .fileSystem,
+            "Cannot \(operation) \(path): \(String(cString: strerror(code)))",
+            path: path,
+            hint: hint
+        )
+    }
+}

@@ -1,0 +1,43 @@
+import GRDB
+
+extension Store {
+    /// The schema, as named migrations. A shipped migration is never edited: add a new one.
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: tasks and segments") { db in
+            try db.create(table: "task") { t in
+                t.column("id", .text).primaryKey()
+                t.column("session", .text).notNull().defaults(to: "default")
+                t.column("url", .text).notNull()
+                t.column("finalURL", .text)
+                t.column("directory", .text).notNull()
+                t.column("fileName", .text)
+                t.column("explicitName", .boolean).notNull()
+                t.column("requestHeaders", .text).notNull()
+                t.column("checksum", .text)
+                t.column("overwrite", .boolean).notNull().defaults(to: false)
+                t.column("state", .text).notNull()
+                t.column("priority", .integer).notNull().defaults(to: 0)
+                t.column("etag", .text)
+                t.column("lastModified", .text)
+                t.column("serverDate", .text)
+                t.column("totalLength", .integer)
+                t.column("createdAt", .datetime).notNull()
+                t.column("queuedAt", .datetime).notNull()
+                t.column("updatedAt", .datetime).notNull()
+                t.column("errorMessage", .text)
+            }
+            try db.create(index: "task_on_url_directory", on: "task", columns: ["url", "directory"])
+            try db.create(index: "task_on_state_queuedAt", on: "task", columns: ["state", "queuedAt"])
+            try db.create(table: "segment") { t in
+                t.column("taskID", .text).notNull().references("task", onDelete: .cascade)
+                t.column("ordinal", .integer).notNull()
+                t.column("start", .integer).notNull()
+                t.column("end", .integer)
+                t.column("committed", .integer).notNull()
+                t.primaryKey(["taskID", "ordinal"])
+            }
+        }
+        return migrator
+    }
+}

@@ -1,0 +1,141 @@
+import Foundation
+import GRDB
+
+/// Haul's persistent state: tasks, their segments and validators, in SQLite.
+///
+/// The only type that knows SQL. Safe to share between tasks and between processes: the
+/// file is opened as a WAL `DatabasePool` with a busy timeout, so several `haul` processes
+/// on one store wait for each other instead of failing or corrupting it.
+public final class Store: Sendable {
+    private let writer: any DatabaseWriter
+
+    /// Opens (creating and migrating if needed) the store at `path`.
+    /// - Throws: ``HaulError/Code/store`` when the file cannot be opened or migrated.
+    public convenience init(path: String) throws {
+        do {
+            let directory = (path as NSString).deletingLastPathComponent
+            if !directory.isEmpty {
+                try FileManager.default.createDirectory(
+                    atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            }
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(30)
+            configuration.foreignKeysEnabled = true
+            let pool = try DatabasePool(path: path, configuration: configuration)
+            try self.init(writer: pool)
+        } catch let error as HaulError {
+            throw error
+        } catch {
+            throw HaulError(.store, "Cannot open the Haul store at \(path)", path: path, underlying: error)
+        }
+    }
+
+    /// A store that lives in memory only, for tests and throwaway downloads.
+    public static func inMemory() throws -> Store {
+        try Store(writer: DatabaseQueue())
+    }
+
+    init(writer: any DatabaseWriter) throws {
+        self.writer = writer
+        do {
+            try Store.migrator.migrate(writer)
+        } catch {
+            throw HaulError(.store, "Cannot migrate the Haul store", underlying: error)
+        }
+    }
+
+    // MARK: Reading
+
+    func task(id: UUID) async throws -> TaskRecord? {
+        try await read { db in try TaskRecord.fetchOne(db, key: id) }
+    }
+
+    func segments(of id: UUID) async throws -> [SegmentRecord] {
+        try await read { db in
+            try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).order(SegmentRecord.Columns.ordinal).fetchAll(db)
+        }
+    }
+
+    /// The most recent task for this URL going into this directory (with this name, when the
+    /// user fixed it), so rerunning a command continues it instead of starting over.
+    func findTask(url: String, directory: String, fileName: String?) async throws -> TaskRecord? {
+        try await read { db in
+            var request = TaskRecord
+                .filter(TaskRecord.Columns.url == url && TaskRecord.Columns.directory == directory)
+            if let fileName {
+                request = request.filter(TaskRecord.Columns.fileName == fileName && TaskRecord.Columns.explicitName)
+            } else {
+                request = request.filter(!TaskRecord.Columns.explicitName)
+            }
+            return try request.order(TaskRecord.Columns.createdAt.desc).fetchOne(db)
+        }
+    }
+
+    /// Every task, oldest first.
+    func allTasks() async throws -> [TaskRecord] {
+        try await read { db in try TaskRecord.order(TaskRecord.Columns.createdAt).fetchAll(db) }
+    }
+
+    // MARK: Writing
+
+    func insert(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+        try await write { db in
+            try task.insert(db)
+            for segment in segments { try segment.insert(db) }
+        }
+    }
+
+    /// Replaces a task's record and all its segments in one transaction.
+    func save(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+        try await write { db in
+            var task = task
+            task.updatedAt = Date()
+            try task.save(db)
+            try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
+            for segment in segments { try segment.insert(db) }
+        }
+    }
+
+    /// Records the committed offset of each segment, in one transaction. Call only after the
+    /// part file was synced up to those offsets.
+    func checkpoint(_ id: UUID, committed: [(ordinal: Int, offset: Int64)]) async throws {
+        try await write { db in
+            for (ordinal, offset) in committed {
+                try db.execute(
+                    sql: "UPDATE segment SET committed = ? WHERE taskID = ? AND ordinal = ?",
+                    arguments: [offset, id, ordinal])
+            }
+            try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [Date(), id])
+        }
+    }
+
+    func setState(_ id: UUID, _ state: String, error: String? = nil) async throws {
+        try await write { db in
+            try db.execute(
+                sql: "UPDATE task SET state = ?, errorMessage = ?, updatedAt = ? WHERE id = ?",
+                arguments: [state, error, Date(), id])
+        }
+    }
+
+    func delete(_ id: UUID) async throws {
+        _ = try await write { db in try TaskRecord.deleteOne(db, key: id) }
+    }
+
+    // MARK: Plumbing
+
+    private func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await writer.read(body)
+        } catch {
+            throw HaulError(.store, "Reading the Haul store failed", underlying: error)
+        }
+    }
+
+    private func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await writer.write(body)
+        } catch {
+            throw HaulError(.store, "Writing the Haul store failed", underlying: error)
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import GRDB
+
+/// One download as the store keeps it.
+struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "task"
+
+    var id: UUID
+    var session: String
+    var url: String
+    var finalURL: String?
+    /// The directory the finished file goes into.
+    var directory: String
+    /// The file name, once known: given by the user, or chosen from the first response.
+    var fileName: String?
+    /// Whether the user fixed the name (`-o`); otherwise the server's response may choose it.
+    var explicitName: Bool
+    /// Extra request headers, JSON-encoded `[HTTPHeaderField]`.
+    var requestHeaders: String
+    var checksum: String?
+    var overwrite: Bool
+    var state: String
+    var priority: Int
+    var etag: String?
+    var lastModified: String?
+    var serverDate: String?
+    var totalLength: Int64?
+    var createdAt: Date
+    var queuedAt: Date
+    var updatedAt: Date
+    var errorMessage: String?
+
+    enum Columns {
+        static let id = Column(CodingKeys.id)
+        static let session = Column(CodingKeys.session)
+        static let url = Column(CodingKeys.url)
+        static let directory = Column(CodingKeys.directory)
+        static let fileName = Column(CodingKeys.fileName)
+        static let explicitName = Column(CodingKeys.explicitName)
+        static let state = Column(CodingKeys.state)
+        static let createdAt = Column(CodingKeys.createdAt)
+        static let queuedAt = Column(CodingKeys.queuedAt)
+    }
+
+    var destinationPath: String? {
+        fileName.map { (directory as NSString).appendingPathComponent($0) }
+    }
+
+    var validators: Validators {
+        get { Validators(etag: etag, lastModified: lastModified, date: serverDate, totalLength: totalLength) }
+        set {
+            etag = newValue.etag
+            lastModified = newValue.lastModified
+            serverDate = newValue.date
+            totalLength = newValue.totalLength
+        }
+    }
+}
+
+/// One byte range of a download and how much of it is durably on disk.
+///
+/// A task has one or more segments; together they cover the file. `committed` is the
+/// absolute offset up to which this segment's bytes were synced to the part file before
+/// the record was written: a restart continues each segment from there.
+struct SegmentRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "segment"
+
+    var taskID: UUID
+    var ordinal: Int
+    /// First byte of the segment.
+    var start: Int64
+    /// One past the last byte, or nil while the length is unknown.
+    var end: Int64?
+    /// Bytes in `start..<committed` are durably on disk.
+    var committed: Int64
+
+    enum Columns {
+        static let taskID = Column(CodingKeys.taskID)
+        static let ordinal = Column(CodingKeys.ordinal)
+        static let committed = Column(CodingKeys.committed)
+    }
+}
