@@ -66,10 +66,11 @@ public final class TestServer: Sendable {
         public var contentDisposition: String?
         /// Throttle each response to this many bytes per second.
         public var bytesPerSecond: Int?
-        /// Close the connection after this many body bytes…
+        /// Close the connection after this many body bytes.
         public var cutAfter: Int?
-        /// …on this many responses (then serve normally).
-        public var cutResponses: Int
+        /// How many responses get the `cutAfter`, `lengthLie` and `contentRangeFault` faults
+        /// (then the resource is served honestly).
+        public var faultyResponses: Int
         public var contentRangeFault: ContentRangeFault?
         public var lengthLie: LengthLie?
         /// Answer the first `failFirst` requests with `failStatus` (and `Retry-After` when set).
@@ -91,7 +92,7 @@ public final class TestServer: Sendable {
             contentDisposition: String? = nil,
             bytesPerSecond: Int? = nil,
             cutAfter: Int? = nil,
-            cutResponses: Int = .max,
+            faultyResponses: Int = .max,
             contentRangeFault: ContentRangeFault? = nil,
             lengthLie: LengthLie? = nil,
             failFirst: Int = 0,
@@ -110,7 +111,7 @@ public final class TestServer: Sendable {
             self.contentDisposition = contentDisposition
             self.bytesPerSecond = bytesPerSecond
             self.cutAfter = cutAfter
-            self.cutResponses = cutResponses
+            self.faultyResponses = faultyResponses
             self.contentRangeFault = contentRangeFault
             self.lengthLie = lengthLie
             self.failFirst = failFirst
@@ -389,15 +390,15 @@ public final class TestServer: Sendable {
         if let disposition = resource.contentDisposition { headers.append(("Content-Disposition", disposition)) }
         if resource.ranges { headers.append(("Accept-Ranges", "bytes")) }
 
-        var cutAfter: Int?
-        if let cut = resource.cutAfter, entry.resource.cutResponses > 0 {
-            cutAfter = cut
-            entry.resource.cutResponses -= 1
+        let faulty = entry.resource.faultyResponses > 0
+        if faulty, resource.cutAfter != nil || resource.lengthLie != nil || resource.contentRangeFault != nil {
+            entry.resource.faultyResponses -= 1
         }
+        let cutAfter = faulty ? resource.cutAfter : nil
         var chunked = resource.chunked
         var extra = 0
         var declared: Int?
-        switch resource.lengthLie {
+        switch faulty ? resource.lengthLie : nil {
         case .short(let n): declared = n
         case .long(let n):
             chunked = true
@@ -417,7 +418,7 @@ public final class TestServer: Sendable {
             range = requested.first..<(last + 1)
             status = 206
             let contentRange: String
-            switch resource.contentRangeFault {
+            switch faulty ? resource.contentRangeFault : nil {
             case .shiftedStart(let delta): contentRange = "bytes \(range.lowerBound + delta)-\(last + delta)/\(size)"
             case .wrongTotal(let delta): contentRange = "bytes \(range.lowerBound)-\(last)/\(size + delta)"
             case .malformed: contentRange = "bytes=\(range.lowerBound)-"

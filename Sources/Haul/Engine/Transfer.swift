@@ -176,6 +176,7 @@ final class Transfer {
 
     private func attempt() async throws {
         var offset = segments[0].committed
+        progress.update { $0.bytesReceived = offset }
         if offset > 0, try openPart().size() < offset {
             logger.warning("part file shorter than its checkpoint; starting over")
             try await resetToZero(validators: task.validators)
@@ -374,7 +375,7 @@ final class Transfer {
         task.validators = validators
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
         writeOffset = 0
-        if task.fileName != nil { try openPart().truncate(to: 0) }
+        if let partPath, part != nil || FileOps.exists(partPath) { try openPart().truncate(to: 0) }
         try await store.save(task, segments: segments)
         progress.update {
             $0.bytesReceived = 0

@@ -1,0 +1,191 @@
+import Foundation
+import NIOHTTP1
+import Testing
+
+@testable import Haul
+
+@Suite("Content-Range parsing")
+struct ContentRangeTests {
+    @Test(arguments: [
+        ("bytes 0-99/1000", Optional(ClosedRange<Int64>(uncheckedBounds: (0, 99))), Optional<Int64>(1000)),
+        ("bytes 500-999/1000", 500...999, 1000),
+        ("bytes 5000000000-5000000099/6000000000", 5_000_000_000...5_000_000_099, 6_000_000_000),
+        ("bytes 0-0/*", 0...0, nil),
+        ("bytes */1000", nil, 1000),
+    ])
+    func parsesValid(text: String, range: ClosedRange<Int64>?, total: Int64?) throws {
+        let parsed = try #require(ContentRange(parsing: text))
+        #expect(parsed.range == range)
+        #expect(parsed.completeLength == total)
+    }
+
+    @Test(arguments: [
+        "bytes=0-99/1000", "items 0-99/1000", "bytes 99-0/1000", "bytes 0-1000/1000", "bytes */*", "bytes 0-99",
+        "bytes -5-99/1000", "bytes 0-99/abc", "", "bytes 0-99/1000/3",
+    ])
+    func rejectsMalformed(text: String) {
+        #expect(ContentRange(parsing: text) == nil)
+    }
+}
+
+@Suite("Validators and If-Range")
+struct ValidatorTests {
+    @Test func strongETagIsUsed() {
+        let v = Validators(etag: "\"abc\"", lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: "Mon, 14 Sep 2020 00:00:00 GMT")
+        #expect(v.ifRangeValue == "\"abc\"")
+    }
+
+    @Test func weakETagIsNeverSentButStrongLastModifiedIs() {
+        let v = Validators(etag: "W/\"abc\"", lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: "Sun, 13 Sep 2020 12:26:41 GMT")
+        #expect(v.ifRangeValue == "Sun, 13 Sep 2020 12:26:40 GMT")
+    }
+
+    @Test func lastModifiedWithinASecondOfDateIsWeak() {
+        let v = Validators(etag: nil, lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: "Sun, 13 Sep 2020 12:26:40 GMT")
+        #expect(v.ifRangeValue == nil)
+        let noDate = Validators(etag: nil, lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: nil)
+        #expect(noDate.ifRangeValue == nil)
+    }
+
+    @Test func httpDateFormsParse() {
+        let expected = Date(timeIntervalSince1970: 784_111_777)
+        #expect(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT") == expected)
+        #expect(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == expected)
+        #expect(HTTPDate.parse("Sun Nov  6 08:49:37 1994") == expected)
+        #expect(HTTPDate.parse("yesterday") == nil)
+    }
+}
+
+@Suite("File names")
+struct FileNamingTests {
+    @Test(arguments: [
+        ("attachment; filename=\"report.pdf\"", "report.pdf"),
+        ("attachment; filename=report.pdf", "report.pdf"),
+        ("attachment; filename*=UTF-8''%E2%82%AC%20rates.txt", "€ rates.txt"),
+        ("attachment; filename=\"fallback.txt\"; filename*=UTF-8''na%C3%AFve.txt", "naïve.txt"),
+        ("attachment; filename=\"../../etc/passwd\"", "passwd"),
+        ("attachment; filename=\"..\\\\..\\\\windows\\\\evil.exe\"", "evil.exe"),
+        ("attachment; filename=\".bashrc\"", "bashrc"),
+        ("attachment; filename=\"a\u{0}b\u{7}c.txt\"", "abc.txt"),
+        ("attachment; filename=\"semi;colon.txt\"", "semi;colon.txt"),
+    ])
+    func contentDisposition(header: String, expected: String) {
+        let url = URL(string: "http://example.org/ignored.bin")!
+        #expect(FileNaming.fileName(contentDisposition: header, url: url) == expected)
+    }
+
+    @Test(arguments: ["attachment; filename=\"..\"", "attachment; filename=\".\"", "attachment; filename=\"/\"",
+                      "attachment; filename=\"\"", "attachment; filename=\"../../\""])
+    func unusableDispositionFallsBackToURL(header: String) {
+        let url = URL(string: "http://example.org/files/data%20set.csv?x=1")!
+        #expect(FileNaming.fileName(contentDisposition: header, url: url) == "data set.csv")
+    }
+
+    @Test func urlWithoutPathGetsHashedName() {
+        let url = URL(string: "http://example.org/")!
+        let name = FileNaming.fileName(contentDisposition: nil, url: url)
+        #expect(name.hasPrefix("download-") && name.count == "download-".count + 16)
+        #expect(FileNaming.fileName(contentDisposition: nil, url: URL(string: "http://example.org/..%2F..%2Fx")!) == "x")
+        #expect(FileNaming.fileName(contentDisposition: nil, url: URL(string: "http://example.org/%2E%2E")!).hasPrefix("download-"))
+    }
+
+    @Test func longNamesAreCutKeepingTheExtension() throws {
+        let long = String(repeating: "é", count: 300) + ".tar.gz"
+        let name = try #require(FileNaming.sanitize(long))
+        #expect(name.utf8.count <= 255)
+        #expect(name.hasSuffix(".gz"))
+    }
+}
+
+@Suite("Checksums")
+struct ChecksumTests {
+    @Test func parsesAllAlgorithms() throws {
+        #expect(try Checksum(parsing: "sha256=" + String(repeating: "A", count: 64)).hex == String(repeating: "a", count: 64))
+        #expect(try Checksum(parsing: "SHA-512:" + String(repeating: "0", count: 128)).algorithm == .sha512)
+        #expect(try Checksum(parsing: "sha1=" + String(repeating: "f", count: 40)).algorithm == .sha1)
+        #expect(try Checksum(parsing: "md5=" + String(repeating: "1", count: 32)).algorithm == .md5)
+    }
+
+    @Test(arguments: ["sha256", "sha256=abc", "crc32=00000000", "sha256=" + String(repeating: "g", count: 64)])
+    func rejectsMalformed(text: String) async {
+        await expectHaulError(.invalidArgument) { _ = try Checksum(parsing: text) }
+    }
+}
+
+@Suite("Retry policy")
+struct RetryPolicyTests {
+    @Test func backoffDoublesWithJitterAndCaps() {
+        let policy = RetryPolicy(maxRetries: 5, baseDelay: .seconds(1), maxDelay: .seconds(8))
+        #expect(policy.delay(attempt: 1, retryAfter: nil, random: 1) == .seconds(1))
+        #expect(policy.delay(attempt: 1, retryAfter: nil, random: 0) == .milliseconds(500))
+        #expect(policy.delay(attempt: 3, retryAfter: nil, random: 1) == .seconds(4))
+        #expect(policy.delay(attempt: 10, retryAfter: nil, random: 1) == .seconds(8))
+    }
+
+    @Test func retryAfterWinsAndIsBounded() {
+        let policy = RetryPolicy(maxRetryAfter: .seconds(60))
+        #expect(policy.delay(attempt: 1, retryAfter: .seconds(7)) == .seconds(7))
+        #expect(policy.delay(attempt: 1, retryAfter: .seconds(3600)) == .seconds(60))
+        #expect(RetryPolicy.parseRetryAfter("120") == .seconds(120))
+        let now = Date(timeIntervalSince1970: 784_111_777)
+        #expect(RetryPolicy.parseRetryAfter("Sun, 06 Nov 1994 08:49:47 GMT", now: now) == .seconds(10))
+        #expect(RetryPolicy.parseRetryAfter("soon") == nil)
+    }
+
+    @Test func retryableStatuses() {
+        let url = URL(string: "http://x/")!
+        for status in [408, 429, 500, 502, 503, 504] {
+            #expect(HaulError.httpStatus(status, reason: "", url: url).isRetryable)
+        }
+        for status in [400, 401, 403, 404, 410, 416] {
+            #expect(!HaulError.httpStatus(status, reason: "", url: url).isRetryable)
+        }
+    }
+}
+
+@Suite("Resume data")
+struct ResumeDataTests {
+    func sample() -> ResumeData {
+        ResumeData(
+            taskID: UUID(), url: URL(string: "https://example.org/a.iso")!, finalURL: nil,
+            headers: [HTTPHeaderField(name: "Authorization", value: "Bearer x")],
+            validators: Validators(etag: "\"e\"", totalLength: 1000), destination: .file("/tmp/a.iso"),
+            checksum: nil, overwrite: false, partPath: "/tmp/a.iso.part",
+            segments: [.init(start: 0, end: 1000, committed: 400)])
+    }
+
+    @Test func roundTrips() throws {
+        let data = sample()
+        let decoded = try ResumeData(decoding: data.encoded())
+        #expect(decoded == data)
+        #expect(decoded.bytesCommitted == 400)
+    }
+
+    @Test func rejectsGarbage() async {
+        await expectHaulError(.corruptResumeData) { _ = try ResumeData(decoding: Data("not json".utf8)) }
+        await expectHaulError(.corruptResumeData) { _ = try ResumeData(decoding: Data("{\"version\":1}".utf8)) }
+    }
+
+    @Test func rejectsUnknownVersion() async throws {
+        var object = try JSONSerialization.jsonObject(with: sample().encoded()) as! [String: Any]
+        object["version"] = 99
+        let data = try JSONSerialization.data(withJSONObject: object)
+        let error = await expectHaulError(.unsupportedResumeDataVersion) { _ = try ResumeData(decoding: data) }
+        #expect(error?.description.contains("99") == true)
+    }
+
+    @Test func rejectsImpossibleSegmentsAndHostileNames() async throws {
+        var inverted = sample()
+        inverted.segments = [.init(start: 500, end: 1000, committed: 100)]
+        await expectHaulError(.corruptResumeData) { _ = try ResumeData(decoding: inverted.encoded()) }
+        var beyond = sample()
+        beyond.segments = [.init(start: 0, end: 5000, committed: 100)]
+        await expectHaulError(.corruptResumeData) { _ = try ResumeData(decoding: beyond.encoded()) }
+        var hostile = sample()
+        hostile.destination = Destination(directory: "/tmp", fileName: "../../etc/passwd")
+        await expectHaulError(.corruptResumeData) { _ = try ResumeData(decoding: hostile.encoded()) }
+        var ftp = sample()
+        ftp.url = URL(string: "ftp://example.org/a")!
+        await expectHaulError(.unsupportedScheme) { _ = try ResumeData(decoding: ftp.encoded()) }
+    }
+}
