@@ -22,6 +22,15 @@ public final class Store: Sendable {
             configuration.busyMode = .timeout(30)
             configuration.foreignKeysEnabled = true
             let pool = try DatabasePool(path: path, configuration: configuration)
+            // GRDB's migrator is safe within a process, not between processes: two `haul`
+            // commands starting on a new store would both create the tables. A lock file
+            // beside the store serialises migration across processes.
+            let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard lock >= 0 else { throw HaulError.fileSystem("create", path: path + ".lock", errno: errno) }
+            defer { close(lock) }
+            while flock(lock, LOCK_EX) != 0 {
+                guard errno == EINTR else { throw HaulError.fileSystem("lock", path: path + ".lock", errno: errno) }
+            }
             try self.init(writer: pool)
         } catch let error as HaulError {
             throw error
@@ -37,6 +46,17 @@ public final class Store: Sendable {
 
     init(writer: any DatabaseWriter) throws {
         self.writer = writer
+        let superseded: Bool
+        do {
+            superseded = try writer.read { db in try Store.migrator.hasBeenSuperseded(db) }
+        } catch {
+            throw HaulError(.store, "Cannot read the Haul store", underlying: error)
+        }
+        if superseded {
+            throw HaulError(
+                .store, "The Haul store was written by a newer version of Haul",
+                hint: "Use that version, or point HAUL_HOME at another directory")
+        }
         do {
             try Store.migrator.migrate(writer)
         } catch {

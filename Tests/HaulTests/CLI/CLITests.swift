@@ -1,0 +1,108 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// `haul get` as a user meets it: exit codes, one-line errors, quiet output.
+@Suite("haul get command line")
+struct CLITests {
+    @Test func downloadsQuietlyAndSaysNothing() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 300_000))
+            let digest = server.sha256("/a.bin")
+            let result = try await HaulProcess.run(
+                ["get", "-q", "--checksum", "sha256=\(digest)", server.url("/a.bin").absoluteString],
+                home: temp.file("home"), directory: temp.path)
+            #expect(result.status == 0)
+            #expect(result.stdout.isEmpty && result.stderr.isEmpty)
+            #expect(sha256(file: temp.file("a.bin")) == digest)
+        }
+    }
+
+    @Test func notOnATerminalPrintsPlainLinesWithoutEscapes() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 300_000))
+            let result = try await HaulProcess.run(
+                ["get", "-o", "named.bin", server.url("/a.bin").absoluteString], home: temp.file("home"),
+                directory: temp.path)
+            #expect(result.status == 0)
+            #expect(!result.stderr.contains("\u{1B}"))
+            #expect(result.stderr.contains("Saved \(temp.file("named.bin"))"))
+            // A second run finds the verified file and makes no request.
+            let again = try await HaulProcess.run(
+                ["get", "-o", "named.bin", server.url("/a.bin").absoluteString], home: temp.file("home"),
+                directory: temp.path)
+            #expect(again.status == 0)
+            #expect(again.stderr.contains("Already complete"))
+            #expect(server.requests(for: "/a.bin").count == 1)
+        }
+    }
+
+    @Test(arguments: [
+        (["get", "ftp://example.org/x"], "Unsupported URL scheme 'ftp'"),
+        (["get", "http://"], "Invalid URL"),
+        (["get", "--checksum", "sha256=xyz", "http://127.0.0.1:1/x"], "Invalid sha256 checksum"),
+        (["get", "-H", "NoColon", "http://127.0.0.1:1/x"], "Invalid header"),
+        (["get", "-d", "/nonexistent/dir", "http://127.0.0.1:1/x"], "does not exist"),
+    ])
+    func badInputIsOneClearLine(arguments: [String], message: String) async throws {
+        let temp = try TemporaryDirectory()
+        let result = try await HaulProcess.run(arguments, home: temp.file("home"), directory: temp.path)
+        #expect(result.status == 1)
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1, "\(result.stderr)")
+        #expect(result.stderr.hasPrefix("haul: error: "))
+        #expect(result.stderr.contains(message), "\(result.stderr)")
+    }
+
+    @Test func existingFileIsKeptWithoutForce() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 1000))
+            FileManager.default.createFile(atPath: temp.file("a.bin"), contents: Data("keep me".utf8))
+            let refused = try await HaulProcess.run(
+                ["get", server.url("/a.bin").absoluteString], home: temp.file("home"), directory: temp.path)
+            #expect(refused.status == 1)
+            #expect(refused.stderr.contains("already exists") && refused.stderr.contains("--force"))
+            #expect(FileManager.default.contents(atPath: temp.file("a.bin")) == Data("keep me".utf8))
+            let forced = try await HaulProcess.run(
+                ["get", "--force", server.url("/a.bin").absoluteString], home: temp.file("home"), directory: temp.path)
+            #expect(forced.status == 0, "\(forced.stderr)")
+            #expect(sha256(file: temp.file("a.bin")) == server.sha256("/a.bin"))
+        }
+    }
+
+    @Test func httpErrorNamesStatusAndURL() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            let result = try await HaulProcess.run(
+                ["get", server.url("/missing").absoluteString], home: temp.file("home"), directory: temp.path)
+            #expect(result.status == 1)
+            #expect(result.stderr == "haul: error: HTTP 404 Not Found for \(server.url("/missing")). Check the URL\n")
+        }
+    }
+
+    @Test func sigintPausesAndTheRerunResumes() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 8 << 20, bytesPerSecond: 4 << 20))
+            let arguments = ["get", server.url("/a.bin").absoluteString]
+            let child = try HaulProcess(arguments, home: temp.file("home"), directory: temp.path)
+            #expect(try await waitUntil { server.bodyBytesSent("/a.bin") > 1 << 20 })
+            child.kill(SIGINT)
+            let paused = await child.finish()
+            #expect(paused.status == 130)
+            #expect(paused.stderr.contains("Paused at") && paused.stderr.contains("Run the same command again"))
+            server.update("/a.bin") { $0.bytesPerSecond = nil }
+            let rerun = try await HaulProcess.run(arguments, home: temp.file("home"), directory: temp.path)
+            #expect(rerun.status == 0)
+            #expect(rerun.stderr.contains("resumed at"))
+            #expect(sha256(file: temp.file("a.bin")) == server.sha256("/a.bin"))
+            let range = try #require(server.requests(for: "/a.bin").last?.header("Range"))
+            #expect(range != "bytes=0-" && range.hasPrefix("bytes="))
+        }
+    }
+}

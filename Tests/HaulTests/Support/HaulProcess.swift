@@ -1,0 +1,68 @@
+import Foundation
+import Testing
+
+/// Runs the `haul` executable built beside the tests, as a user would from a shell.
+///
+/// Nothing here blocks a thread: output goes to files and the exit arrives through the
+/// termination handler, so the in-process test server keeps running on the same small
+/// cooperative thread pool.
+final class HaulProcess: Sendable {
+    private let process: Process
+    private let outputDirectory: TemporaryDirectory
+    private let exit: AsyncStream<Int32>
+
+    /// The `haul` binary in the build directory that holds this test bundle.
+    static var executable: String {
+        if let path = ProcessInfo.processInfo.environment["HAUL_EXECUTABLE"] { return path }
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+            ?? CommandLine.arguments[0]
+        var directory = URL(fileURLWithPath: me).deletingLastPathComponent()
+        // macOS runs tests from inside an .xctest bundle; climb out of it.
+        while directory.path.contains(".xctest") { directory.deleteLastPathComponent() }
+        return directory.appendingPathComponent("haul").path
+    }
+
+    init(_ arguments: [String], home: String, directory: String? = nil) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: HaulProcess.executable)
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["HAUL_HOME"] = home
+        process.environment = environment
+        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        outputDirectory = try TemporaryDirectory()
+        FileManager.default.createFile(atPath: outputDirectory.file("stdout"), contents: nil)
+        FileManager.default.createFile(atPath: outputDirectory.file("stderr"), contents: nil)
+        process.standardOutput = FileHandle(forWritingAtPath: outputDirectory.file("stdout"))
+        process.standardError = FileHandle(forWritingAtPath: outputDirectory.file("stderr"))
+        process.standardInput = FileHandle.nullDevice
+        let (stream, continuation) = AsyncStream<Int32>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        process.terminationHandler = { finished in
+            continuation.yield(finished.terminationStatus)
+            continuation.finish()
+        }
+        exit = stream
+        try process.run()
+        self.process = process
+    }
+
+    func kill(_ signal: Int32) {
+        _ = Foundation.kill(process.processIdentifier, signal)
+    }
+
+    /// Waits for exit and returns the status and what was printed.
+    func finish() async -> (status: Int32, stdout: String, stderr: String) {
+        var status: Int32 = -1
+        for await code in exit { status = code }
+        let stdout = FileManager.default.contents(atPath: outputDirectory.file("stdout")) ?? Data()
+        let stderr = FileManager.default.contents(atPath: outputDirectory.file("stderr")) ?? Data()
+        return (status, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// Runs `haul` to the end.
+    static func run(_ arguments: [String], home: String, directory: String? = nil) async throws
+        -> (status: Int32, stdout: String, stderr: String)
+    {
+        try await HaulProcess(arguments, home: home, directory: directory).finish()
+    }
+}
