@@ -158,7 +158,12 @@ extension HaulError {
     }
 
     static func httpStatus(_ status: Int, reason: String, url: URL, retryAfter: Duration? = nil) -> HaulError {
-        var error = HaulError(.httpStatus, "HTTP \(status) \(reason) for \(url.absoluteString)", url: url, status: status)
+        var error = HaulError(
+            .httpStatus,
+            "HTTP \(status) \(reason) for \(url.absoluteString)",
+            url: url,
+            status: status
+        )
         error.retryAfter = retryAfter
         switch status {
         case 401, 403: error.hint = "Check the URL and any credentials (-H 'Authorization: …')"

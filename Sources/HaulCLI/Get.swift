@@ -12,7 +12,8 @@ extension HaulCommand {
                 Interrupted downloads (Ctrl-C, a crash, kill -9, a reboot) continue from their last \
                 checkpoint when the same command is run again. The file appears at its destination \
                 only once complete and verified; until then the data is in <destination>.part.
-                """)
+                """
+        )
 
         @Argument(help: "The http:// or https:// URL to download.")
         var url: String
@@ -26,7 +27,10 @@ extension HaulCommand {
         @Option(help: "Verify the file before placing it: sha256=HEX (also sha512, sha1, md5).")
         var checksum: String?
 
-        @Option(name: [.customShort("H"), .customLong("header")], help: "Send an extra header, 'Name: value'. Repeatable.")
+        @Option(
+            name: [.customShort("H"), .customLong("header")],
+            help: "Send an extra header, 'Name: value'. Repeatable."
+        )
         var headers: [String] = []
 
         @Option(help: "Retries in a row without progress before giving up.")
@@ -65,7 +69,8 @@ extension HaulCommand {
                     store: .sqlite(at: HaulHome.resolve().storePath),
                     connectTimeout: .milliseconds(Int64(connectTimeout * 1000)),
                     readTimeout: .milliseconds(Int64(timeout * 1000)),
-                    retry: RetryPolicy(maxRetries: retries))
+                    retry: RetryPolicy(maxRetries: retries)
+                )
                 if let checkpointInterval {
                     configuration.checkpointInterval = .milliseconds(Int64(checkpointInterval * 1000))
                 }
@@ -91,8 +96,11 @@ extension HaulCommand {
             let destination: Destination
             if let output {
                 guard !output.hasSuffix("/") else {
-                    throw HaulError(.invalidArgument, "-o needs a file path, not a directory: \(output)",
-                                    hint: "Use -d for a directory")
+                    throw HaulError(
+                        .invalidArgument,
+                        "-o needs a file path, not a directory: \(output)",
+                        hint: "Use -d for a directory"
+                    )
                 }
                 destination = .file(output.hasPrefix("/") ? output : (base as NSString).appendingPathComponent(output))
             } else {
@@ -103,7 +111,8 @@ extension HaulCommand {
                 destination: destination,
                 headers: try headers.map(HTTPHeaderField.init(parsing:)),
                 checksum: try checksum.map(Checksum.init(parsing:)),
-                overwrite: force)
+                overwrite: force
+            )
         }
 
         private struct Outcome: Sendable {
@@ -155,7 +164,8 @@ extension HaulCommand {
                     return
                 }
                 var line = "Saved \(result.path) (\(Format.bytes(result.bytes))"
-                let seconds = Double(result.elapsed.components.seconds) + Double(result.elapsed.components.attoseconds) / 1e18
+                let seconds =
+                    Double(result.elapsed.components.seconds) + Double(result.elapsed.components.attoseconds) / 1e18
                 line += " in \(Format.seconds(result.elapsed))"
                 if seconds > 0 { line += ", \(Format.speed(Double(result.bytesFetched) / seconds))" }
                 if let resumedFrom = result.resumedFrom {

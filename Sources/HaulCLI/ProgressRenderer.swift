@@ -1,10 +1,11 @@
+import Foundation
+import Haul
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
-import Haul
 
 /// Draws a download's progress on stderr: a bar redrawn in place on a terminal (at most ten
 /// times a second, by the caller's clock), an occasional plain line otherwise, nothing when quiet.

@@ -1,10 +1,11 @@
+import Dispatch
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Dispatch
-import Synchronization
 
 /// Turns process signals into an AsyncStream, so a command can checkpoint and pause on
 /// Ctrl-C. After the first signal the default action is restored: a second Ctrl-C exits at

@@ -232,7 +232,10 @@ public final class TestServer: Sendable {
             change(&entry.resource)
             if before != (entry.resource.size, entry.resource.seed, entry.resource.version) {
                 entry.content = TestContent.bytes(
-                    count: entry.resource.size, seed: entry.resource.seed, version: entry.resource.version)
+                    count: entry.resource.size,
+                    seed: entry.resource.seed,
+                    version: entry.resource.version
+                )
             }
             state.entries[path] = entry
         }
@@ -309,17 +312,30 @@ public final class TestServer: Sendable {
 
     private enum Plan {
         case status(Int, headers: [(String, String)])
-        case body(status: Int, headers: [(String, String)], bytes: ArraySlice<UInt8>, declared: Int?, cutAfter: Int?,
-                  chunked: Bool, bytesPerSecond: Int?)
+        case body(
+            status: Int,
+            headers: [(String, String)],
+            bytes: ArraySlice<UInt8>,
+            declared: Int?,
+            cutAfter: Int?,
+            chunked: Bool,
+            bytesPerSecond: Int?
+        )
     }
 
     /// Answers one request; returns whether the connection may be kept open.
-    private func respond(to head: HTTPRequestHead, outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>) async throws
+    private func respond(
+        to head: HTTPRequestHead,
+        outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+    ) async throws
         -> Bool
     {
         let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
         let recorded = RecordedRequest(
-            method: head.method.rawValue, path: path, headers: head.headers.map { ($0.name, $0.value) })
+            method: head.method.rawValue,
+            path: path,
+            headers: head.headers.map { ($0.name, $0.value) }
+        )
         let plan = state.withLock { state -> Plan in
             state.requests.append(recorded)
             guard var entry = state.entries[path] else { return .status(404, headers: []) }
@@ -360,7 +376,9 @@ public final class TestServer: Sendable {
                 if chunked { buffer.writeString("\r\n") }
                 try await outbound.write(buffer)
                 sent += n
-                state.withLock { $0.entries[head.uri.split(separator: "?").first.map(String.init) ?? ""]?.bodyBytesSent += n }
+                state.withLock {
+                    $0.entries[head.uri.split(separator: "?").first.map(String.init) ?? ""]?.bodyBytesSent += n
+                }
                 if let bytesPerSecond {
                     let due = started + .milliseconds(Int64(sent) * 1000 / Int64(bytesPerSecond))
                     try await Task.sleep(until: due, clock: .continuous)
@@ -430,8 +448,14 @@ public final class TestServer: Sendable {
         if extra > 0 { body = ArraySlice(Array(body) + [UInt8](repeating: 0x5A, count: extra)) }
         let declaredLength = declared.map { body.count + $0 }
         return .body(
-            status: status, headers: headers, bytes: body, declared: declaredLength, cutAfter: cutAfter,
-            chunked: chunked, bytesPerSecond: resource.bytesPerSecond)
+            status: status,
+            headers: headers,
+            bytes: body,
+            declared: declaredLength,
+            cutAfter: cutAfter,
+            chunked: chunked,
+            bytesPerSecond: resource.bytesPerSecond
+        )
     }
 
     /// `If-Range` holds when it equals the current strong ETag, or the Last-Modified date.
@@ -476,7 +500,9 @@ public enum TestContent {
                 state ^= state >> 27
                 var word = (state &* 0x2545_F491_4F6C_DD1D).littleEndian
                 let n = min(8, count - index)
-                withUnsafeBytes(of: &word) { raw.baseAddress!.advanced(by: index).copyMemory(from: $0.baseAddress!, byteCount: n) }
+                withUnsafeBytes(of: &word) {
+                    raw.baseAddress!.advanced(by: index).copyMemory(from: $0.baseAddress!, byteCount: n)
+                }
                 index += n
             }
         }

@@ -97,10 +97,18 @@ struct AnyDigest {
 
     mutating func update(_ bytes: UnsafeRawBufferPointer) {
         switch state {
-        case .sha256(var h): h.update(bufferPointer: bytes); state = .sha256(h)
-        case .sha512(var h): h.update(bufferPointer: bytes); state = .sha512(h)
-        case .sha1(var h): h.update(bufferPointer: bytes); state = .sha1(h)
-        case .md5(var h): h.update(bufferPointer: bytes); state = .md5(h)
+        case .sha256(var h):
+            h.update(bufferPointer: bytes)
+            state = .sha256(h)
+        case .sha512(var h):
+            h.update(bufferPointer: bytes)
+            state = .sha512(h)
+        case .sha1(var h):
+            h.update(bufferPointer: bytes)
+            state = .sha1(h)
+        case .md5(var h):
+            h.update(bufferPointer: bytes)
+            state = .md5(h)
         }
     }
 

@@ -37,7 +37,13 @@ public struct DownloadProgress: Sendable, Equatable {
 final class ProgressBox: Sendable {
     private struct State {
         var progress = DownloadProgress(
-            bytesReceived: 0, totalBytes: nil, bytesThisRun: 0, resumedFrom: nil, bytesPerSecond: 0, fileName: nil)
+            bytesReceived: 0,
+            totalBytes: nil,
+            bytesThisRun: 0,
+            resumedFrom: nil,
+            bytesPerSecond: 0,
+            fileName: nil
+        )
         var meter = SpeedMeter()
     }
 

@@ -42,7 +42,8 @@ public struct Destination: Sendable, Hashable, Codable {
         let absolute = Destination.absolute(path)
         return Destination(
             directory: (absolute as NSString).deletingLastPathComponent,
-            fileName: (absolute as NSString).lastPathComponent)
+            fileName: (absolute as NSString).lastPathComponent
+        )
     }
 
     /// Into this directory, under a name chosen from the response or the URL.

@@ -34,7 +34,12 @@ public struct DownloadResult: Sendable, Equatable {
     public var elapsed: Duration
 
     public init(
-        taskID: UUID, path: String, bytes: Int64, bytesFetched: Int64, resumedFrom: Int64?, alreadyComplete: Bool,
+        taskID: UUID,
+        path: String,
+        bytes: Int64,
+        bytesFetched: Int64,
+        resumedFrom: Int64?,
+        alreadyComplete: Bool,
         elapsed: Duration = .zero
     ) {
         self.taskID = taskID

@@ -101,12 +101,14 @@ public final class Downloader: Sendable {
         http.decompression = .disabled
         http.timeout = .init(
             connect: .nanoseconds(Int64(configuration.connectTimeout.nanoseconds)),
-            read: .nanoseconds(Int64(configuration.readTimeout.nanoseconds)))
+            read: .nanoseconds(Int64(configuration.readTimeout.nanoseconds))
+        )
         self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: http)
         self.configuration = configuration
     }
 
     /// Runs `body` with a downloader and shuts it down afterwards, whether `body` throws or not.
+    @discardableResult
     public static func withDownloader<Result>(
         configuration: Configuration = Configuration(),
         _ body: (Downloader) async throws -> Result
@@ -144,8 +146,10 @@ public final class Downloader: Sendable {
         var segments: [SegmentRecord]
         var record: TaskRecord
         if var existing = try await store.findTask(
-            url: request.url.absoluteString, directory: request.destination.directory,
-            fileName: request.destination.fileName),
+            url: request.url.absoluteString,
+            directory: request.destination.directory,
+            fileName: request.destination.fileName
+        ),
             existing.state != TaskState.cancelled.rawValue
         {
             existing.requestHeaders = headers
@@ -159,12 +163,27 @@ public final class Downloader: Sendable {
         } else {
             let id = UUID()
             record = TaskRecord(
-                id: id, session: "default", url: request.url.absoluteString, finalURL: nil,
-                directory: request.destination.directory, fileName: request.destination.fileName,
-                explicitName: request.destination.fileName != nil, requestHeaders: headers,
-                checksum: request.checksum?.description, overwrite: request.overwrite,
-                state: TaskState.queued.rawValue, priority: 0, etag: nil, lastModified: nil, serverDate: nil,
-                totalLength: nil, createdAt: now, queuedAt: now, updatedAt: now, errorMessage: nil)
+                id: id,
+                session: "default",
+                url: request.url.absoluteString,
+                finalURL: nil,
+                directory: request.destination.directory,
+                fileName: request.destination.fileName,
+                explicitName: request.destination.fileName != nil,
+                requestHeaders: headers,
+                checksum: request.checksum?.description,
+                overwrite: request.overwrite,
+                state: TaskState.queued.rawValue,
+                priority: 0,
+                etag: nil,
+                lastModified: nil,
+                serverDate: nil,
+                totalLength: nil,
+                createdAt: now,
+                queuedAt: now,
+                updatedAt: now,
+                errorMessage: nil
+            )
             segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
             try await store.insert(record, segments: segments)
         }
@@ -181,11 +200,27 @@ public final class Downloader: Sendable {
         var record =
             try await store.task(id: resumeData.taskID)
             ?? TaskRecord(
-                id: resumeData.taskID, session: "default", url: resumeData.url.absoluteString, finalURL: nil,
-                directory: resumeData.destination.directory, fileName: resumeData.destination.fileName,
-                explicitName: false, requestHeaders: "[]", checksum: nil, overwrite: false,
-                state: TaskState.queued.rawValue, priority: 0, etag: nil, lastModified: nil, serverDate: nil,
-                totalLength: nil, createdAt: now, queuedAt: now, updatedAt: now, errorMessage: nil)
+                id: resumeData.taskID,
+                session: "default",
+                url: resumeData.url.absoluteString,
+                finalURL: nil,
+                directory: resumeData.destination.directory,
+                fileName: resumeData.destination.fileName,
+                explicitName: false,
+                requestHeaders: "[]",
+                checksum: nil,
+                overwrite: false,
+                state: TaskState.queued.rawValue,
+                priority: 0,
+                etag: nil,
+                lastModified: nil,
+                serverDate: nil,
+                totalLength: nil,
+                createdAt: now,
+                queuedAt: now,
+                updatedAt: now,
+                errorMessage: nil
+            )
         record.url = resumeData.url.absoluteString
         record.finalURL = resumeData.finalURL?.absoluteString
         record.directory = resumeData.destination.directory
@@ -199,8 +234,12 @@ public final class Downloader: Sendable {
         // Resume data is only as good as the part file beside it: without the file, start over.
         var segments = resumeData.segments.enumerated().map { index, segment in
             SegmentRecord(
-                taskID: resumeData.taskID, ordinal: index, start: segment.start, end: segment.end,
-                committed: segment.committed)
+                taskID: resumeData.taskID,
+                ordinal: index,
+                start: segment.start,
+                end: segment.end,
+                committed: segment.committed
+            )
         }
         let partSize = record.destinationPath.flatMap { FileOps.size($0 + ".part") } ?? 0
         if segments.contains(where: { $0.committed > partSize }) {
@@ -214,15 +253,24 @@ public final class Downloader: Sendable {
     private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
         let environment = TransferEnvironment(
             transport: HTTPTransport(
-                client: client, maxRedirects: configuration.maxRedirects, userAgent: configuration.userAgent),
+                client: client,
+                maxRedirects: configuration.maxRedirects,
+                userAgent: configuration.userAgent
+            ),
             store: store,
             checkpointInterval: configuration.checkpointInterval,
             checkpointBytes: configuration.checkpointBytes,
             retry: configuration.retry,
-            logger: configuration.logger)
+            logger: configuration.logger
+        )
         return DownloadTask(id: record.id) { progress, control in
             let transfer = Transfer(
-                task: record, segments: segments, environment: environment, progress: progress, control: control)
+                task: record,
+                segments: segments,
+                environment: environment,
+                progress: progress,
+                control: control
+            )
             return try await transfer.run()
         }
     }
@@ -263,7 +311,10 @@ public final class DownloadTask: Sendable {
         do {
             let result = try await runner.value
             throw HaulError(
-                .invalidArgument, "The download had already finished: \(result.path)", path: result.path)
+                .invalidArgument,
+                "The download had already finished: \(result.path)",
+                path: result.path
+            )
         } catch let error as HaulError where error.code == .paused {
             guard let resumeData = error.resumeData else { throw error }
             return resumeData

@@ -68,13 +68,17 @@ public struct ResumeData: Codable, Sendable, Equatable {
             probe = try decoder.decode(VersionProbe.self, from: data)
         } catch {
             throw HaulError(
-                .corruptResumeData, "Resume data is corrupt (not a Haul resume-data document)", underlying: error)
+                .corruptResumeData,
+                "Resume data is corrupt (not a Haul resume-data document)",
+                underlying: error
+            )
         }
         guard probe.version <= ResumeData.currentVersion, probe.version >= 1 else {
             throw HaulError(
                 .unsupportedResumeDataVersion,
                 "Resume data has format version \(probe.version); this Haul reads version \(ResumeData.currentVersion)",
-                hint: "Use the Haul version that produced it")
+                hint: "Use the Haul version that produced it"
+            )
         }
         do {
             self = try decoder.decode(ResumeData.self, from: data)
@@ -85,8 +89,16 @@ public struct ResumeData: Codable, Sendable, Equatable {
     }
 
     init(
-        taskID: UUID, url: URL, finalURL: URL?, headers: [HTTPHeaderField], validators: Validators,
-        destination: Destination, checksum: Checksum?, overwrite: Bool, partPath: String?, segments: [Segment]
+        taskID: UUID,
+        url: URL,
+        finalURL: URL?,
+        headers: [HTTPHeaderField],
+        validators: Validators,
+        destination: Destination,
+        checksum: Checksum?,
+        overwrite: Bool,
+        partPath: String?,
+        segments: [Segment]
     ) {
         self.version = ResumeData.currentVersion
         self.taskID = taskID
@@ -109,7 +121,9 @@ public struct ResumeData: Codable, Sendable, Equatable {
         for segment in segments {
             guard segment.start >= 0, segment.committed >= segment.start else { throw corrupt("a segment is inverted") }
             if let end = segment.end {
-                guard end >= segment.start, segment.committed <= end else { throw corrupt("a segment overruns its end") }
+                guard end >= segment.start, segment.committed <= end else {
+                    throw corrupt("a segment overruns its end")
+                }
             }
             if let total = validators.totalLength, let end = segment.end, end > total {
                 throw corrupt("a segment lies beyond the file's length")

@@ -22,7 +22,13 @@ struct HTTPTransport: Sendable {
     /// Statuses that redirect a GET.
     private static let redirectStatuses: Set<Int> = [301, 302, 303, 307, 308]
 
-    func get(_ url: URL, headers extra: [HTTPHeaderField], range: String?, ifRange: String?, logger: Logger)
+    func get(
+        _ url: URL,
+        headers extra: [HTTPHeaderField],
+        range: String?,
+        ifRange: String?,
+        logger: Logger
+    )
         async throws -> Response
     {
         var current = url
@@ -61,8 +67,10 @@ struct HTTPTransport: Sendable {
             hops += 1
             guard hops <= maxRedirects else {
                 throw HaulError(
-                    .tooManyRedirects, "More than \(maxRedirects) redirects starting at \(url.absoluteString)",
-                    url: url)
+                    .tooManyRedirects,
+                    "More than \(maxRedirects) redirects starting at \(url.absoluteString)",
+                    url: url
+                )
             }
             guard let next = URL(string: location, relativeTo: current)?.absoluteURL else {
                 throw HaulError(.invalidResponse, "Redirect to an invalid location '\(location)'", url: current)
@@ -72,7 +80,8 @@ struct HTTPTransport: Sendable {
                 throw HaulError(
                     .unsupportedRedirect,
                     "Refusing redirect from \(current.absoluteString) to \(next.absoluteString): only http and https are followed",
-                    url: url)
+                    url: url
+                )
             }
             if next.host?.lowercased() != current.host?.lowercased() || next.port != current.port {
                 extra.removeAll { ["authorization", "cookie", "proxy-authorization"].contains($0.name.lowercased()) }

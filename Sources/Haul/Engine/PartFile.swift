@@ -1,3 +1,6 @@
+import Foundation
+import NIOCore
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -5,8 +8,6 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
-import NIOCore
 
 /// The `<destination>.part` file a download writes into with positioned writes.
 ///
@@ -28,8 +29,11 @@ final class PartFile {
             _ = systemClose(fd)
             if code == EWOULDBLOCK {
                 throw HaulError(
-                    .destinationExists, "Another Haul process is already downloading to \(path)", path: path,
-                    hint: "Wait for it to finish or stop it first")
+                    .destinationExists,
+                    "Another Haul process is already downloading to \(path)",
+                    path: path,
+                    hint: "Wait for it to finish or stop it first"
+                )
             }
             throw HaulError.fileSystem("lock", path: path, errno: code)
         }
@@ -63,7 +67,11 @@ final class PartFile {
         var written = 0
         while written < bytes.count {
             let result = pwrite(
-                descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset + Int64(written)))
+                descriptor,
+                bytes.baseAddress! + written,
+                bytes.count - written,
+                off_t(offset + Int64(written))
+            )
             if result < 0 {
                 if errno == EINTR { continue }
                 throw HaulError.fileSystem("write to", path: path, errno: errno)

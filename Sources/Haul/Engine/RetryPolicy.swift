@@ -14,7 +14,9 @@ public struct RetryPolicy: Sendable, Equatable {
     public var maxRetryAfter: Duration
 
     public init(
-        maxRetries: Int = 5, baseDelay: Duration = .milliseconds(500), maxDelay: Duration = .seconds(30),
+        maxRetries: Int = 5,
+        baseDelay: Duration = .milliseconds(500),
+        maxDelay: Duration = .seconds(30),
         maxRetryAfter: Duration = .seconds(600)
     ) {
         self.maxRetries = maxRetries

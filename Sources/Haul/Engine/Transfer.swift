@@ -65,7 +65,10 @@ final class Transfer {
     }
 
     init(
-        task: TaskRecord, segments: [SegmentRecord], environment: TransferEnvironment, progress: ProgressBox,
+        task: TaskRecord,
+        segments: [SegmentRecord],
+        environment: TransferEnvironment,
+        progress: ProgressBox,
         control: TransferControl
     ) {
         self.task = task
@@ -125,16 +128,25 @@ final class Transfer {
             $0.bytesReceived = size
         }
         return DownloadResult(
-            taskID: task.id, path: destination, bytes: size, bytesFetched: 0, resumedFrom: nil,
-            alreadyComplete: true)
+            taskID: task.id,
+            path: destination,
+            bytes: size,
+            bytesFetched: 0,
+            resumedFrom: nil,
+            alreadyComplete: true
+        )
     }
 
     /// Refuses to replace a file that is already at the destination unless asked to.
     private func checkDestinationFree() throws {
         guard !task.overwrite, let destination = task.destinationPath, FileOps.exists(destination) else { return }
         throw HaulError(
-            .destinationExists, "\(destination) already exists", url: url, path: destination,
-            hint: "Use --force to replace it, or -o to choose another name")
+            .destinationExists,
+            "\(destination) already exists",
+            url: url,
+            path: destination,
+            hint: "Use --force to replace it, or -o to choose another name"
+        )
     }
 
     private func transferWithRetries() async throws {
@@ -149,8 +161,10 @@ final class Transfer {
                 guard restarts <= Transfer.maxRestarts else {
                     throw HaulError(
                         .representationChanged,
-                        "The file at \(task.url) kept changing during the download (\(restart.reason))", url: url,
-                        hint: "Try again later")
+                        "The file at \(task.url) kept changing during the download (\(restart.reason))",
+                        url: url,
+                        hint: "Try again later"
+                    )
                 }
                 logger.notice("restarting from 0", metadata: ["reason": "\(restart.reason)"])
                 try await resetToZero(validators: Validators())
@@ -166,7 +180,8 @@ final class Transfer {
                 let delay = environment.retry.delay(attempt: failures, retryAfter: error.retryAfter)
                 logger.notice(
                     "retrying",
-                    metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"])
+                    metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
+                )
                 try await Task.sleep(for: delay)
             }
         }
@@ -200,7 +215,12 @@ final class Transfer {
         let requestStart = offset - overlap
 
         let response = try await environment.transport.get(
-            url, headers: requestHeaders, range: range, ifRange: ifRange, logger: logger)
+            url,
+            headers: requestHeaders,
+            range: range,
+            ifRange: ifRange,
+            logger: logger
+        )
         task.finalURL = response.url.absoluteString
         let expectedEnd: Int64?
         switch response.status {
@@ -227,12 +247,18 @@ final class Transfer {
             await HTTPTransport.discard(response.head.body)
             if (200..<300).contains(response.status) {
                 throw HaulError(
-                    .invalidResponse, "Unexpected HTTP \(response.status) for \(response.url.absoluteString)",
-                    url: url, status: response.status)
+                    .invalidResponse,
+                    "Unexpected HTTP \(response.status) for \(response.url.absoluteString)",
+                    url: url,
+                    status: response.status
+                )
             }
             throw HaulError.httpStatus(
-                response.status, reason: response.head.status.reasonPhrase, url: response.url,
-                retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After")))
+                response.status,
+                reason: response.head.status.reasonPhrase,
+                url: response.url,
+                retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After"))
+            )
         }
         try await stream(response.head.body, overlap: overlap, from: requestStart, expectedEnd: expectedEnd)
     }
@@ -242,10 +268,13 @@ final class Transfer {
     private func beginFromZero(_ response: HTTPTransport.Response) async throws -> Int64? {
         let headers = response.headers
         let length: Int64? =
-            headers.first(name: "Transfer-Encoding") == nil ? headers.first(name: "Content-Length").flatMap { Int64($0) } : nil
+            headers.first(name: "Transfer-Encoding") == nil
+            ? headers.first(name: "Content-Length").flatMap { Int64($0) } : nil
         if task.fileName == nil {
             let name = FileNaming.fileName(
-                contentDisposition: headers.first(name: "Content-Disposition"), url: response.url)
+                contentDisposition: headers.first(name: "Content-Disposition"),
+                url: response.url
+            )
             task.fileName = name
             progress.update { $0.fileName = name }
             try checkDestinationFree()
@@ -271,7 +300,9 @@ final class Transfer {
         }
         if let total = task.totalLength, contentRange.completeLength != total {
             throw Restart(
-                reason: "206 says the file is \(contentRange.completeLength.map(String.init) ?? "*") bytes, was \(total)")
+                reason:
+                    "206 says the file is \(contentRange.completeLength.map(String.init) ?? "*") bytes, was \(total)"
+            )
         }
         if let length = headers.first(name: "Content-Length").flatMap({ Int64($0) }), length != contentRange.length {
             throw Restart(reason: "206 Content-Length \(length) disagrees with Content-Range \(header)")
@@ -289,7 +320,12 @@ final class Transfer {
 
     /// Writes the body at its offset, checkpointing as it goes. Bytes before `segments[0].committed`
     /// are the overlap (rule 7): compared with the disk, not written.
-    private func stream(_ body: HTTPClientResponse.Body, overlap: Int64, from start: Int64, expectedEnd: Int64?)
+    private func stream(
+        _ body: HTTPClientResponse.Body,
+        overlap: Int64,
+        from start: Int64,
+        expectedEnd: Int64?
+    )
         async throws
     {
         let part = try openPart()
@@ -317,7 +353,8 @@ final class Transfer {
                     throw HaulError(
                         .invalidResponse,
                         "The server sent more bytes than it promised (\(writeOffset + Int64(count)) > \(expectedEnd)) for \(task.url)",
-                        url: url)
+                        url: url
+                    )
                 }
                 try part.write(buffer, at: writeOffset)
                 writeOffset += Int64(count)
@@ -346,7 +383,9 @@ final class Transfer {
             try await checkpoint()
             throw HaulError(
                 .connection,
-                "The response ended after \(writeOffset) of \(expectedEnd) bytes for \(task.url)", url: url)
+                "The response ended after \(writeOffset) of \(expectedEnd) bytes for \(task.url)",
+                url: url
+            )
         }
         if task.totalLength == nil {
             task.totalLength = writeOffset
@@ -417,8 +456,10 @@ final class Transfer {
                 var error = HaulError(
                     .checksumMismatch,
                     "Checksum mismatch for \(destination): expected \(checksum.algorithm.name) \(checksum.hex), got \(actual)",
-                    url: url, path: destination,
-                    hint: "Nothing was saved; check the checksum or the URL")
+                    url: url,
+                    path: destination,
+                    hint: "Nothing was saved; check the checksum or the URL"
+                )
                 error.underlying = nil
                 throw error
             }
@@ -431,9 +472,14 @@ final class Transfer {
         let fetched = progress.snapshot().bytesThisRun
         logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
         return DownloadResult(
-            taskID: task.id, path: destination, bytes: total, bytesFetched: fetched,
-            resumedFrom: progress.snapshot().resumedFrom, alreadyComplete: false,
-            elapsed: ContinuousClock.now - started)
+            taskID: task.id,
+            path: destination,
+            bytes: total,
+            bytesFetched: fetched,
+            resumedFrom: progress.snapshot().resumedFrom,
+            alreadyComplete: false,
+            elapsed: ContinuousClock.now - started
+        )
     }
 
     /// Records how the run ended and turns any error into the ``HaulError`` to report.
@@ -464,7 +510,8 @@ final class Transfer {
                 return failure
             }
         } catch {
-            return error as? HaulError ?? HaulError(.store, "Recording the end of \(task.url) failed", underlying: error)
+            return error as? HaulError
+                ?? HaulError(.store, "Recording the end of \(task.url) failed", underlying: error)
         }
     }
 
@@ -475,11 +522,17 @@ final class Transfer {
 
     func makeResumeData() -> ResumeData {
         ResumeData(
-            taskID: task.id, url: url, finalURL: task.finalURL.flatMap(URL.init(string:)), headers: requestHeaders,
+            taskID: task.id,
+            url: url,
+            finalURL: task.finalURL.flatMap(URL.init(string:)),
+            headers: requestHeaders,
             validators: task.validators,
             destination: Destination(directory: task.directory, fileName: task.fileName),
-            checksum: checksum, overwrite: task.overwrite, partPath: partPath,
-            segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) })
+            checksum: checksum,
+            overwrite: task.overwrite,
+            partPath: partPath,
+            segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) }
+        )
     }
 }
 

@@ -16,7 +16,10 @@ public final class Store: Sendable {
             let directory = (path as NSString).deletingLastPathComponent
             if !directory.isEmpty {
                 try FileManager.default.createDirectory(
-                    atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+                    atPath: directory,
+                    withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o700]
+                )
             }
             var configuration = Configuration()
             configuration.busyMode = .timeout(30)
@@ -54,8 +57,10 @@ public final class Store: Sendable {
         }
         if superseded {
             throw HaulError(
-                .store, "The Haul store was written by a newer version of Haul",
-                hint: "Use that version, or point HAUL_HOME at another directory")
+                .store,
+                "The Haul store was written by a newer version of Haul",
+                hint: "Use that version, or point HAUL_HOME at another directory"
+            )
         }
         do {
             try Store.migrator.migrate(writer)
@@ -72,7 +77,9 @@ public final class Store: Sendable {
 
     func segments(of id: UUID) async throws -> [SegmentRecord] {
         try await read { db in
-            try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).order(SegmentRecord.Columns.ordinal).fetchAll(db)
+            try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).order(SegmentRecord.Columns.ordinal).fetchAll(
+                db
+            )
         }
     }
 
@@ -80,7 +87,8 @@ public final class Store: Sendable {
     /// user fixed it), so rerunning a command continues it instead of starting over.
     func findTask(url: String, directory: String, fileName: String?) async throws -> TaskRecord? {
         try await read { db in
-            var request = TaskRecord
+            var request =
+                TaskRecord
                 .filter(TaskRecord.Columns.url == url && TaskRecord.Columns.directory == directory)
             if let fileName {
                 request = request.filter(TaskRecord.Columns.fileName == fileName && TaskRecord.Columns.explicitName)
@@ -123,7 +131,8 @@ public final class Store: Sendable {
             for (ordinal, offset) in committed {
                 try db.execute(
                     sql: "UPDATE segment SET committed = ? WHERE taskID = ? AND ordinal = ?",
-                    arguments: [offset, id, ordinal])
+                    arguments: [offset, id, ordinal]
+                )
             }
             try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [Date(), id])
         }
@@ -133,7 +142,8 @@ public final class Store: Sendable {
         try await write { db in
             try db.execute(
                 sql: "UPDATE task SET state = ?, errorMessage = ?, updatedAt = ? WHERE id = ?",
-                arguments: [state, error, Date(), id])
+                arguments: [state, error, Date(), id]
+            )
         }
     }
 

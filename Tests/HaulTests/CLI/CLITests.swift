@@ -14,7 +14,9 @@ struct CLITests {
             let digest = server.sha256("/a.bin")
             let result = try await HaulProcess.run(
                 ["get", "-q", "--checksum", "sha256=\(digest)", server.url("/a.bin").absoluteString],
-                home: temp.file("home"), directory: temp.path)
+                home: temp.file("home"),
+                directory: temp.path
+            )
             #expect(result.status == 0)
             #expect(result.stdout.isEmpty && result.stderr.isEmpty)
             #expect(sha256(file: temp.file("a.bin")) == digest)
@@ -26,15 +28,19 @@ struct CLITests {
         try await TestServer.withServer { server in
             server.set("/a.bin", .init(size: 300_000))
             let result = try await HaulProcess.run(
-                ["get", "-o", "named.bin", server.url("/a.bin").absoluteString], home: temp.file("home"),
-                directory: temp.path)
+                ["get", "-o", "named.bin", server.url("/a.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
             #expect(result.status == 0)
             #expect(!result.stderr.contains("\u{1B}"))
             #expect(result.stderr.contains("Saved \(temp.file("named.bin"))"))
             // A second run finds the verified file and makes no request.
             let again = try await HaulProcess.run(
-                ["get", "-o", "named.bin", server.url("/a.bin").absoluteString], home: temp.file("home"),
-                directory: temp.path)
+                ["get", "-o", "named.bin", server.url("/a.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
             #expect(again.status == 0)
             #expect(again.stderr.contains("Already complete"))
             #expect(server.requests(for: "/a.bin").count == 1)
@@ -62,14 +68,20 @@ struct CLITests {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
             server.set("/a.bin", .init(size: 1000))
-            FileManager.default.createFile(atPath: temp.file("a.bin"), contents: Data("keep me".utf8))
+            _ = FileManager.default.createFile(atPath: temp.file("a.bin"), contents: Data("keep me".utf8))
             let refused = try await HaulProcess.run(
-                ["get", server.url("/a.bin").absoluteString], home: temp.file("home"), directory: temp.path)
+                ["get", server.url("/a.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
             #expect(refused.status == 1)
             #expect(refused.stderr.contains("already exists") && refused.stderr.contains("--force"))
             #expect(FileManager.default.contents(atPath: temp.file("a.bin")) == Data("keep me".utf8))
             let forced = try await HaulProcess.run(
-                ["get", "--force", server.url("/a.bin").absoluteString], home: temp.file("home"), directory: temp.path)
+                ["get", "--force", server.url("/a.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
             #expect(forced.status == 0, "\(forced.stderr)")
             #expect(sha256(file: temp.file("a.bin")) == server.sha256("/a.bin"))
         }
@@ -79,7 +91,10 @@ struct CLITests {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
             let result = try await HaulProcess.run(
-                ["get", server.url("/missing").absoluteString], home: temp.file("home"), directory: temp.path)
+                ["get", server.url("/missing").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
             #expect(result.status == 1)
             #expect(result.stderr == "haul: error: HTTP 404 Not Found for \(server.url("/missing")). Check the URL\n")
         }

@@ -26,7 +26,9 @@ struct CrashSafetyTests {
         let out = try temp.directory("out")
         try await TestServer.withServer { server in
             server.set("/big.bin", .init(size: Self.size, bytesPerSecond: 6 << 20))
-            let arguments = ["get", "-q", "-d", out, "--checkpoint-interval", "0.25", server.url("/big.bin").absoluteString]
+            let arguments = [
+                "get", "-q", "-d", out, "--checkpoint-interval", "0.25", server.url("/big.bin").absoluteString,
+            ]
             let child = try HaulProcess(arguments, home: home)
 
             // Wait for the child to create its store before opening it here.

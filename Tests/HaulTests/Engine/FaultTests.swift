@@ -9,7 +9,10 @@ struct FaultTests {
     @Test("5xx and 429 are retried from the last checkpoint", arguments: [500, 503, 429, 408])
     func retryableStatuses(status: Int) async throws {
         try await withHarness { server, downloader, temp in
-            server.set("/f.bin", .init(size: 200_000, failFirst: 2, failStatus: status, retryAfter: status == 429 ? "0" : nil))
+            server.set(
+                "/f.bin",
+                .init(size: 200_000, failFirst: 2, failStatus: status, retryAfter: status == 429 ? "0" : nil)
+            )
             let result = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(server.requests(for: "/f.bin").count == 3)
@@ -50,10 +53,12 @@ struct FaultTests {
         let server = try await TestServer.start()
         let url = server.url("/gone.bin")
         await server.shutdown()
-        try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("s.sqlite"), retries: 1)) {
+        try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("s.sqlite"), retries: 1))
+        {
             downloader in
             await expectHaulError(.connection) {
-                _ = try await downloader.download(DownloadRequest(url: url, destination: .directory(temp.path))).result()
+                _ = try await downloader.download(DownloadRequest(url: url, destination: .directory(temp.path)))
+                    .result()
             }
         }
     }
@@ -70,7 +75,10 @@ struct FaultTests {
         }
     }
 
-    @Test("a redirect to a non-HTTP scheme is refused", arguments: ["ftp://127.0.0.1/x", "file:///etc/passwd", "unix:///tmp/s"])
+    @Test(
+        "a redirect to a non-HTTP scheme is refused",
+        arguments: ["ftp://127.0.0.1/x", "file:///etc/passwd", "unix:///tmp/s"]
+    )
     func redirectToOtherScheme(location: String) async throws {
         try await withHarness { server, downloader, temp in
             server.set("/start", .redirect(to: location))
@@ -88,17 +96,22 @@ struct FaultTests {
         try await withHarness { server, downloader, temp in
             server.set("/a", .redirect(to: "/b"))
             server.set("/b", .redirect(to: "/a"))
-            await expectHaulError(.tooManyRedirects) { _ = try await fetch(server, "/a", with: downloader, into: temp.path) }
+            await expectHaulError(.tooManyRedirects) {
+                _ = try await fetch(server, "/a", with: downloader, into: temp.path)
+            }
             #expect(server.requests.count == 11)
         }
     }
 
-    @Test("Content-Disposition names are used, sanitised and kept inside the directory", arguments: [
-        ("attachment; filename=\"../../escape.txt\"", "escape.txt"),
-        ("attachment; filename*=UTF-8''%E2%82%AC%20rates.txt", "€ rates.txt"),
-        ("attachment; filename=\"/etc/passwd\"", "passwd"),
-        ("attachment; filename=\"..\"", "f.bin"),
-    ])
+    @Test(
+        "Content-Disposition names are used, sanitised and kept inside the directory",
+        arguments: [
+            ("attachment; filename=\"../../escape.txt\"", "escape.txt"),
+            ("attachment; filename*=UTF-8''%E2%82%AC%20rates.txt", "€ rates.txt"),
+            ("attachment; filename=\"/etc/passwd\"", "passwd"),
+            ("attachment; filename=\"..\"", "f.bin"),
+        ]
+    )
     func contentDispositionNames(header: String, expected: String) async throws {
         try await withHarness { server, downloader, temp in
             let downloads = try temp.directory("downloads")
@@ -116,7 +129,7 @@ struct FaultTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: 10_000))
             let path = temp.file("f.bin")
-            FileManager.default.createFile(atPath: path, contents: Data("mine".utf8))
+            _ = FileManager.default.createFile(atPath: path, contents: Data("mine".utf8))
             let error = await expectHaulError(.destinationExists) {
                 _ = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
             }
@@ -138,11 +151,14 @@ struct FaultTests {
         }
     }
 
-    @Test("malformed URLs and other schemes are refused before any request", arguments: [
-        ("", HaulError.Code.invalidURL), ("not a url", .invalidURL), ("http://", .invalidURL),
-        ("ftp://example.org/file", .unsupportedScheme), ("file:///etc/passwd", .unsupportedScheme),
-        ("javascript:alert(1)", .unsupportedScheme),
-    ])
+    @Test(
+        "malformed URLs and other schemes are refused before any request",
+        arguments: [
+            ("", HaulError.Code.invalidURL), ("not a url", .invalidURL), ("http://", .invalidURL),
+            ("ftp://example.org/file", .unsupportedScheme), ("file:///etc/passwd", .unsupportedScheme),
+            ("javascript:alert(1)", .unsupportedScheme),
+        ]
+    )
     func badURLs(text: String, code: HaulError.Code) async throws {
         await expectHaulError(code) { _ = try DownloadRequest.parseURL(text) }
     }
@@ -164,10 +180,14 @@ struct FaultTests {
             server.set("/f.bin", .init(size: 1000))
             server.set("/away", .redirect(to: "http://localhost:\(server.port)/f.bin"))
             let request = DownloadRequest(
-                url: server.url("/away"), destination: .file(temp.file("x.bin")),
-                headers: [try HTTPHeaderField(parsing: "Authorization: Bearer secret"),
-                          try HTTPHeaderField(parsing: "X-Trace: 42"),
-                          try HTTPHeaderField(parsing: "Accept-Encoding: gzip")])
+                url: server.url("/away"),
+                destination: .file(temp.file("x.bin")),
+                headers: [
+                    try HTTPHeaderField(parsing: "Authorization: Bearer secret"),
+                    try HTTPHeaderField(parsing: "X-Trace: 42"),
+                    try HTTPHeaderField(parsing: "Accept-Encoding: gzip"),
+                ]
+            )
             _ = try await downloader.download(request).result()
             let first = try #require(server.requests(for: "/away").first)
             #expect(first.header("Authorization") == "Bearer secret")
@@ -186,10 +206,13 @@ struct FaultTests {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
             server.set("/f.bin", .init(size: 4 << 20, bytesPerSecond: 8 << 20))
-            let encoded = try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("a.sqlite"))) {
+            let encoded = try await Downloader.withDownloader(
+                configuration: testConfiguration(store: temp.file("a.sqlite"))
+            ) {
                 downloader in
                 let task = try await downloader.download(
-                    DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path)))
+                    DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path))
+                )
                 #expect(try await waitUntil { task.progress.bytesReceived > 1 << 20 })
                 return try await task.pause().encoded()
             }
@@ -198,7 +221,8 @@ struct FaultTests {
             #expect(FileManager.default.fileExists(atPath: temp.file("f.bin.part")))
             #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin")))
             server.update("/f.bin") { $0.bytesPerSecond = nil }
-            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("b.sqlite"))) { downloader in
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("b.sqlite"))) {
+                downloader in
                 let result = try await downloader.download(resumingFrom: resumeData).result()
                 #expect(sha256(file: result.path) == server.sha256("/f.bin"))
                 #expect(result.resumedFrom == resumeData.bytesCommitted)
@@ -212,7 +236,8 @@ struct FaultTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: 4 << 20, bytesPerSecond: 4 << 20))
             let task = try await downloader.download(
-                DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path)))
+                DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path))
+            )
             #expect(try await waitUntil { task.progress.bytesReceived > 100_000 })
             await task.cancel()
             #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin.part")))
@@ -226,8 +251,13 @@ struct FaultTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: 1 << 20))
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 500_000,
-                validators: Validators(etag: "\"v1-1\"", totalLength: 1 << 20))
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 500_000,
+                validators: Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
+            )
             try FileManager.default.removeItem(atPath: temp.file("f.bin.part"))
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))

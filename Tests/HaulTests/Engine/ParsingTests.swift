@@ -7,7 +7,7 @@ import Testing
 @Suite("Content-Range parsing")
 struct ContentRangeTests {
     @Test(arguments: [
-        ("bytes 0-99/1000", Optional(ClosedRange<Int64>(uncheckedBounds: (0, 99))), Optional<Int64>(1000)),
+        ("bytes 0-99/1000", Optional(ClosedRange<Int64>(uncheckedBounds: (0, 99))), Int64?(1000)),
         ("bytes 500-999/1000", 500...999, 1000),
         ("bytes 5000000000-5000000099/6000000000", 5_000_000_000...5_000_000_099, 6_000_000_000),
         ("bytes 0-0/*", 0...0, nil),
@@ -31,17 +31,29 @@ struct ContentRangeTests {
 @Suite("Validators and If-Range")
 struct ValidatorTests {
     @Test func strongETagIsUsed() {
-        let v = Validators(etag: "\"abc\"", lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: "Mon, 14 Sep 2020 00:00:00 GMT")
+        let v = Validators(
+            etag: "\"abc\"",
+            lastModified: "Sun, 13 Sep 2020 12:26:40 GMT",
+            date: "Mon, 14 Sep 2020 00:00:00 GMT"
+        )
         #expect(v.ifRangeValue == "\"abc\"")
     }
 
     @Test func weakETagIsNeverSentButStrongLastModifiedIs() {
-        let v = Validators(etag: "W/\"abc\"", lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: "Sun, 13 Sep 2020 12:26:41 GMT")
+        let v = Validators(
+            etag: "W/\"abc\"",
+            lastModified: "Sun, 13 Sep 2020 12:26:40 GMT",
+            date: "Sun, 13 Sep 2020 12:26:41 GMT"
+        )
         #expect(v.ifRangeValue == "Sun, 13 Sep 2020 12:26:40 GMT")
     }
 
     @Test func lastModifiedWithinASecondOfDateIsWeak() {
-        let v = Validators(etag: nil, lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: "Sun, 13 Sep 2020 12:26:40 GMT")
+        let v = Validators(
+            etag: nil,
+            lastModified: "Sun, 13 Sep 2020 12:26:40 GMT",
+            date: "Sun, 13 Sep 2020 12:26:40 GMT"
+        )
         #expect(v.ifRangeValue == nil)
         let noDate = Validators(etag: nil, lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: nil)
         #expect(noDate.ifRangeValue == nil)
@@ -74,8 +86,10 @@ struct FileNamingTests {
         #expect(FileNaming.fileName(contentDisposition: header, url: url) == expected)
     }
 
-    @Test(arguments: ["attachment; filename=\"..\"", "attachment; filename=\".\"", "attachment; filename=\"/\"",
-                      "attachment; filename=\"\"", "attachment; filename=\"../../\""])
+    @Test(arguments: [
+        "attachment; filename=\"..\"", "attachment; filename=\".\"", "attachment; filename=\"/\"",
+        "attachment; filename=\"\"", "attachment; filename=\"../../\"",
+    ])
     func unusableDispositionFallsBackToURL(header: String) {
         let url = URL(string: "http://example.org/files/data%20set.csv?x=1")!
         #expect(FileNaming.fileName(contentDisposition: header, url: url) == "data set.csv")
@@ -85,8 +99,14 @@ struct FileNamingTests {
         let url = URL(string: "http://example.org/")!
         let name = FileNaming.fileName(contentDisposition: nil, url: url)
         #expect(name.hasPrefix("download-") && name.count == "download-".count + 16)
-        #expect(FileNaming.fileName(contentDisposition: nil, url: URL(string: "http://example.org/..%2F..%2Fx")!) == "x")
-        #expect(FileNaming.fileName(contentDisposition: nil, url: URL(string: "http://example.org/%2E%2E")!).hasPrefix("download-"))
+        #expect(
+            FileNaming.fileName(contentDisposition: nil, url: URL(string: "http://example.org/..%2F..%2Fx")!) == "x"
+        )
+        #expect(
+            FileNaming.fileName(contentDisposition: nil, url: URL(string: "http://example.org/%2E%2E")!).hasPrefix(
+                "download-"
+            )
+        )
     }
 
     @Test func longNamesAreCutKeepingTheExtension() throws {
@@ -100,7 +120,10 @@ struct FileNamingTests {
 @Suite("Checksums")
 struct ChecksumTests {
     @Test func parsesAllAlgorithms() throws {
-        #expect(try Checksum(parsing: "sha256=" + String(repeating: "A", count: 64)).hex == String(repeating: "a", count: 64))
+        #expect(
+            try Checksum(parsing: "sha256=" + String(repeating: "A", count: 64)).hex
+                == String(repeating: "a", count: 64)
+        )
         #expect(try Checksum(parsing: "SHA-512:" + String(repeating: "0", count: 128)).algorithm == .sha512)
         #expect(try Checksum(parsing: "sha1=" + String(repeating: "f", count: 40)).algorithm == .sha1)
         #expect(try Checksum(parsing: "md5=" + String(repeating: "1", count: 32)).algorithm == .md5)
@@ -147,11 +170,17 @@ struct RetryPolicyTests {
 struct ResumeDataTests {
     func sample() -> ResumeData {
         ResumeData(
-            taskID: UUID(), url: URL(string: "https://example.org/a.iso")!, finalURL: nil,
+            taskID: UUID(),
+            url: URL(string: "https://example.org/a.iso")!,
+            finalURL: nil,
             headers: [HTTPHeaderField(name: "Authorization", value: "Bearer x")],
-            validators: Validators(etag: "\"e\"", totalLength: 1000), destination: .file("/tmp/a.iso"),
-            checksum: nil, overwrite: false, partPath: "/tmp/a.iso.part",
-            segments: [.init(start: 0, end: 1000, committed: 400)])
+            validators: Validators(etag: "\"e\"", totalLength: 1000),
+            destination: .file("/tmp/a.iso"),
+            checksum: nil,
+            overwrite: false,
+            partPath: "/tmp/a.iso.part",
+            segments: [.init(start: 0, end: 1000, committed: 400)]
+        )
     }
 
     @Test func roundTrips() throws {

@@ -60,8 +60,13 @@ struct RangeCorrectnessTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size, etag: .none, lastModified: nil))
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 1 << 20,
-                validators: Validators(totalLength: Int64(Self.size)))
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 1 << 20,
+                validators: Validators(totalLength: Int64(Self.size))
+            )
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             let requests = server.requests(for: "/f.bin")
@@ -75,7 +80,10 @@ struct RangeCorrectnessTests {
     @Test("rule 7: a cut connection without validators resumes through the overlap check")
     func cutWithoutValidators() async throws {
         try await withHarness { server, downloader, temp in
-            server.set("/f.bin", .init(size: Self.size, etag: .none, lastModified: nil, cutAfter: 1_500_000, faultyResponses: 1))
+            server.set(
+                "/f.bin",
+                .init(size: Self.size, etag: .none, lastModified: nil, cutAfter: 1_500_000, faultyResponses: 1)
+            )
             let result = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             let requests = server.requests(for: "/f.bin")
@@ -91,8 +99,13 @@ struct RangeCorrectnessTests {
             server.set("/f.bin", .init(size: Self.size, etag: .none, lastModified: nil))
             let old = server.content("/f.bin")
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 1 << 20,
-                validators: Validators(totalLength: Int64(Self.size)))
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 1 << 20,
+                validators: Validators(totalLength: Int64(Self.size))
+            )
             server.bumpVersion("/f.bin")
             #expect(server.content("/f.bin") != old)
             let result = try await downloader.download(resumingFrom: resumeData).result()
@@ -107,7 +120,8 @@ struct RangeCorrectnessTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size, bytesPerSecond: 4 << 20))
             let task = try await downloader.download(
-                DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path)))
+                DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path))
+            )
             #expect(try await waitUntil { task.progress.bytesReceived > 400_000 })
             let resumeData = try await task.pause()
             #expect(resumeData.bytesCommitted > 0)
@@ -137,13 +151,19 @@ struct RangeCorrectnessTests {
 
     @Test(
         "rule 4: a 206 that is not exactly the range asked for restarts from 0",
-        arguments: [TestServer.ContentRangeFault.shiftedStart(1), .shiftedStart(-100), .wrongTotal(1), .malformed])
+        arguments: [TestServer.ContentRangeFault.shiftedStart(1), .shiftedStart(-100), .wrongTotal(1), .malformed]
+    )
     func badContentRangeRestarts(fault: TestServer.ContentRangeFault) async throws {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size, contentRangeFault: fault))
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 1 << 20,
-                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size)))
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 1 << 20,
+                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size))
+            )
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(server.requests(for: "/f.bin").map { $0.header("Range") } == ["bytes=1048576-", nil])
@@ -155,8 +175,13 @@ struct RangeCorrectnessTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size))
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 1 << 20,
-                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size) + 10))
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 1 << 20,
+                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size) + 10)
+            )
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(server.requests(for: "/f.bin").count == 2)
@@ -168,8 +193,13 @@ struct RangeCorrectnessTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size))
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: Self.size,
-                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size)))
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: Self.size,
+                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size))
+            )
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(server.requests(for: "/f.bin").map { $0.header("Range") } == ["bytes=\(Self.size)-"])
@@ -183,10 +213,18 @@ struct RangeCorrectnessTests {
             server.set("/f.bin", .init(size: 1 << 20, etag: .none))
             let longer = TestContent.bytes(count: 2 << 20, seed: 9)
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 2 << 20,
-                validators: Validators(lastModified: "Sun, 13 Sep 2020 12:26:40 GMT", date: "Mon, 14 Sep 2020 00:00:00 GMT",
-                                       totalLength: 2 << 20),
-                partBytes: longer)
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 2 << 20,
+                validators: Validators(
+                    lastModified: "Sun, 13 Sep 2020 12:26:40 GMT",
+                    date: "Mon, 14 Sep 2020 00:00:00 GMT",
+                    totalLength: 2 << 20
+                ),
+                partBytes: longer
+            )
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(result.bytes == 1 << 20)
@@ -221,8 +259,13 @@ struct RangeCorrectnessTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size, lengthLie: .long(1000)))
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 1 << 20,
-                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size)))
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 1 << 20,
+                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size))
+            )
             let error = await expectHaulError(.invalidResponse) {
                 _ = try await downloader.download(resumingFrom: resumeData).result()
             }
@@ -261,8 +304,12 @@ struct RangeCorrectnessTests {
             server.set("/f.bin", .init(size: 100_000))
             let digest = try Self.digest(algorithm, server.content("/f.bin"))
             let result = try await fetch(
-                server, "/f.bin", with: downloader, into: temp.path,
-                checksum: try Checksum(parsing: "\(algorithm)=\(digest)"))
+                server,
+                "/f.bin",
+                with: downloader,
+                into: temp.path,
+                checksum: try Checksum(parsing: "\(algorithm)=\(digest)")
+            )
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
         }
     }
@@ -271,7 +318,7 @@ struct RangeCorrectnessTests {
     static func digest(_ algorithm: String, _ bytes: [UInt8]) throws -> String {
         let temp = try TemporaryDirectory()
         let file = temp.file("content")
-        FileManager.default.createFile(atPath: file, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: file, contents: Data(bytes))
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["\(algorithm)sum", file]

@@ -14,7 +14,9 @@ final class ExternalServer: Sendable {
 
     static func findExecutable(_ name: String) -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
-        for directory in path.split(separator: ":") + ["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/usr/local/sbin", "/sbin"] {
+        for directory in path.split(separator: ":") + [
+            "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/usr/local/sbin", "/sbin",
+        ] {
             let candidate = "\(directory)/\(name)"
             if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
         }
@@ -33,7 +35,8 @@ final class ExternalServer: Sendable {
 
     /// Runs `body` with a started server and stops it afterwards, whether `body` throws or not.
     static func with(
-        _ start: () async throws -> ExternalServer, _ body: (ExternalServer) async throws -> Void
+        _ start: () async throws -> ExternalServer,
+        _ body: (ExternalServer) async throws -> Void
     ) async throws {
         let server = try await start()
         do {
@@ -90,7 +93,9 @@ final class ExternalServer: Sendable {
         try config.write(toFile: directory.file("nginx.conf"), atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: nginx)
-        process.arguments = ["-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log")]
+        process.arguments = [
+            "-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log"),
+        ]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -119,7 +124,9 @@ final class ExternalServer: Sendable {
     /// Lines of nginx's access log: uri|status|range|if-range|bytes.
     func accessLog() -> [[String]] {
         let text = (try? String(contentsOfFile: directory.file("access.log"), encoding: .utf8)) ?? ""
-        return text.split(separator: "\n").map { $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init) }
+        return text.split(separator: "\n").map {
+            $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
+        }
     }
 
     private func waitUntilListening() async throws {

@@ -14,7 +14,8 @@ final class HaulProcess: Sendable {
     /// The `haul` binary in the build directory that holds this test bundle.
     static var executable: String {
         if let path = ProcessInfo.processInfo.environment["HAUL_EXECUTABLE"] { return path }
-        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        let me =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
             ?? CommandLine.arguments[0]
         var directory = URL(fileURLWithPath: me).deletingLastPathComponent()
         // macOS runs tests from inside an .xctest bundle; climb out of it.
@@ -31,8 +32,8 @@ final class HaulProcess: Sendable {
         process.environment = environment
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
         outputDirectory = try TemporaryDirectory()
-        FileManager.default.createFile(atPath: outputDirectory.file("stdout"), contents: nil)
-        FileManager.default.createFile(atPath: outputDirectory.file("stderr"), contents: nil)
+        _ = FileManager.default.createFile(atPath: outputDirectory.file("stdout"), contents: nil)
+        _ = FileManager.default.createFile(atPath: outputDirectory.file("stderr"), contents: nil)
         process.standardOutput = FileHandle(forWritingAtPath: outputDirectory.file("stdout"))
         process.standardError = FileHandle(forWritingAtPath: outputDirectory.file("stderr"))
         process.standardInput = FileHandle.nullDevice
@@ -60,7 +61,11 @@ final class HaulProcess: Sendable {
     }
 
     /// Runs `haul` to the end.
-    static func run(_ arguments: [String], home: String, directory: String? = nil) async throws
+    static func run(
+        _ arguments: [String],
+        home: String,
+        directory: String? = nil
+    ) async throws
         -> (status: Int32, stdout: String, stderr: String)
     {
         try await HaulProcess(arguments, home: home, directory: directory).finish()

@@ -9,7 +9,9 @@ final class TemporaryDirectory: Sendable {
     let path: String
 
     init() throws {
-        var template = Array((NSTemporaryDirectory() as NSString).appendingPathComponent("haul-test-XXXXXX").utf8CString)
+        var template = Array(
+            (NSTemporaryDirectory() as NSString).appendingPathComponent("haul-test-XXXXXX").utf8CString
+        )
         guard let result = mkdtemp(&template) else { throw POSIXError(.EIO) }
         path = String(cString: result)
     }
@@ -35,7 +37,8 @@ func testConfiguration(store: String, retries: Int = 5) -> Downloader.Configurat
         connectTimeout: .seconds(5),
         readTimeout: .seconds(10),
         checkpointInterval: .milliseconds(50),
-        retry: RetryPolicy(maxRetries: retries, baseDelay: .milliseconds(10), maxDelay: .milliseconds(50)))
+        retry: RetryPolicy(maxRetries: retries, baseDelay: .milliseconds(10), maxDelay: .milliseconds(50))
+    )
 }
 
 /// A test server, a downloader on a fresh store and a download directory, all torn down after.
@@ -55,20 +58,28 @@ func withHarness(
 
 /// Downloads `path` from the server into `directory` (under the name `name` when given).
 func fetch(
-    _ server: TestServer, _ path: String, with downloader: Downloader, into directory: String,
-    name: String? = nil, checksum: Checksum? = nil, overwrite: Bool = false
+    _ server: TestServer,
+    _ path: String,
+    with downloader: Downloader,
+    into directory: String,
+    name: String? = nil,
+    checksum: Checksum? = nil,
+    overwrite: Bool = false
 ) async throws -> DownloadResult {
     let destination: Destination =
         name.map { .file((directory as NSString).appendingPathComponent($0)) } ?? .directory(directory)
     let task = try await downloader.download(
-        DownloadRequest(url: server.url(path), destination: destination, checksum: checksum, overwrite: overwrite))
+        DownloadRequest(url: server.url(path), destination: destination, checksum: checksum, overwrite: overwrite)
+    )
     return try await task.result()
 }
 
 /// Expects `body` to throw a ``HaulError`` with `code`, and returns it.
 @discardableResult
 func expectHaulError(
-    _ code: HaulError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () async throws -> Void
+    _ code: HaulError.Code,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> Void
 ) async -> HaulError? {
     do {
         try await body()
@@ -88,16 +99,29 @@ func sha256(file path: String) -> String? { TestContent.sha256(file: path) }
 /// Writes the first `committed` bytes of the server's content as a part file and returns
 /// resume data claiming them, as a paused or crashed earlier run would have left them.
 func seedPartial(
-    _ server: TestServer, _ path: String, into directory: String, name: String, committed: Int,
-    validators: Validators, partBytes: [UInt8]? = nil
+    _ server: TestServer,
+    _ path: String,
+    into directory: String,
+    name: String,
+    committed: Int,
+    validators: Validators,
+    partBytes: [UInt8]? = nil
 ) throws -> ResumeData {
     let destination = (directory as NSString).appendingPathComponent(name)
     let bytes = partBytes ?? Array(server.content(path).prefix(committed))
-    FileManager.default.createFile(atPath: destination + ".part", contents: Data(bytes))
+    _ = FileManager.default.createFile(atPath: destination + ".part", contents: Data(bytes))
     return ResumeData(
-        taskID: UUID(), url: server.url(path), finalURL: nil, headers: [], validators: validators,
-        destination: .file(destination), checksum: nil, overwrite: false, partPath: destination + ".part",
-        segments: [.init(start: 0, end: validators.totalLength, committed: Int64(committed))])
+        taskID: UUID(),
+        url: server.url(path),
+        finalURL: nil,
+        headers: [],
+        validators: validators,
+        destination: .file(destination),
+        checksum: nil,
+        overwrite: false,
+        partPath: destination + ".part",
+        segments: [.init(start: 0, end: validators.totalLength, committed: Int64(committed))]
+    )
 }
 
 /// Polls `condition` every 10 ms for up to `timeout`.
