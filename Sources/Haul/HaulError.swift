@@ -27,6 +27,7 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
             case store
             case cancelled
             case paused
+            case busy
         }
 
         fileprivate let base: Base
@@ -68,6 +69,8 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         public static let cancelled = Code(.cancelled)
         /// The download was paused; ``HaulError/resumeData`` continues it.
         public static let paused = Code(.paused)
+        /// Another process is running the same download.
+        public static let busy = Code(.busy)
 
         public var description: String { base.rawValue }
     }

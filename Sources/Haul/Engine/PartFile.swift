@@ -22,14 +22,14 @@ final class PartFile {
     /// file; the kernel drops the lock when the process dies, even by `kill -9`.
     init(path: String, lock: Bool) throws {
         self.path = path
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard fd >= 0 else { throw HaulError.fileSystem("create", path: path, errno: errno) }
         if lock, flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             _ = systemClose(fd)
             if code == EWOULDBLOCK {
                 throw HaulError(
-                    .destinationExists,
+                    .busy,
                     "Another Haul process is already downloading to \(path)",
                     path: path,
                     hint: "Wait for it to finish or stop it first"
@@ -37,6 +37,14 @@ final class PartFile {
             }
             throw HaulError.fileSystem("lock", path: path, errno: code)
         }
+        self.descriptor = fd
+    }
+
+    /// Opens an existing file read-only (a finished download, to verify it).
+    init(readingAt path: String) throws {
+        self.path = path
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw HaulError.fileSystem("open", path: path, errno: errno) }
         self.descriptor = fd
     }
 

@@ -96,6 +96,9 @@ final class Transfer {
         do {
             if let done = try await alreadyComplete() { return done }
             try checkDestinationFree()
+            // Take the part file's lock before touching the task's records, so a second
+            // process asked for the same download stops here and changes nothing.
+            if task.destinationPath != nil { _ = try openPart() }
             try await store.setState(task.id, TaskState.running.rawValue)
             progress.update {
                 $0.fileName = task.fileName
@@ -113,11 +116,11 @@ final class Transfer {
 
     /// A task completed earlier whose file is still in place completes again without a request.
     private func alreadyComplete() async throws -> DownloadResult? {
-        guard task.state == TaskState.completed.rawValue, let destination = task.destinationPath,
+        guard !task.overwrite, task.state == TaskState.completed.rawValue, let destination = task.destinationPath,
             let size = FileOps.size(destination), size == task.totalLength ?? size
         else { return nil }
         if let checksum {
-            let file = try PartFile(path: destination, lock: false)
+            let file = try PartFile(readingAt: destination)
             defer { file.close() }
             guard try file.digest(checksum.algorithm, length: size) == checksum.hex else { return nil }
         }
@@ -484,6 +487,9 @@ final class Transfer {
 
     /// Records how the run ended and turns any error into the ``HaulError`` to report.
     private func conclude(after error: any Error) async -> HaulError {
+        if part == nil, let error = error as? HaulError, error.code == .busy {
+            return error  // Another process owns this download and its records.
+        }
         let stop = control.requested
         part?.close()
         part = nil

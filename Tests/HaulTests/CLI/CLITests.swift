@@ -120,4 +120,23 @@ struct CLITests {
             #expect(range != "bytes=0-" && range.hasPrefix("bytes="))
         }
     }
+
+    @Test func twoProcessesShareOneNewStore() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 2 << 20, seed: 1))
+            server.set("/b.bin", .init(size: 2 << 20, seed: 2))
+            let home = temp.file("home")
+            let a = try HaulProcess(["get", "-q", server.url("/a.bin").absoluteString], home: home, directory: temp.path)
+            let b = try HaulProcess(["get", "-q", server.url("/b.bin").absoluteString], home: home, directory: temp.path)
+            let (ra, rb) = await (a.finish(), b.finish())
+            #expect(ra.status == 0, "\(ra.stderr)")
+            #expect(rb.status == 0, "\(rb.stderr)")
+            #expect(sha256(file: temp.file("a.bin")) == server.sha256("/a.bin"))
+            #expect(sha256(file: temp.file("b.bin")) == server.sha256("/b.bin"))
+            let store = try Store(path: home + "/haul.sqlite")
+            let states = try await store.allTasks().map(\.state)
+            #expect(states == ["completed", "completed"])
+        }
+    }
 }

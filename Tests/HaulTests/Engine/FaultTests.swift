@@ -264,4 +264,20 @@ struct FaultTests {
             #expect(server.requests(for: "/f.bin").map { $0.header("Range") } == [nil])
         }
     }
+
+    @Test("a second download of the same destination is refused while the first runs, and changes nothing")
+    func sameDestinationTwice() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: 4 << 20, bytesPerSecond: 8 << 20))
+            let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(temp.file("f.bin")))
+            let first = try await downloader.download(request)
+            #expect(try await waitUntil { first.progress.bytesReceived > 100_000 })
+            let error = await expectHaulError(.busy) { _ = try await downloader.download(request).result() }
+            #expect(error?.description.contains("Another Haul process") == true)
+            server.update("/f.bin") { $0.bytesPerSecond = nil }
+            let result = try await first.result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(try await downloader.store.task(id: first.id)?.state == TaskState.completed.rawValue)
+        }
+    }
 }

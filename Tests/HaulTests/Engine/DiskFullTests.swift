@@ -1,0 +1,56 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// Running out of space, on a real 2 MiB tmpfs. Mounting needs root; elsewhere the test is
+/// skipped (the ENOSPC mapping is still checked).
+@Suite("Disk full")
+struct DiskFullTests {
+    @Test func enospcIsReportedAsDiskFull() {
+        let error = HaulError.fileSystem("write to", path: "/data/x.part", errno: ENOSPC)
+        #expect(error.code == .diskFull)
+        #expect(error.description == "No space left on device while trying to write to /data/x.part. Free some space and run the same command again to resume")
+    }
+
+    @Test(.enabled(if: getuid() == 0))
+    func downloadIntoAFullDisk() async throws {
+        let temp = try TemporaryDirectory()
+        let mountPoint = try temp.directory("small")
+        let mounted = try await Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint])
+        guard mounted == 0 else {
+            // Some containers forbid mounting even as root; nothing to test there.
+            return
+        }
+        do {
+            try await withHarness { server, downloader, _ in
+                server.set("/f.bin", .init(size: 4 << 20))
+                let error = await expectHaulError(.diskFull) {
+                    _ = try await fetch(server, "/f.bin", with: downloader, into: mountPoint)
+                }
+                #expect(error?.description.contains("No space left on device") == true)
+                #expect(error?.path?.hasPrefix(mountPoint) == true)
+                #expect(!FileManager.default.fileExists(atPath: mountPoint + "/f.bin"))
+            }
+        } catch {
+            _ = try await Self.run("/bin/umount", [mountPoint])
+            throw error
+        }
+        _ = try await Self.run("/bin/umount", [mountPoint])
+    }
+
+    static func run(_ tool: String, _ arguments: [String]) async throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        let (stream, continuation) = AsyncStream<Int32>.makeStream()
+        process.terminationHandler = { continuation.yield($0.terminationStatus); continuation.finish() }
+        try process.run()
+        var status: Int32 = -1
+        for await code in stream { status = code }
+        return status
+    }
+}
