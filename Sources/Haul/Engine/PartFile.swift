@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -11,10 +12,12 @@ import Darwin
 
 /// The `<destination>.part` file a download writes into with positioned writes.
 ///
-/// Not thread-safe: one transfer owns it. Every failure is a ``HaulError`` naming the path.
-final class PartFile {
+/// One transfer owns it; the only call made from elsewhere is ``sync()``, by a background
+/// checkpoint, which is safe alongside writes. Every failure is a ``HaulError`` naming the path.
+final class PartFile: Sendable {
     let path: String
-    private var descriptor: Int32
+    private let descriptor: Int32
+    private let closed = Mutex(false)
 
     /// Opens (creating if needed) the part file for reading and writing.
     ///
@@ -49,12 +52,15 @@ final class PartFile {
     }
 
     deinit {
-        if descriptor >= 0 { _ = systemClose(descriptor) }
+        close()
     }
 
     func close() {
-        if descriptor >= 0 { _ = systemClose(descriptor) }
-        descriptor = -1
+        let wasClosed = closed.withLock { closed in
+            defer { closed = true }
+            return closed
+        }
+        if !wasClosed { _ = systemClose(descriptor) }
     }
 
     /// The current size on disk.
@@ -68,6 +74,43 @@ final class PartFile {
     func write(_ buffer: ByteBuffer, at offset: Int64) throws {
         try buffer.withUnsafeReadableBytes { bytes in
             try write(bytes, at: offset)
+        }
+    }
+
+    /// Writes the buffers back to back starting at `offset`, in as few `pwritev` calls as
+    /// the kernel allows.
+    func write(_ buffers: [ByteBuffer], at offset: Int64) throws {
+        // The pointers stay valid while `buffers` holds the storage and nothing mutates it.
+        var vectors = buffers.map { buffer in
+            buffer.withUnsafeReadableBytes { iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count) }
+        }
+        var total = vectors.reduce(0) { $0 + $1.iov_len }
+        var position = offset
+        var first = 0
+        try withExtendedLifetime(buffers) {
+            while total > 0 {
+                let written = vectors[first...].withUnsafeBufferPointer { slice in
+                    pwritev(descriptor, slice.baseAddress, Int32(min(slice.count, 1024)), off_t(position))
+                }
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw HaulError.fileSystem("write to", path: path, errno: errno)
+                }
+                total -= written
+                position += Int64(written)
+                // Skip what was written; a partial write may end inside a vector.
+                var left = written
+                while left > 0, first < vectors.count {
+                    if left >= vectors[first].iov_len {
+                        left -= vectors[first].iov_len
+                        first += 1
+                    } else {
+                        vectors[first].iov_base += left
+                        vectors[first].iov_len -= left
+                        left = 0
+                    }
+                }
+            }
         }
     }
 

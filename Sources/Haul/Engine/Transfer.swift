@@ -52,7 +52,6 @@ final class Transfer {
     private var restarts = 0
     /// Where the current response's bytes go next; past the last checkpoint while streaming.
     private var writeOffset: Int64 = 0
-    private var lastCheckpoint: (time: ContinuousClock.Instant, offset: Int64) = (.now, 0)
 
     /// Restarts from zero allowed (a changed or inconsistent representation) before giving up.
     static let maxRestarts = 3
@@ -233,6 +232,7 @@ final class Transfer {
             }
             expectedEnd = try await beginFromZero(response)
             writeOffset = 0
+            overlap = 0  // A 200 starts at byte 0; there is nothing to compare.
         case 206 where range != nil:
             let end = try checkPartialResponse(response, requestStart: requestStart)
             expectedEnd = end
@@ -263,7 +263,7 @@ final class Transfer {
                 retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After"))
             )
         }
-        try await stream(response.head.body, overlap: overlap, from: requestStart, expectedEnd: expectedEnd)
+        try await stream(response.head.body, overlap: overlap, from: writeOffset, expectedEnd: expectedEnd)
     }
 
     /// A 200: the whole representation from byte 0, on this very response (rule 5). Records
@@ -321,69 +321,78 @@ final class Transfer {
         return range.upperBound + 1
     }
 
-    /// Writes the body at its offset, checkpointing as it goes. Bytes before `segments[0].committed`
-    /// are the overlap (rule 7): compared with the disk, not written.
+    /// Writes the body at its offset in batches, checkpointing in the background as it goes.
+    /// The first `overlap` bytes (rule 7) are compared with the disk, not written.
     private func stream(
         _ body: HTTPClientResponse.Body,
         overlap: Int64,
         from start: Int64,
         expectedEnd: Int64?
-    )
-        async throws
-    {
+    ) async throws {
         let part = try openPart()
         var expectedOverlap = overlap > 0 ? try part.read(at: start, count: Int(overlap)) : []
         var overlapChecked = 0
-        lastCheckpoint = (.now, segments[0].committed)
+        let checkpointer = Checkpointer(
+            part: part, store: store, taskID: task.id, committed: segments[0].committed,
+            interval: environment.checkpointInterval, bytes: environment.checkpointBytes)
+        var batch = WriteBatch(offset: start + overlap)  // The overlap is compared, not written.
         do {
-            for try await var buffer in body {
-                if overlapChecked < expectedOverlap.count {
-                    let n = min(buffer.readableBytes, expectedOverlap.count - overlapChecked)
-                    let matches = buffer.withUnsafeReadableBytes { received in
-                        expectedOverlap.withUnsafeBytes { expected in
-                            memcmp(received.baseAddress!, expected.baseAddress! + overlapChecked, n) == 0
+            try await withThrowingDiscardingTaskGroup { group in
+                for try await var buffer in body {
+                    if overlapChecked < expectedOverlap.count {
+                        let n = min(buffer.readableBytes, expectedOverlap.count - overlapChecked)
+                        let matches = buffer.withUnsafeReadableBytes { received in
+                            expectedOverlap.withUnsafeBytes { expected in
+                                memcmp(received.baseAddress!, expected.baseAddress! + overlapChecked, n) == 0
+                            }
                         }
+                        guard matches else { throw Restart(reason: "the bytes before the resume point changed") }
+                        overlapChecked += n
+                        writeOffset += Int64(n)
+                        buffer.moveReaderIndex(forwardBy: n)
+                        if overlapChecked == expectedOverlap.count { expectedOverlap = [] }
                     }
-                    guard matches else { throw Restart(reason: "the bytes before the resume point changed") }
-                    overlapChecked += n
-                    writeOffset += Int64(n)
-                    buffer.moveReaderIndex(forwardBy: n)
-                    if overlapChecked == expectedOverlap.count { expectedOverlap = [] }
-                }
-                let count = buffer.readableBytes
-                guard count > 0 else { continue }
-                if let expectedEnd, writeOffset + Int64(count) > expectedEnd {
-                    throw HaulError(
-                        .invalidResponse,
-                        "The server sent more bytes than it promised (\(writeOffset + Int64(count)) > \(expectedEnd)) for \(task.url)",
-                        url: url
-                    )
-                }
-                try part.write(buffer, at: writeOffset)
-                writeOffset += Int64(count)
-                progress.add(count)
-                if writeOffset - lastCheckpoint.offset >= environment.checkpointBytes
-                    || ContinuousClock.now - lastCheckpoint.time >= environment.checkpointInterval
-                {
-                    try await checkpoint()
+                    let count = buffer.readableBytes
+                    guard count > 0 else { continue }
+                    if let expectedEnd, writeOffset + Int64(count) > expectedEnd {
+                        throw HaulError(
+                            .invalidResponse,
+                            "The server sent more bytes than it promised (\(writeOffset + Int64(count)) > \(expectedEnd)) for \(task.url)",
+                            url: url
+                        )
+                    }
+                    batch.append(buffer)
+                    writeOffset += Int64(count)
+                    progress.add(count)
+                    if batch.isFull { try batch.flush(to: part) }
+                    if checkpointer.claimIfDue(offset: writeOffset, now: .now) {
+                        try batch.flush(to: part)
+                        let offset = writeOffset
+                        group.addTask { try await checkpointer.run(upTo: offset) }
+                    }
                 }
             }
         } catch let error as Restart {
             throw error
         } catch let error as HaulError where error.code != .connection {
+            segments[0].committed = checkpointer.committed
             throw error
         } catch {
-            // The connection broke or we were stopped: keep what is on disk, then report.
-            try await checkpoint()
+            // The connection broke or we were stopped: keep what arrived, then report.
+            try batch.flush(to: part)
+            try await checkpointer.checkpointNow(upTo: writeOffset)
+            segments[0].committed = checkpointer.committed
             if control.requested != nil || error is CancellationError { throw CancellationError() }
             throw HTTPTransport.connectionError(error, url: url)
         }
+        try batch.flush(to: part)
         if overlapChecked < expectedOverlap.count {
             throw HaulError(.connection, "The response ended inside the overlap check for \(task.url)", url: url)
         }
+        try await checkpointer.checkpointNow(upTo: writeOffset)
+        segments[0].committed = checkpointer.committed
         if let expectedEnd, writeOffset < expectedEnd {
             // Rule 8: short is a network failure, never a finished file.
-            try await checkpoint()
             throw HaulError(
                 .connection,
                 "The response ended after \(writeOffset) of \(expectedEnd) bytes for \(task.url)",
@@ -395,21 +404,9 @@ final class Transfer {
             segments[0].end = writeOffset
             try await store.save(task, segments: segments)
         }
-        try await checkpoint()
     }
 
     // MARK: Checkpoints and part file
-
-    /// Syncs the part file, then records the committed offset: in that order, so the store
-    /// never claims bytes that are not durably on disk.
-    private func checkpoint() async throws {
-        guard let part, writeOffset > segments[0].committed else { return }
-        try part.sync()
-        let (store, id, offset) = (store, task.id, writeOffset)
-        try await uncancellable { try await store.checkpoint(id, committed: [(0, offset)]) }
-        segments[0].committed = writeOffset
-        lastCheckpoint = (.now, writeOffset)
-    }
 
     /// Forgets all partial data: truncates the part file and records offset 0 and the new
     /// validators in one transaction, before any byte of the new representation is written.
