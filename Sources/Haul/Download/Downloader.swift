@@ -34,6 +34,11 @@ public final class Downloader: Sendable {
         /// The longest time between checkpoints while data flows.
         public var checkpointInterval: Duration
         /// The most bytes written between checkpoints.
+        ///
+        /// Checkpoints are mostly paced by ``checkpointInterval``: a kill loses at most about that
+        /// much transfer time. The byte bound only matters on very fast links, where an
+        /// `fdatasync` every few MiB would cost more than the work it protects (measured on
+        /// loopback: 8 MiB checkpoints made a 1 GiB download 25–40 % slower than 1 s ones).
         public var checkpointBytes: Int64
         /// How retryable failures are retried.
         public var retry: RetryPolicy
@@ -47,7 +52,7 @@ public final class Downloader: Sendable {
             maxRedirects: Int = 10,
             userAgent: String = "Haul/\(HaulVersion.current)",
             checkpointInterval: Duration = .seconds(1),
-            checkpointBytes: Int64 = 8 << 20,
+            checkpointBytes: Int64 = 256 << 20,
             retry: RetryPolicy = RetryPolicy(),
             logger: Logger = Logger(label: "haul", factory: { _ in SwiftLogNoOpLogHandler() })
         ) {
