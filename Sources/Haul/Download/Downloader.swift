@@ -168,27 +168,9 @@ public final class Downloader: Sendable {
         } else {
             let id = UUID()
             record = TaskRecord(
-                id: id,
-                session: "default",
-                url: request.url.absoluteString,
-                finalURL: nil,
-                directory: request.destination.directory,
-                fileName: request.destination.fileName,
-                explicitName: request.destination.fileName != nil,
-                requestHeaders: headers,
-                checksum: request.checksum?.description,
-                overwrite: request.overwrite,
-                state: TaskState.queued.rawValue,
-                priority: 0,
-                etag: nil,
-                lastModified: nil,
-                serverDate: nil,
-                totalLength: nil,
-                createdAt: now,
-                queuedAt: now,
-                updatedAt: now,
-                errorMessage: nil
-            )
+                id: id, url: request.url.absoluteString, destination: request.destination,
+                explicitName: request.destination.fileName != nil, requestHeaders: headers,
+                checksum: request.checksum?.description, overwrite: request.overwrite, now: now)
             segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
             try await store.insert(record, segments: segments)
         }
@@ -205,27 +187,8 @@ public final class Downloader: Sendable {
         var record =
             try await store.task(id: resumeData.taskID)
             ?? TaskRecord(
-                id: resumeData.taskID,
-                session: "default",
-                url: resumeData.url.absoluteString,
-                finalURL: nil,
-                directory: resumeData.destination.directory,
-                fileName: resumeData.destination.fileName,
-                explicitName: false,
-                requestHeaders: "[]",
-                checksum: nil,
-                overwrite: false,
-                state: TaskState.queued.rawValue,
-                priority: 0,
-                etag: nil,
-                lastModified: nil,
-                serverDate: nil,
-                totalLength: nil,
-                createdAt: now,
-                queuedAt: now,
-                updatedAt: now,
-                errorMessage: nil
-            )
+                id: resumeData.taskID, url: resumeData.url.absoluteString, destination: resumeData.destination,
+                explicitName: false, requestHeaders: "[]", checksum: nil, overwrite: false, now: now)
         record.url = resumeData.url.absoluteString
         record.finalURL = resumeData.finalURL?.absoluteString
         record.directory = resumeData.destination.directory

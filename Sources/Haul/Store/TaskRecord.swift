@@ -57,6 +57,27 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
     }
 }
 
+extension TaskRecord {
+    /// A new, queued task with no response seen yet.
+    init(
+        id: UUID,
+        url: String,
+        destination: Destination,
+        explicitName: Bool,
+        requestHeaders: String,
+        checksum: String?,
+        overwrite: Bool,
+        now: Date
+    ) {
+        self.init(
+            id: id, session: "default", url: url, finalURL: nil, directory: destination.directory,
+            fileName: destination.fileName, explicitName: explicitName, requestHeaders: requestHeaders,
+            checksum: checksum, overwrite: overwrite, state: TaskState.queued.rawValue, priority: 0, etag: nil,
+            lastModified: nil, serverDate: nil, totalLength: nil, createdAt: now, queuedAt: now, updatedAt: now,
+            errorMessage: nil)
+    }
+}
+
 /// One byte range of a download and how much of it is durably on disk.
 ///
 /// A task has one or more segments; together they cover the file. `committed` is the
