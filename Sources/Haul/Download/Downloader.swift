@@ -168,9 +168,15 @@ public final class Downloader: Sendable {
         } else {
             let id = UUID()
             record = TaskRecord(
-                id: id, url: request.url.absoluteString, destination: request.destination,
-                explicitName: request.destination.fileName != nil, requestHeaders: headers,
-                checksum: request.checksum?.description, overwrite: request.overwrite, now: now)
+                id: id,
+                url: request.url.absoluteString,
+                destination: request.destination,
+                explicitName: request.destination.fileName != nil,
+                requestHeaders: headers,
+                checksum: request.checksum?.description,
+                overwrite: request.overwrite,
+                now: now
+            )
             segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
             try await store.insert(record, segments: segments)
         }
@@ -187,8 +193,15 @@ public final class Downloader: Sendable {
         var record =
             try await store.task(id: resumeData.taskID)
             ?? TaskRecord(
-                id: resumeData.taskID, url: resumeData.url.absoluteString, destination: resumeData.destination,
-                explicitName: false, requestHeaders: "[]", checksum: nil, overwrite: false, now: now)
+                id: resumeData.taskID,
+                url: resumeData.url.absoluteString,
+                destination: resumeData.destination,
+                explicitName: false,
+                requestHeaders: "[]",
+                checksum: nil,
+                overwrite: false,
+                now: now
+            )
         record.url = resumeData.url.absoluteString
         record.finalURL = resumeData.finalURL?.absoluteString
         record.directory = resumeData.destination.directory

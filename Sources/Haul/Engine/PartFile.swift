@@ -82,7 +82,9 @@ final class PartFile: Sendable {
     func write(_ buffers: [ByteBuffer], at offset: Int64) throws {
         // The pointers stay valid while `buffers` holds the storage and nothing mutates it.
         var vectors = buffers.map { buffer in
-            buffer.withUnsafeReadableBytes { iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count) }
+            buffer.withUnsafeReadableBytes {
+                iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count)
+            }
         }
         var total = vectors.reduce(0) { $0 + $1.iov_len }
         var position = offset

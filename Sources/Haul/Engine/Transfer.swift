@@ -333,8 +333,13 @@ final class Transfer {
         var expectedOverlap = overlap > 0 ? try part.read(at: start, count: Int(overlap)) : []
         var overlapChecked = 0
         let checkpointer = Checkpointer(
-            part: part, store: store, taskID: task.id, committed: segments[0].committed,
-            interval: environment.checkpointInterval, bytes: environment.checkpointBytes)
+            part: part,
+            store: store,
+            taskID: task.id,
+            committed: segments[0].committed,
+            interval: environment.checkpointInterval,
+            bytes: environment.checkpointBytes
+        )
         var batch = WriteBatch(offset: start + overlap)  // The overlap is compared, not written.
         do {
             try await withThrowingDiscardingTaskGroup { group in

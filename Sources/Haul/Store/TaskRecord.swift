@@ -70,11 +70,27 @@ extension TaskRecord {
         now: Date
     ) {
         self.init(
-            id: id, session: "default", url: url, finalURL: nil, directory: destination.directory,
-            fileName: destination.fileName, explicitName: explicitName, requestHeaders: requestHeaders,
-            checksum: checksum, overwrite: overwrite, state: TaskState.queued.rawValue, priority: 0, etag: nil,
-            lastModified: nil, serverDate: nil, totalLength: nil, createdAt: now, queuedAt: now, updatedAt: now,
-            errorMessage: nil)
+            id: id,
+            session: "default",
+            url: url,
+            finalURL: nil,
+            directory: destination.directory,
+            fileName: destination.fileName,
+            explicitName: explicitName,
+            requestHeaders: requestHeaders,
+            checksum: checksum,
+            overwrite: overwrite,
+            state: TaskState.queued.rawValue,
+            priority: 0,
+            etag: nil,
+            lastModified: nil,
+            serverDate: nil,
+            totalLength: nil,
+            createdAt: now,
+            queuedAt: now,
+            updatedAt: now,
+            errorMessage: nil
+        )
     }
 }
 

@@ -127,8 +127,16 @@ struct CLITests {
             server.set("/a.bin", .init(size: 2 << 20, seed: 1))
             server.set("/b.bin", .init(size: 2 << 20, seed: 2))
             let home = temp.file("home")
-            let a = try HaulProcess(["get", "-q", server.url("/a.bin").absoluteString], home: home, directory: temp.path)
-            let b = try HaulProcess(["get", "-q", server.url("/b.bin").absoluteString], home: home, directory: temp.path)
+            let a = try HaulProcess(
+                ["get", "-q", server.url("/a.bin").absoluteString],
+                home: home,
+                directory: temp.path
+            )
+            let b = try HaulProcess(
+                ["get", "-q", server.url("/b.bin").absoluteString],
+                home: home,
+                directory: temp.path
+            )
             let (ra, rb) = await (a.finish(), b.finish())
             #expect(ra.status == 0, "\(ra.stderr)")
             #expect(rb.status == 0, "\(rb.stderr)")

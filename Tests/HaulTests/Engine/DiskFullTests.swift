@@ -11,7 +11,10 @@ struct DiskFullTests {
     @Test func enospcIsReportedAsDiskFull() {
         let error = HaulError.fileSystem("write to", path: "/data/x.part", errno: ENOSPC)
         #expect(error.code == .diskFull)
-        #expect(error.description == "No space left on device while trying to write to /data/x.part. Free some space and run the same command again to resume")
+        #expect(
+            error.description
+                == "No space left on device while trying to write to /data/x.part. Free some space and run the same command again to resume"
+        )
     }
 
     @Test(.enabled(if: getuid() == 0))
@@ -47,7 +50,10 @@ struct DiskFullTests {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         let (stream, continuation) = AsyncStream<Int32>.makeStream()
-        process.terminationHandler = { continuation.yield($0.terminationStatus); continuation.finish() }
+        process.terminationHandler = {
+            continuation.yield($0.terminationStatus)
+            continuation.finish()
+        }
         try process.run()
         var status: Int32 = -1
         for await code in stream { status = code }

@@ -82,9 +82,14 @@ struct RangeCorrectnessTests {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size, etag: .none, lastModified: nil, ranges: false))
             let resumeData = try seedPartial(
-                server, "/f.bin", into: temp.path, name: "f.bin", committed: 1 << 20,
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 1 << 20,
                 validators: Validators(totalLength: Int64(Self.size)),
-                partBytes: [UInt8](repeating: 0xEE, count: 1 << 20))
+                partBytes: [UInt8](repeating: 0xEE, count: 1 << 20)
+            )
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(server.requests(for: "/f.bin").count == 1)

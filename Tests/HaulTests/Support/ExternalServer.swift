@@ -91,17 +91,13 @@ final class ExternalServer: Sendable {
             }
             """
         try config.write(toFile: directory.file("nginx.conf"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: nginx)
-        process.arguments = [
-            "-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log"),
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let server = ExternalServer(process: process, port: port, root: root, directory: directory)
-        try await server.waitUntilListening()
-        return server
+        return try await launch(
+            nginx,
+            ["-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log")],
+            port: port,
+            root: root,
+            directory: directory
+        )
     }
 
     /// Python's http.server: HTTP/1.0, no Range support, Last-Modified but no ETag.
@@ -110,9 +106,25 @@ final class ExternalServer: Sendable {
         let directory = try TemporaryDirectory()
         let root = try directory.directory("www")
         let port = try freePort()
+        return try await launch(
+            python,
+            ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", root],
+            port: port,
+            root: root,
+            directory: directory
+        )
+    }
+
+    private static func launch(
+        _ executable: String,
+        _ arguments: [String],
+        port: Int,
+        root: String,
+        directory: TemporaryDirectory
+    ) async throws -> ExternalServer {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", root]
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
