@@ -160,6 +160,8 @@ public final class TestServer: Sendable {
         var requests: [RecordedRequest] = []
         var openConnections = 0
         var maxOpenConnections = 0
+        var activeResponses = 0
+        var maxActiveResponses = 0
     }
 
     /// The port the server listens on.
@@ -277,6 +279,12 @@ public final class TestServer: Sendable {
     /// The most connections that were open at once.
     public var maxOpenConnections: Int { state.withLock { $0.maxOpenConnections } }
 
+    /// The most responses that were being sent at once (idle kept-alive connections do not count).
+    public var maxActiveResponses: Int { state.withLock { $0.maxActiveResponses } }
+
+    /// Responses being sent right now.
+    public var activeResponses: Int { state.withLock { $0.activeResponses } }
+
     // MARK: Serving
 
     private func acceptLoop() async {
@@ -336,6 +344,11 @@ public final class TestServer: Sendable {
             path: path,
             headers: head.headers.map { ($0.name, $0.value) }
         )
+        state.withLock {
+            $0.activeResponses += 1
+            $0.maxActiveResponses = max($0.maxActiveResponses, $0.activeResponses)
+        }
+        defer { state.withLock { $0.activeResponses -= 1 } }
         let plan = state.withLock { state -> Plan in
             state.requests.append(recorded)
             guard var entry = state.entries[path] else { return .status(404, headers: []) }

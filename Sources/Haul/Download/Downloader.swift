@@ -141,6 +141,15 @@ public final class Downloader: Sendable {
     /// without a request.
     /// - Throws: ``HaulError`` at once for a bad URL or an unusable destination directory.
     public func download(_ request: DownloadRequest) async throws -> DownloadTask {
+        let prepared = try await prepare(request)
+        return start(prepared.record, segments: prepared.segments)
+    }
+
+    /// Checks a request and finds its task in the store (the same URL into the same place,
+    /// unless cancelled), or records a new one.
+    func prepare(
+        _ request: DownloadRequest
+    ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
         try DownloadRequest.validate(request.url)
         try FileOps.checkWritableDirectory(request.destination.directory)
         if let name = request.destination.fileName, !FileNaming.isPlainName(name) {
@@ -148,8 +157,6 @@ public final class Downloader: Sendable {
         }
         let headers = String(decoding: try JSONEncoder().encode(request.headers), as: UTF8.self)
         let now = Date()
-        var segments: [SegmentRecord]
-        var record: TaskRecord
         if var existing = try await store.findTask(
             url: request.url.absoluteString,
             directory: request.destination.directory,
@@ -161,26 +168,24 @@ public final class Downloader: Sendable {
             existing.checksum = request.checksum?.description
             existing.overwrite = request.overwrite
             existing.queuedAt = now
-            record = existing
-            segments = try await store.segments(of: existing.id)
+            var segments = try await store.segments(of: existing.id)
             if segments.isEmpty { segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)] }
-            try await store.save(record, segments: segments)
-        } else {
-            let id = UUID()
-            record = TaskRecord(
-                id: id,
-                url: request.url.absoluteString,
-                destination: request.destination,
-                explicitName: request.destination.fileName != nil,
-                requestHeaders: headers,
-                checksum: request.checksum?.description,
-                overwrite: request.overwrite,
-                now: now
-            )
-            segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
-            try await store.insert(record, segments: segments)
+            try await store.save(existing, segments: segments)
+            return (existing, segments, false)
         }
-        return start(record, segments: segments)
+        let id = UUID()
+        let record = TaskRecord(
+            id: id,
+            url: request.url.absoluteString,
+            destination: request.destination,
+            explicitName: request.destination.fileName != nil,
+            requestHeaders: headers,
+            checksum: request.checksum?.description,
+            overwrite: request.overwrite,
+            now: now
+        )
+        let segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
+        return (try await store.insert(record, segments: segments), segments, true)
     }
 
     /// Continues a download from resume data produced by ``DownloadTask/pause()`` or carried
@@ -231,8 +236,9 @@ public final class Downloader: Sendable {
         return start(record, segments: segments)
     }
 
-    private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
-        let environment = TransferEnvironment(
+    /// What every transfer of this downloader shares.
+    var environment: TransferEnvironment {
+        TransferEnvironment(
             transport: HTTPTransport(
                 client: client,
                 maxRedirects: configuration.maxRedirects,
@@ -244,6 +250,10 @@ public final class Downloader: Sendable {
             retry: configuration.retry,
             logger: configuration.logger
         )
+    }
+
+    private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
+        let environment = self.environment
         return DownloadTask(id: record.id) { progress, control in
             let transfer = Transfer(
                 task: record,

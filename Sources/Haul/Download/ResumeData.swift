@@ -113,6 +113,23 @@ public struct ResumeData: Codable, Sendable, Equatable {
         self.segments = segments
     }
 
+    /// The resume data of a task as the store records it.
+    init(record: TaskRecord, segments: [SegmentRecord]) {
+        let headers = (try? JSONDecoder().decode([HTTPHeaderField].self, from: Data(record.requestHeaders.utf8))) ?? []
+        self.init(
+            taskID: record.id,
+            url: URL(string: record.url)!,
+            finalURL: record.finalURL.flatMap(URL.init(string:)),
+            headers: headers,
+            validators: record.validators,
+            destination: Destination(directory: record.directory, fileName: record.fileName),
+            checksum: record.checksum.flatMap { try? Checksum(parsing: $0) },
+            overwrite: record.overwrite,
+            partPath: record.destinationPath.map { $0 + ".part" },
+            segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) }
+        )
+    }
+
     /// Rejects values that cannot describe a real download, whoever produced them.
     private func validate() throws {
         func corrupt(_ why: String) -> HaulError { HaulError(.corruptResumeData, "Resume data is corrupt: \(why)") }

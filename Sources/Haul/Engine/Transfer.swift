@@ -7,20 +7,43 @@ import Synchronization
 
 /// Why a running transfer was asked to stop.
 enum StopReason: Sendable, Equatable {
+    /// The user paused it: it keeps its data and waits to be resumed.
     case pause
+    /// The scheduler took its slot (a lower limit, or shutdown): it keeps its data and queues again.
+    case yield
+    /// The user cancelled it: its data goes.
     case cancel
 }
 
-/// The switch a ``DownloadTask`` flips to stop its transfer; read by the transfer when its
-/// Swift task is cancelled, to tell a pause from a cancel.
+/// The switch that stops a transfer. The first request wins; ``waitForStop()`` returns
+/// once there is one, so whoever runs the transfer can cancel it and let it conclude.
 final class TransferControl: Sendable {
     private let reason = Mutex<StopReason?>(nil)
+    private let signal: AsyncStream<Void>
+    private let signalSink: AsyncStream<Void>.Continuation
+
+    init() {
+        (signal, signalSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
 
     func request(_ stop: StopReason) {
-        reason.withLock { if $0 == nil { $0 = stop } }
+        let first = reason.withLock { reason -> Bool in
+            guard reason == nil else { return false }
+            reason = stop
+            return true
+        }
+        if first {
+            signalSink.yield()
+            signalSink.finish()
+        }
     }
 
     var requested: StopReason? { reason.withLock { $0 } }
+
+    /// Returns when a stop is requested, or when the calling task is cancelled.
+    func waitForStop() async {
+        for await _ in signal { return }
+    }
 }
 
 /// What a transfer needs from its downloader.
@@ -470,10 +493,14 @@ final class Transfer {
             }
         }
         try checkDestinationFree()
+        // Completed in the store first, then the rename: a crash between the two leaves the
+        // verified part file and a completed record, and the next run finds every byte on
+        // disk (a 416) and renames it. The other order would leave our own finished file
+        // looking like a stranger's at the destination.
+        try await store.setState(task.id, TaskState.completed.rawValue)
         try FileOps.rename(partPath, to: destination)
         part.close()
         self.part = nil
-        try await store.setState(task.id, TaskState.completed.rawValue)
         let fetched = progress.snapshot().bytesThisRun
         logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
         return DownloadResult(
@@ -498,8 +525,8 @@ final class Transfer {
         let resumeData = makeResumeData()
         do {
             switch stop {
-            case .pause:
-                try await setStateUncancellable(.paused)
+            case .pause, .yield:
+                try await setStateUncancellable(stop == .pause ? .paused : .queued)
                 var paused = HaulError(.paused, "Paused \(task.url) at \(segments[0].committed) bytes", url: url)
                 paused.resumeData = resumeData
                 return paused
@@ -529,18 +556,7 @@ final class Transfer {
     }
 
     func makeResumeData() -> ResumeData {
-        ResumeData(
-            taskID: task.id,
-            url: url,
-            finalURL: task.finalURL.flatMap(URL.init(string:)),
-            headers: requestHeaders,
-            validators: task.validators,
-            destination: Destination(directory: task.directory, fileName: task.fileName),
-            checksum: checksum,
-            overwrite: task.overwrite,
-            partPath: partPath,
-            segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) }
-        )
+        ResumeData(record: task, segments: segments)
     }
 }
 

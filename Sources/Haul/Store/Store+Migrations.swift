@@ -38,6 +38,13 @@ extension Store {
                 t.primaryKey(["taskID", "ordinal"])
             }
         }
+        migrator.registerMigration("v2: queue order") { db in
+            try db.alter(table: "task") { t in
+                t.add(column: "queueOrder", .integer).notNull().defaults(to: 0)
+            }
+            try db.execute(sql: "UPDATE task SET queueOrder = rowid")
+            try db.create(index: "task_on_queueOrder", on: "task", columns: ["queueOrder"])
+        }
         return migrator
     }
 }

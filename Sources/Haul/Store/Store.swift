@@ -106,11 +106,67 @@ public final class Store: Sendable {
 
     // MARK: Writing
 
-    func insert(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+    /// Inserts a task at the back of the waiting line; returns it with its queue position.
+    @discardableResult
+    func insert(_ task: TaskRecord, segments: [SegmentRecord]) async throws -> TaskRecord {
         try await write { db in
+            var task = task
+            task.queueOrder = try Store.nextQueueOrder(db)
             try task.insert(db)
             for segment in segments { try segment.insert(db) }
+            return task
         }
+    }
+
+    /// Moves a task to the back of the waiting line in `state`; returns its new position.
+    func requeue(_ id: UUID, state: String) async throws -> Int64 {
+        try await write { db in
+            let order = try Store.nextQueueOrder(db)
+            try db.execute(
+                sql:
+                    "UPDATE task SET state = ?, queueOrder = ?, queuedAt = ?, errorMessage = NULL, updatedAt = ? WHERE id = ?",
+                arguments: [state, order, Date(), Date(), id]
+            )
+            return order
+        }
+    }
+
+    func setPriority(_ id: UUID, _ priority: Int) async throws {
+        try await write { db in
+            try db.execute(sql: "UPDATE task SET priority = ? WHERE id = ?", arguments: [priority, id])
+        }
+    }
+
+    /// Tasks in any of `states`, in queue order.
+    func tasks(inStates states: [TaskState]) async throws -> [TaskRecord] {
+        try await read { db in
+            try TaskRecord.filter(states.map(\.rawValue).contains(TaskRecord.Columns.state))
+                .order(TaskRecord.Columns.queueOrder).fetchAll(db)
+        }
+    }
+
+    /// Every task with its committed bytes, in queue order, in one query.
+    func infos(ids: [UUID]? = nil) async throws -> [DownloadInfo] {
+        try await read { db in
+            var sql = """
+                SELECT task.*, COALESCE((SELECT SUM(committed - start) FROM segment WHERE segment.taskID = task.id), 0)
+                    AS committedBytes
+                FROM task
+                """
+            var arguments = StatementArguments()
+            if let ids {
+                sql += " WHERE id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
+                arguments = StatementArguments(ids)
+            }
+            sql += " ORDER BY queueOrder"
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
+                DownloadInfo(record: try TaskRecord(row: row), committed: row["committedBytes"])
+            }
+        }
+    }
+
+    private static func nextQueueOrder(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(queueOrder), 0) + 1 FROM task") ?? 1
     }
 
     /// Replaces a task's record and all its segments in one transaction.

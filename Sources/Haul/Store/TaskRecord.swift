@@ -29,6 +29,8 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
     var queuedAt: Date
     var updatedAt: Date
     var errorMessage: String?
+    /// Position in the waiting line: only grows; a task resumed by the user gets a new one.
+    var queueOrder: Int64
 
     enum Columns {
         static let id = Column(CodingKeys.id)
@@ -40,6 +42,7 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
         static let state = Column(CodingKeys.state)
         static let createdAt = Column(CodingKeys.createdAt)
         static let queuedAt = Column(CodingKeys.queuedAt)
+        static let queueOrder = Column(CodingKeys.queueOrder)
     }
 
     var destinationPath: String? {
@@ -89,7 +92,8 @@ extension TaskRecord {
             createdAt: now,
             queuedAt: now,
             updatedAt: now,
-            errorMessage: nil
+            errorMessage: nil,
+            queueOrder: 0
         )
     }
 }

@@ -1,0 +1,185 @@
+import DequeModule
+import Foundation
+import Synchronization
+
+/// Something that happened to a download managed by a ``DownloadManager``.
+public enum DownloadEvent: Sendable {
+    /// A task was added (queued).
+    case added(DownloadInfo)
+    /// A task moved from one state to another.
+    case stateChanged(id: UUID, from: TaskState, to: TaskState)
+    /// Progress of a running task, at most about ten times a second per task.
+    case progress(id: UUID, DownloadProgress)
+    /// A task continued earlier work from `offset`.
+    case resumed(id: UUID, offset: Int64, expectedTotal: Int64?)
+    /// A task's verified file is in place.
+    case completed(id: UUID, result: DownloadResult)
+    /// A task failed; the error carries resume data when the download can continue.
+    case failed(id: UUID, error: HaulError)
+
+    /// The task the event is about.
+    public var taskID: UUID {
+        switch self {
+        case .added(let info): return info.id
+        case .stateChanged(let id, _, _), .progress(let id, _), .resumed(let id, _, _), .completed(let id, _),
+            .failed(let id, _):
+            return id
+        }
+    }
+
+    var isProgress: Bool {
+        if case .progress = self { return true }
+        return false
+    }
+}
+
+/// A stream of ``DownloadEvent``s: every event, or those of one task.
+///
+/// A consumer that reads slowly, or never, does not slow any download: progress is
+/// coalesced to the latest value per task while it waits, and other events are kept up to
+/// a bound (the oldest are dropped past it, and ``droppedEvents`` says how many).
+public struct DownloadEvents: AsyncSequence, Sendable {
+    public typealias Element = DownloadEvent
+
+    let subscription: EventSubscription
+
+    public func makeAsyncIterator() -> Iterator { Iterator(subscription: subscription) }
+
+    /// Events dropped because this consumer fell more than the bound behind.
+    public var droppedEvents: Int { subscription.dropped }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        let subscription: EventSubscription
+
+        public mutating func next() async -> DownloadEvent? { await subscription.next() }
+    }
+}
+
+/// One consumer's queue. Thread-safe; the hub delivers, the consumer takes.
+final class EventSubscription: Sendable {
+    private struct State {
+        var queue = Deque<DownloadEvent>()
+        /// The latest progress of each task not yet delivered, in the order first seen.
+        var pendingProgress: [UUID: DownloadProgress] = [:]
+        var progressOrder: [UUID] = []
+        var waiter: CheckedContinuation<DownloadEvent?, Never>?
+        var finished = false
+        var dropped = 0
+
+        mutating func take() -> DownloadEvent? {
+            if let event = queue.popFirst() { return event }
+            while !progressOrder.isEmpty {
+                let id = progressOrder.removeFirst()
+                if let progress = pendingProgress.removeValue(forKey: id) { return .progress(id: id, progress) }
+            }
+            return nil
+        }
+
+        /// Moves a task's pending progress into the queue, so it is not delivered after a later event.
+        mutating func flushProgress(of id: UUID) {
+            guard let progress = pendingProgress.removeValue(forKey: id) else { return }
+            progressOrder.removeAll { $0 == id }
+            queue.append(.progress(id: id, progress))
+        }
+    }
+
+    /// Events kept for a consumer that does not read, besides one progress value per task.
+    static let bound = 10_000
+
+    private let state = Mutex(State())
+    private let taskID: UUID?
+
+    init(taskID: UUID?) {
+        self.taskID = taskID
+    }
+
+    var dropped: Int { state.withLock { $0.dropped } }
+
+    /// What waits to be read: queued events, and coalesced progress values.
+    var pendingCount: (events: Int, progress: Int) {
+        state.withLock { ($0.queue.count, $0.pendingProgress.count) }
+    }
+
+    func deliver(_ event: DownloadEvent) {
+        if let taskID, event.taskID != taskID { return }
+        let waiter = state.withLock { state -> CheckedContinuation<DownloadEvent?, Never>? in
+            guard !state.finished else { return nil }
+            if case .progress(let id, let progress) = event {
+                if state.pendingProgress.updateValue(progress, forKey: id) == nil { state.progressOrder.append(id) }
+            } else {
+                state.flushProgress(of: event.taskID)
+                state.queue.append(event)
+                if state.queue.count > EventSubscription.bound {
+                    state.queue.removeFirst()
+                    state.dropped += 1
+                }
+            }
+            guard let waiter = state.waiter else { return nil }
+            state.waiter = nil
+            return waiter
+        }
+        if let waiter {
+            let next = state.withLock { $0.take() }
+            waiter.resume(returning: next)
+        }
+    }
+
+    func finish() {
+        let waiter = state.withLock { state -> CheckedContinuation<DownloadEvent?, Never>? in
+            state.finished = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: nil)
+    }
+
+    func next() async -> DownloadEvent? {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<DownloadEvent?, Never>) in
+                let ready = state.withLock { state -> (DownloadEvent?, Bool) in
+                    if let event = state.take() { return (event, true) }
+                    if state.finished || Task.isCancelled { return (nil, true) }
+                    state.waiter = continuation
+                    return (nil, false)
+                }
+                if ready.1 { continuation.resume(returning: ready.0) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> CheckedContinuation<DownloadEvent?, Never>? in
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume(returning: nil)
+        }
+    }
+}
+
+/// Hands every event to every live subscription. Subscriptions the consumer dropped are
+/// forgotten on the next publish.
+final class EventHub: Sendable {
+    private final class WeakSubscription: Sendable {
+        weak let subscription: EventSubscription?
+        init(_ subscription: EventSubscription) { self.subscription = subscription }
+    }
+
+    private let subscriptions = Mutex<[WeakSubscription]>([])
+
+    func subscribe(taskID: UUID? = nil) -> DownloadEvents {
+        let subscription = EventSubscription(taskID: taskID)
+        subscriptions.withLock { $0.append(WeakSubscription(subscription)) }
+        return DownloadEvents(subscription: subscription)
+    }
+
+    func publish(_ event: DownloadEvent) {
+        let live = subscriptions.withLock { list -> [EventSubscription] in
+            list.removeAll { $0.subscription == nil }
+            return list.compactMap(\.subscription)
+        }
+        for subscription in live { subscription.deliver(event) }
+    }
+
+    func finish() {
+        let live = subscriptions.withLock { $0.compactMap(\.subscription) }
+        for subscription in live { subscription.finish() }
+    }
+}

@@ -1,0 +1,485 @@
+import Foundation
+import Logging
+
+/// Many downloads through one queue: a concurrency limit, a per-host cap, the seeds'
+/// ordering rules, pause/resume/cancel, restart recovery, and one stream of events.
+///
+/// ```swift
+/// try await DownloadManager.withDownloadManager(
+///     configuration: .init(store: .sqlite(at: path), maxConcurrentDownloads: 3)
+/// ) { manager in
+///     let task = try await manager.download(DownloadRequest(url: url, destination: .directory("/data")))
+///     for await event in manager.events(for: task.id) { … }
+/// }
+/// ```
+/// Tasks and their order live in the store: a manager opened on a store left by a crashed
+/// process queues every task that was queued or running again, in its original order.
+public actor DownloadManager {
+    /// How a manager behaves.
+    public struct Configuration: Sendable {
+        /// Transport, store, checkpoints and retries, as for a ``Downloader``.
+        public var downloader: Downloader.Configuration
+        /// How many downloads run at once (any number of 1 or more).
+        public var maxConcurrentDownloads: Int
+        /// How many downloads run at once against one host.
+        public var maxConnectionsPerHost: Int
+
+        public init(
+            store: Downloader.StoreLocation = .default,
+            maxConcurrentDownloads: Int = 3,
+            maxConnectionsPerHost: Int = 8,
+            downloader: Downloader.Configuration = Downloader.Configuration()
+        ) {
+            self.downloader = downloader
+            self.downloader.store = store
+            self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.maxConnectionsPerHost = maxConnectionsPerHost
+        }
+    }
+
+    private struct Active {
+        var control: TransferControl
+        var progress: ProgressBox
+    }
+
+    private let downloader: Downloader
+    private var scheduler: Scheduler
+    private var machines: [UUID: TaskStateMachine] = [:]
+    private var entries: [UUID: Scheduler.Entry] = [:]
+    private var active: [UUID: Active] = [:]
+    private var endWaiters: [UUID: [CheckedContinuation<Void, Never>]] = [:]
+    private var lastProgress: [UUID: DownloadProgress] = [:]
+    private var shuttingDown = false
+    private let hub = EventHub()
+    private let starts: AsyncStream<(UUID, TransferControl, ProgressBox)>
+    private let startSink: AsyncStream<(UUID, TransferControl, ProgressBox)>.Continuation
+    private let logger: Logger
+
+    /// The store the manager records into.
+    public nonisolated var store: Store { downloader.store }
+
+    /// Opens the store and loads its tasks. Call ``run()`` (or use
+    /// ``withDownloadManager(configuration:_:)``) for anything to move.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a limit below 1, or a store error.
+    public init(configuration: Configuration) throws {
+        try DownloadManager.validateLimit(configuration.maxConcurrentDownloads, "maxConcurrentDownloads")
+        try DownloadManager.validateLimit(configuration.maxConnectionsPerHost, "maxConnectionsPerHost")
+        self.downloader = try Downloader(configuration: configuration.downloader)
+        self.scheduler = Scheduler(
+            maxConcurrent: configuration.maxConcurrentDownloads,
+            perHostLimit: configuration.maxConnectionsPerHost
+        )
+        (starts, startSink) = AsyncStream.makeStream()
+        self.logger = configuration.downloader.logger
+    }
+
+    /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
+    /// checkpoint and go back to the queue, to continue when a manager next opens the store.
+    public static func withDownloadManager<Result>(
+        configuration: Configuration,
+        _ body: (DownloadManager) async throws -> Result
+    ) async throws -> Result {
+        let manager = try DownloadManager(configuration: configuration)
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await manager.run() }
+            do {
+                let result = try await body(manager)
+                await manager.shutdown()
+                try await group.waitForAll()
+                try await manager.downloader.shutdown()
+                return result
+            } catch {
+                await manager.shutdown()
+                try? await group.waitForAll()
+                try? await manager.downloader.shutdown()
+                throw error
+            }
+        }
+    }
+
+    // MARK: Running
+
+    /// Recovers the store's unfinished tasks, then runs downloads until ``shutdown()``.
+    public func run() async throws {
+        try await recover()
+        let starts = self.starts
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.publishProgressUntilShutdown() }
+            for await (id, control, progress) in starts {
+                group.addTask { await self.execute(id, control: control, progress: progress) }
+            }
+        }
+        hub.finish()
+    }
+
+    /// Stops starting downloads, sends the running ones back to the queue after a last
+    /// checkpoint, and ends ``run()`` once they have stopped.
+    public func shutdown() {
+        guard !shuttingDown else { return }
+        shuttingDown = true
+        for (_, transfer) in active { transfer.control.request(.yield) }
+        startSink.finish()
+    }
+
+    /// Queues again every task that was queued, or running when its process died, in its
+    /// original order; keeps paused and failed ones as they are.
+    private func recover() async throws {
+        let records = try await store.tasks(inStates: [.queued, .running, .paused, .failed])
+        for record in records {
+            guard let state = TaskState(rawValue: record.state) else { continue }
+            var machine = TaskStateMachine(state)
+            if state == .running {
+                _ = try? machine.handle(.recover)
+                try await store.setState(record.id, TaskState.queued.rawValue)
+            }
+            machines[record.id] = machine
+            let entry = DownloadManager.entry(for: record)
+            entries[record.id] = entry
+            if machine.state == .queued { scheduler.enqueue(entry) }
+        }
+        admitAndStart()
+    }
+
+    private nonisolated func execute(_ id: UUID, control: TransferControl, progress: ProgressBox) async {
+        let outcome: Result<DownloadResult, HaulError>
+        do {
+            guard let record = try await store.task(id: id) else {
+                throw HaulError(.store, "Task \(id) vanished from the store")
+            }
+            let segments = try await store.segments(of: id)
+            let committed = segments.reduce(0) { $0 + ($1.committed - $1.start) }
+            if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
+            let environment = downloader.environment
+            outcome = await withTaskGroup(of: Result<DownloadResult, HaulError>?.self) { group in
+                group.addTask {
+                    let transfer = Transfer(
+                        task: record,
+                        segments: segments,
+                        environment: environment,
+                        progress: progress,
+                        control: control
+                    )
+                    do {
+                        return .success(try await transfer.run())
+                    } catch {
+                        return .failure(error as? HaulError ?? HaulError(.connection, "\(error)"))
+                    }
+                }
+                group.addTask {
+                    await control.waitForStop()
+                    return nil
+                }
+                var result: Result<DownloadResult, HaulError>?
+                while let next = await group.next() {
+                    // A stop request (nil) or the end of the transfer: either way stop the other.
+                    group.cancelAll()
+                    if let next { result = next }
+                }
+                return result ?? .failure(HaulError(.cancelled, "Stopped"))
+            }
+        } catch {
+            outcome = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
+        }
+        await transferEnded(id, outcome: outcome, stop: control.requested)
+    }
+
+    private func transferEnded(_ id: UUID, outcome: Result<DownloadResult, HaulError>, stop: StopReason?) {
+        active[id] = nil
+        lastProgress[id] = nil
+        switch outcome {
+        case .success(let result):
+            scheduler.remove(id)
+            move(id, .complete)
+            hub.publish(.completed(id: id, result: result))
+        case .failure(let error) where error.code == .paused && stop == .yield:
+            // The scheduler already moved it back to waiting (or, during shutdown, it stays queued).
+            move(id, .yield)
+        case .failure(let error) where error.code == .paused:
+            scheduler.remove(id)
+            move(id, .pause)
+        case .failure(let error) where error.code == .cancelled:
+            scheduler.remove(id)
+            move(id, .cancel)
+        case .failure(let error):
+            scheduler.remove(id)
+            move(id, .fail)
+            hub.publish(.failed(id: id, error: error))
+        }
+        for waiter in endWaiters.removeValue(forKey: id) ?? [] { waiter.resume() }
+        if scheduler.isRunning(id), machines[id]?.state == .queued {
+            // Re-admitted while it was still stopping (the limit went down, then up again).
+            start(id)
+        }
+        admitAndStart()
+    }
+
+    private func admitAndStart() {
+        guard !shuttingDown else { return }
+        for id in scheduler.admit() where active[id] == nil {
+            start(id)
+        }
+    }
+
+    private func start(_ id: UUID) {
+        guard !shuttingDown else { return }
+        move(id, .start)
+        let transfer = Active(control: TransferControl(), progress: ProgressBox())
+        active[id] = transfer
+        startSink.yield((id, transfer.control, transfer.progress))
+    }
+
+    /// Applies a state-machine event and publishes the change.
+    private func move(_ id: UUID, _ event: TaskStateMachine.Event) {
+        var machine = machines[id] ?? TaskStateMachine()
+        let from = machine.state
+        do {
+            try machine.handle(event)
+        } catch {
+            logger.error("illegal transition", metadata: ["haul.task": "\(id)", "error": "\(error)"])
+            return
+        }
+        machines[id] = machine
+        hub.publish(.stateChanged(id: id, from: from, to: machine.state))
+    }
+
+    private nonisolated func publishProgressUntilShutdown() async {
+        while await publishProgress() {
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+    }
+
+    /// Publishes what changed since the last tick; false once the manager is shutting down.
+    private func publishProgress() -> Bool {
+        guard !shuttingDown || !active.isEmpty else { return false }
+        for (id, transfer) in active {
+            let progress = transfer.progress.snapshot()
+            if lastProgress[id] != progress {
+                lastProgress[id] = progress
+                hub.publish(.progress(id: id, progress))
+            }
+        }
+        return true
+    }
+
+    private func waitForEnd(_ id: UUID) async {
+        guard active[id] != nil else { return }
+        await withCheckedContinuation { endWaiters[id, default: []].append($0) }
+    }
+
+    private static func entry(for record: TaskRecord) -> Scheduler.Entry {
+        let url = URL(string: record.url)
+        let host = "\(url?.host?.lowercased() ?? ""):\(url?.port ?? (url?.scheme == "https" ? 443 : 80))"
+        return Scheduler.Entry(id: record.id, host: host, priority: record.priority, queueOrder: record.queueOrder)
+    }
+
+    private static func validateLimit(_ value: Int, _ name: String) throws {
+        guard value >= 1 else {
+            throw HaulError(.invalidArgument, "\(name) must be 1 or more, not \(value)")
+        }
+    }
+}
+
+// MARK: - Operations
+
+extension DownloadManager {
+    /// Queues a download (or finds the same URL already going to the same place, so a re-add
+    /// does not duplicate it). It starts when the limits allow.
+    /// - Parameter priority: higher starts sooner than older tasks of lower priority.
+    /// - Returns: the task as it stands now (queued, running, or already completed).
+    /// - Throws: ``HaulError`` for a bad URL or an unusable destination.
+    public func download(_ request: DownloadRequest, priority: Int = 0) async throws -> DownloadInfo {
+        let prepared = try await downloader.prepare(request)
+        var record = prepared.record
+        let id = record.id
+        if let machine = machines[id] {
+            switch machine.state {
+            case .queued, .running: return try await info(id)
+            case .paused, .failed: return try await resume(id, priority: priority)
+            case .completed, .cancelled: break
+            }
+        }
+        if record.priority != priority {
+            try await store.setPriority(id, priority)
+            record.priority = priority
+        }
+        if !prepared.isNew {
+            record.queueOrder = try await store.requeue(id, state: TaskState.queued.rawValue)
+        }
+        machines[id] = TaskStateMachine(.queued)
+        entries[id] = DownloadManager.entry(for: record)
+        let info = try await info(id)
+        hub.publish(.added(info))
+        scheduler.enqueue(entries[id]!)
+        admitAndStart()
+        return try await self.info(id)
+    }
+
+    /// Pauses a task, keeping its data. A running one checkpoints first.
+    /// - Returns: resume data that continues it, here or in another process.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or one that is not queued or running.
+    @discardableResult
+    public func pause(_ id: UUID) async throws -> ResumeData {
+        let state = try currentState(id)
+        switch state {
+        case .queued:
+            scheduler.remove(id)
+            move(id, .pause)
+            try await store.setState(id, TaskState.paused.rawValue)
+        case .running:
+            active[id]?.control.request(.pause)
+            await waitForEnd(id)
+        default:
+            throw HaulError(.invalidArgument, "Cannot pause task \(id): it is \(state.rawValue)")
+        }
+        return try await resumeData(id)
+    }
+
+    /// Resumes a paused or failed task: it queues anew at the back, unless given a priority.
+    @discardableResult
+    public func resume(_ id: UUID, priority: Int? = nil) async throws -> DownloadInfo {
+        let state = try currentState(id)
+        guard TaskStateMachine.next(from: state, on: .resume) != nil else {
+            throw HaulError(.invalidArgument, "Cannot resume task \(id): it is \(state.rawValue)")
+        }
+        if let priority { try await store.setPriority(id, priority) }
+        let order = try await store.requeue(id, state: TaskState.queued.rawValue)
+        move(id, .resume)
+        var entry = entries[id] ?? Scheduler.Entry(id: id, host: "", priority: 0, queueOrder: order)
+        entry.queueOrder = order
+        if let priority { entry.priority = priority }
+        entries[id] = entry
+        scheduler.enqueue(entry)
+        admitAndStart()
+        return try await info(id)
+    }
+
+    /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
+    public func cancel(_ id: UUID) async throws {
+        let state = try currentState(id)
+        switch state {
+        case .running:
+            active[id]?.control.request(.cancel)
+            await waitForEnd(id)
+        case .queued, .paused, .failed:
+            scheduler.remove(id)
+            move(id, .cancel)
+            if let record = try await store.task(id: id), let path = record.destinationPath {
+                FileOps.remove(path + ".part")
+            }
+            try await store.setState(id, TaskState.cancelled.rawValue)
+        case .completed, .cancelled:
+            throw HaulError(.invalidArgument, "Cannot cancel task \(id): it is \(state.rawValue)")
+        }
+    }
+
+    /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also
+    /// deletes its finished file.
+    public func remove(_ id: UUID, deleteFile: Bool = false) async throws {
+        let state = try currentState(id)
+        if [.queued, .running, .paused, .failed].contains(state) { try await cancel(id) }
+        let record = try await store.task(id: id)
+        if deleteFile, state == .completed, let path = record?.destinationPath { FileOps.remove(path) }
+        try await store.delete(id)
+        machines[id] = nil
+        entries[id] = nil
+        scheduler.remove(id)
+    }
+
+    /// Pauses every task in `ids` that is queued or running.
+    public func pause(_ ids: [UUID]) async throws {
+        for id in ids where [.queued, .running].contains(machines[id]?.state) { try await pause(id) }
+    }
+
+    /// Resumes every task in `ids` that is paused or failed, in the order given.
+    public func resume(_ ids: [UUID]) async throws {
+        for id in ids where [.paused, .failed].contains(machines[id]?.state) { try await resume(id) }
+    }
+
+    /// Cancels every unfinished task in `ids`.
+    public func cancel(_ ids: [UUID]) async throws {
+        for id in ids where [.queued, .running, .paused, .failed].contains(machines[id]?.state) {
+            try await cancel(id)
+        }
+    }
+
+    /// Pauses every queued or running task; the queued ones first, so none starts meanwhile.
+    public func pauseAll() async throws {
+        try await pause(scheduler.waitingIDs)
+        try await pause(scheduler.runningIDs)
+    }
+
+    /// Resumes every paused or failed task, oldest first.
+    public func resumeAll() async throws {
+        let ids = try await store.tasks(inStates: [.paused, .failed]).map(\.id)
+        try await resume(ids)
+    }
+
+    /// Cancels every unfinished task.
+    public func cancelAll() async throws {
+        try await cancel(scheduler.waitingIDs)
+        try await cancel(Array(machines.keys))
+    }
+
+    /// Changes how many downloads run at once. Lowering it sends the most recently started
+    /// back to waiting (keeping their data and their place); raising it starts the oldest waiting.
+    public func setMaxConcurrentDownloads(_ limit: Int) throws {
+        try DownloadManager.validateLimit(limit, "maxConcurrentDownloads")
+        for id in scheduler.setMaxConcurrent(limit) { active[id]?.control.request(.yield) }
+        admitAndStart()
+    }
+
+    /// Changes how many downloads run at once against one host, like ``setMaxConcurrentDownloads(_:)``.
+    public func setMaxConnectionsPerHost(_ limit: Int) throws {
+        try DownloadManager.validateLimit(limit, "maxConnectionsPerHost")
+        for id in scheduler.setPerHostLimit(limit) { active[id]?.control.request(.yield) }
+        admitAndStart()
+    }
+
+    /// The limits in force.
+    public var limits: (maxConcurrentDownloads: Int, maxConnectionsPerHost: Int) {
+        (scheduler.maxConcurrent, scheduler.perHostLimit)
+    }
+
+    // MARK: Looking
+
+    /// Every task in the store, in queue order.
+    public func tasks() async throws -> [DownloadInfo] {
+        try await store.infos()
+    }
+
+    /// One task.
+    /// - Throws: ``HaulError/Code/invalidArgument`` when there is no such task.
+    public func info(_ id: UUID) async throws -> DownloadInfo {
+        guard let info = try await store.infos(ids: [id]).first else {
+            throw HaulError(.invalidArgument, "No task \(id)")
+        }
+        return info
+    }
+
+    /// Live progress of a running task, nil for others.
+    public func progress(of id: UUID) -> DownloadProgress? {
+        active[id]?.progress.snapshot()
+    }
+
+    /// The ids of running tasks, in the order they started.
+    public var runningTaskIDs: [UUID] { scheduler.runningIDs }
+
+    /// The ids of waiting tasks, next to start first.
+    public var waitingTaskIDs: [UUID] { scheduler.waitingIDs }
+
+    /// All events from now on.
+    public nonisolated func events() -> DownloadEvents { hub.subscribe() }
+
+    /// The events of one task from now on.
+    public nonisolated func events(for id: UUID) -> DownloadEvents { hub.subscribe(taskID: id) }
+
+    private func currentState(_ id: UUID) throws -> TaskState {
+        guard let machine = machines[id] else { throw HaulError(.invalidArgument, "No task \(id)") }
+        return machine.state
+    }
+
+    private func resumeData(_ id: UUID) async throws -> ResumeData {
+        guard let record = try await store.task(id: id) else { throw HaulError(.invalidArgument, "No task \(id)") }
+        return ResumeData(record: record, segments: try await store.segments(of: id))
+    }
+}

@@ -1,0 +1,315 @@
+import Foundation
+import HaulTesting
+import Synchronization
+import Testing
+
+@testable import Haul
+
+/// The manager against the test server: limits really enforced, exact orders, operations,
+/// restart recovery and events.
+@Suite("DownloadManager")
+struct DownloadManagerTests {
+    static func configuration(store: String, limit: Int, perHost: Int = 100) -> DownloadManager.Configuration {
+        DownloadManager.Configuration(
+            store: .sqlite(at: store),
+            maxConcurrentDownloads: limit,
+            maxConnectionsPerHost: perHost,
+            downloader: testConfiguration(store: store)
+        )
+    }
+
+    /// Collects the order in which tasks entered `state`.
+    struct Recorder {
+        final class IDList: Sendable {
+            private let ids = Mutex<[UUID]>([])
+            func append(_ id: UUID) { ids.withLock { $0.append(id) } }
+            var all: [UUID] { ids.withLock { $0 } }
+        }
+
+        let list = IDList()
+        let task: Task<Void, Never>
+
+        init(_ events: DownloadEvents, state: TaskState) {
+            let list = self.list
+            task = Task {
+                for await event in events {
+                    if case .stateChanged(let id, _, let to) = event, to == state { list.append(id) }
+                }
+            }
+        }
+
+        var ids: [UUID] { list.all }
+    }
+
+    @Test("at most N downloads at once, as the server sees it, and all complete with the right bytes")
+    func limitIsEnforced() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            for index in 0..<8 {
+                server.set("/f\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 2 << 20))
+            }
+            try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 3)
+            ) {
+                manager in
+                var ids: [UUID] = []
+                for index in 0..<8 {
+                    ids.append(
+                        try await manager.download(
+                            DownloadRequest(url: server.url("/f\(index)"), destination: .directory(temp.path))
+                        ).id
+                    )
+                }
+                #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+            }
+            #expect(server.maxActiveResponses == 3)
+            for index in 0..<8 {
+                #expect(sha256(file: temp.file("f\(index)")) == server.sha256("/f\(index)"))
+            }
+        }
+    }
+
+    @Test("the per-host cap holds while another host's tasks run")
+    func perHostCap() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { one in
+            try await TestServer.withServer { two in
+                for index in 0..<4 {
+                    one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 2 << 20))
+                    two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), bytesPerSecond: 2 << 20))
+                }
+                try await DownloadManager.withDownloadManager(
+                    configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 10, perHost: 2)
+                ) { manager in
+                    for index in 0..<4 {
+                        _ = try await manager.download(
+                            DownloadRequest(url: one.url("/a\(index)"), destination: .directory(temp.path))
+                        )
+                        _ = try await manager.download(
+                            DownloadRequest(url: two.url("/b\(index)"), destination: .directory(temp.path))
+                        )
+                    }
+                    #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+                }
+                #expect(one.maxActiveResponses == 2)
+                #expect(two.maxActiveResponses == 2)
+            }
+        }
+    }
+
+    @Test("the seeds' example live: 5 running, limit lowered to 2; the 3 newest wait with their data")
+    func lowerLimitLive() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            let names = ["A", "B", "C", "D", "E", "F"]
+            for (index, name) in names.enumerated() {
+                server.set("/\(name)", .init(size: 2 << 20, seed: UInt64(index), bytesPerSecond: 1 << 20))
+            }
+            try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 5)
+            ) {
+                manager in
+                var ids: [String: UUID] = [:]
+                for name in names {
+                    ids[name] = try await manager.download(
+                        DownloadRequest(url: server.url("/\(name)"), destination: .directory(temp.path))
+                    ).id
+                }
+                let name = { (id: UUID) in ids.first { $0.value == id }!.key }
+                #expect(await manager.runningTaskIDs.map(name) == ["A", "B", "C", "D", "E"])
+                #expect(try await waitUntil { server.activeResponses == 5 })
+                try await Task.sleep(for: .milliseconds(300))
+                try await manager.setMaxConcurrentDownloads(2)
+                #expect(await manager.runningTaskIDs.map(name) == ["A", "B"])
+                #expect(await manager.waitingTaskIDs.map(name) == ["C", "D", "E", "F"])
+                #expect(try await waitUntil { server.activeResponses == 2 })
+                #expect(
+                    try await waitUntil {
+                        let yielded = try await manager.tasks().filter { ["C", "D", "E"].contains(name($0.id)) }
+                        return yielded.allSatisfy { $0.state == .queued && $0.bytesCommitted > 0 }
+                    }
+                )
+                for name in names { server.update("/\(name)") { $0.bytesPerSecond = nil } }
+                #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+            }
+            for name in names { #expect(sha256(file: temp.file(name)) == server.sha256("/\(name)")) }
+            // C, D and E continued from their checkpoints.
+            for name in ["C", "D", "E"] {
+                #expect(server.requests(for: "/\(name)").last?.header("Range")?.hasPrefix("bytes=") == true)
+            }
+        }
+    }
+
+    @Test("tasks start in queue order, one at a time, and a priority moves one ahead")
+    func startOrder() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            for name in ["A", "B", "C", "D"] { server.set("/\(name)", .init(size: 500_000, bytesPerSecond: 1 << 20)) }
+            try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 1)
+            ) {
+                manager in
+                let recorder = Recorder(manager.events(), state: .running)
+                var ids: [String: UUID] = [:]
+                for name in ["A", "B", "C"] {
+                    ids[name] = try await manager.download(
+                        DownloadRequest(url: server.url("/\(name)"), destination: .directory(temp.path))
+                    ).id
+                }
+                ids["D"] = try await manager.download(
+                    DownloadRequest(url: server.url("/D"), destination: .directory(temp.path)),
+                    priority: 5
+                ).id
+                #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+                try await Task.sleep(for: .milliseconds(50))
+                #expect(recorder.ids == ["A", "D", "B", "C"].map { ids[$0]! })
+                recorder.task.cancel()
+            }
+        }
+    }
+
+    @Test("pause returns resume data; resume continues from it; cancel removes the part file")
+    func operations() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/p", .init(size: 4 << 20, bytesPerSecond: 4 << 20))
+            server.set("/c", .init(size: 4 << 20, seed: 2, bytesPerSecond: 4 << 20))
+            try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 2)
+            ) {
+                manager in
+                let p = try await manager.download(
+                    DownloadRequest(url: server.url("/p"), destination: .directory(temp.path))
+                )
+                let c = try await manager.download(
+                    DownloadRequest(url: server.url("/c"), destination: .directory(temp.path))
+                )
+                #expect(try await waitUntil { await (manager.progress(of: p.id)?.bytesReceived ?? 0) > 500_000 })
+                let resumeData = try await manager.pause(p.id)
+                #expect(resumeData.bytesCommitted > 0)
+                #expect(try await manager.info(p.id).state == .paused)
+                await expectHaulError(.invalidArgument) { try await manager.pause(p.id) }
+
+                try await manager.cancel(c.id)
+                #expect(try await manager.info(c.id).state == .cancelled)
+                #expect(!FileManager.default.fileExists(atPath: temp.file("c.part")))
+
+                server.update("/p") { $0.bytesPerSecond = nil }
+                _ = try await manager.resume(p.id)
+                #expect(try await waitUntil { try await manager.info(p.id).state == .completed })
+                #expect(sha256(file: temp.file("p")) == server.sha256("/p"))
+                #expect(server.requests(for: "/p").last?.header("Range") == "bytes=\(resumeData.bytesCommitted)-")
+                await expectHaulError(.invalidArgument) { try await manager.resume(p.id) }
+
+                // Re-adding the same URL and destination finds the finished task, no duplicate.
+                let again = try await manager.download(
+                    DownloadRequest(url: server.url("/p"), destination: .directory(temp.path))
+                )
+                #expect(again.id == p.id)
+                #expect(try await manager.tasks().count == 2)
+
+                try await manager.remove(c.id)
+                #expect(try await manager.tasks().map(\.id) == [p.id])
+            }
+        }
+    }
+
+    @Test("limits below 1 are refused")
+    func badLimits() async throws {
+        let temp = try TemporaryDirectory()
+        await expectHaulError(.invalidArgument) {
+            _ = try DownloadManager(configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 0))
+        }
+        try await DownloadManager.withDownloadManager(
+            configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 2)
+        ) {
+            manager in
+            await expectHaulError(.invalidArgument) { try await manager.setMaxConcurrentDownloads(0) }
+            await expectHaulError(.invalidArgument) { try await manager.setMaxConnectionsPerHost(-1) }
+            #expect(await manager.limits == (2, 100))
+        }
+    }
+
+    @Test("a manager opened on a store left by a crash queues running and queued tasks again, in order")
+    func restartRecovery() async throws {
+        let temp = try TemporaryDirectory()
+        let store = temp.file("s.sqlite")
+        try await TestServer.withServer { server in
+            let names = ["A", "B", "C", "D", "E"]
+            for (index, name) in names.enumerated() {
+                server.set("/\(name)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 512 << 10))
+            }
+            var ids: [String: UUID] = [:]
+            try await DownloadManager.withDownloadManager(configuration: Self.configuration(store: store, limit: 2)) {
+                manager in
+                for name in names {
+                    ids[name] = try await manager.download(
+                        DownloadRequest(url: server.url("/\(name)"), destination: .directory(temp.path))
+                    ).id
+                }
+                _ = try await manager.pause(ids["E"]!)
+                #expect(try await waitUntil { try await manager.tasks().contains { $0.bytesCommitted > 0 } })
+            }
+            // As a kill -9 would leave it: the two that were running still say so.
+            let crashed = try Store(path: store)
+            try await crashed.setState(ids["A"]!, TaskState.running.rawValue)
+            try await crashed.setState(ids["B"]!, TaskState.running.rawValue)
+            for name in names { server.update("/\(name)") { $0.bytesPerSecond = 200 << 10 } }
+
+            try await DownloadManager.withDownloadManager(configuration: Self.configuration(store: store, limit: 1)) {
+                manager in
+                let name = { (id: UUID) in ids.first { $0.value == id }!.key }
+                let recorder = Recorder(manager.events(), state: .running)
+                #expect(try await waitUntil { await !manager.runningTaskIDs.isEmpty })
+                #expect(await manager.runningTaskIDs.map(name) == ["A"])
+                #expect(await manager.waitingTaskIDs.map(name) == ["B", "C", "D"])
+                for name in names { server.update("/\(name)") { $0.bytesPerSecond = nil } }
+                #expect(try await waitUntil { try await manager.tasks().filter { $0.state == .completed }.count == 4 })
+                #expect(try await manager.info(ids["E"]!).state == .paused)
+                try await Task.sleep(for: .milliseconds(50))
+                // A may have started before the recorder subscribed; the rest start in order.
+                #expect(recorder.ids.map(name).filter { $0 != "A" } == ["B", "C", "D"])
+                recorder.task.cancel()
+            }
+            for name in ["A", "B", "C", "D"] { #expect(sha256(file: temp.file(name)) == server.sha256("/\(name)")) }
+        }
+    }
+
+    @Test("a subscriber that never reads neither stalls downloads nor keeps more than one progress per task")
+    func slowSubscriber() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            for index in 0..<40 { server.set("/t\(index)", .init(size: 20_000, seed: UInt64(index))) }
+            try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 8)
+            ) {
+                manager in
+                let ignored = manager.events()
+                for index in 0..<40 {
+                    _ = try await manager.download(
+                        DownloadRequest(url: server.url("/t\(index)"), destination: .directory(temp.path))
+                    )
+                }
+                #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+                let pending = ignored.subscription.pendingCount
+                #expect(pending.progress <= 40)
+                #expect(pending.events <= 40 * 6)
+                #expect(ignored.droppedEvents == 0)
+                // The events are all there, in order per task: added, then running, then completed.
+                var seen: [UUID: [String]] = [:]
+                var iterator = ignored.makeAsyncIterator()
+                for _ in 0..<(pending.events + pending.progress) {
+                    guard let event = await iterator.next() else { break }
+                    switch event {
+                    case .added(let info): seen[info.id, default: []].append("added")
+                    case .stateChanged(let id, _, let to): seen[id, default: []].append(to.rawValue)
+                    case .completed(let id, _): seen[id, default: []].append("completed!")
+                    default: break
+                    }
+                }
+                #expect(seen.count == 40)
+                #expect(seen.values.allSatisfy { $0 == ["added", "running", "completed", "completed!"] })
+            }
+        }
+    }
+}
