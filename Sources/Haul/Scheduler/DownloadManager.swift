@@ -23,17 +23,22 @@ public actor DownloadManager {
         public var maxConcurrentDownloads: Int
         /// How many downloads run at once against one host.
         public var maxConnectionsPerHost: Int
+        /// Whether ``run()`` first queues the store's unfinished tasks again (restart recovery).
+        /// A one-off command that only runs the downloads it adds turns this off.
+        public var recoversTasks: Bool
 
         public init(
             store: Downloader.StoreLocation = .default,
             maxConcurrentDownloads: Int = 3,
             maxConnectionsPerHost: Int = 8,
+            recoversTasks: Bool = true,
             downloader: Downloader.Configuration = Downloader.Configuration()
         ) {
             self.downloader = downloader
             self.downloader.store = store
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.recoversTasks = recoversTasks
         }
     }
 
@@ -54,6 +59,7 @@ public actor DownloadManager {
     private let starts: AsyncStream<(UUID, TransferControl, ProgressBox)>
     private let startSink: AsyncStream<(UUID, TransferControl, ProgressBox)>.Continuation
     private let logger: Logger
+    private let recoversTasks: Bool
 
     /// The store the manager records into.
     public nonisolated var store: Store { downloader.store }
@@ -71,6 +77,7 @@ public actor DownloadManager {
         )
         (starts, startSink) = AsyncStream.makeStream()
         self.logger = configuration.downloader.logger
+        self.recoversTasks = configuration.recoversTasks
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -101,7 +108,7 @@ public actor DownloadManager {
 
     /// Recovers the store's unfinished tasks, then runs downloads until ``shutdown()``.
     public func run() async throws {
-        try await recover()
+        if recoversTasks { try await recover() }
         let starts = self.starts
         await withDiscardingTaskGroup { group in
             group.addTask { await self.publishProgressUntilShutdown() }
@@ -302,9 +309,11 @@ extension DownloadManager {
             try await store.setPriority(id, priority)
             record.priority = priority
         }
-        if !prepared.isNew {
+        if !prepared.isNew, record.state != TaskState.completed.rawValue {
             record.queueOrder = try await store.requeue(id, state: TaskState.queued.rawValue)
         }
+        // A completed task keeps its record: its transfer finds the verified file in place
+        // and completes without a request (or fetches it again if the file is gone).
         machines[id] = TaskStateMachine(.queued)
         entries[id] = DownloadManager.entry(for: record)
         let info = try await info(id)

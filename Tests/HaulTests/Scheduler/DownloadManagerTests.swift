@@ -207,6 +207,10 @@ struct DownloadManagerTests {
                 )
                 #expect(again.id == p.id)
                 #expect(try await manager.tasks().count == 2)
+                let requestsBefore = server.requests(for: "/p").count
+                #expect(try await waitUntil { await manager.runningTaskIDs.isEmpty })
+                #expect(try await manager.info(p.id).state == .completed)
+                #expect(server.requests(for: "/p").count == requestsBefore)
 
                 try await manager.remove(c.id)
                 #expect(try await manager.tasks().map(\.id) == [p.id])
