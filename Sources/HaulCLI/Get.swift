@@ -4,10 +4,11 @@ import Haul
 import Logging
 
 extension HaulCommand {
-    /// `haul get URL`: download one URL, continuing any earlier attempt at the same download.
+    /// `haul get URL…`: download URLs (at most `-j` at a time), continuing any earlier attempt
+    /// at the same downloads.
     struct Get: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Download a URL, continuing where an earlier attempt stopped.",
+            abstract: "Download URLs, continuing where an earlier attempt stopped.",
             discussion: """
                 Interrupted downloads (Ctrl-C, a crash, kill -9, a reboot) continue from their last \
                 checkpoint when the same command is run again. The file appears at its destination \
@@ -15,8 +16,17 @@ extension HaulCommand {
                 """
         )
 
-        @Argument(help: "The http:// or https:// URL to download.")
-        var url: String
+        @Argument(help: "The http:// or https:// URLs to download.")
+        var urls: [String] = []
+
+        @Option(name: [.customShort("i"), .long], help: "Read URLs from this file ('-' for stdin); see the README for its format.")
+        var inputFile: String?
+
+        @Option(name: [.customShort("j"), .customLong("max-concurrent")], help: "How many files to download at once.")
+        var maxConcurrent: Int = 3
+
+        @Flag(help: "Print events as newline-delimited JSON on stdout instead of progress.")
+        var json = false
 
         @Option(name: .shortAndLong, help: "Write the file to this path (relative to --directory if given).")
         var output: String?
@@ -55,6 +65,11 @@ extension HaulCommand {
         var checkpointInterval: Double?
 
         func validate() throws {
+            guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
+            guard maxConcurrent >= 1 else { throw ValidationError("-j/--max-concurrent must be 1 or more") }
+            if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+                throw ValidationError("-o names one file; with several URLs use -d (and out= in an input file)")
+            }
             guard retries >= 0 else { throw ValidationError("--retries must be 0 or more") }
             guard connectTimeout > 0, timeout > 0 else { throw ValidationError("Timeouts must be positive") }
             if let checkpointInterval, checkpointInterval <= 0 {
@@ -64,126 +79,125 @@ extension HaulCommand {
 
         func run() async throws {
             do {
-                let request = try makeRequest()
-                var configuration = Downloader.Configuration(
+                let requests = try makeRequests()
+                var downloader = Downloader.Configuration(
                     store: .sqlite(at: HaulHome.resolve().storePath),
                     connectTimeout: .milliseconds(Int64(connectTimeout * 1000)),
                     readTimeout: .milliseconds(Int64(timeout * 1000)),
                     retry: RetryPolicy(maxRetries: retries)
                 )
                 if let checkpointInterval {
-                    configuration.checkpointInterval = .milliseconds(Int64(checkpointInterval * 1000))
+                    downloader.checkpointInterval = .milliseconds(Int64(checkpointInterval * 1000))
                 }
                 if verbose {
                     var logger = Logger(label: "haul") { StreamLogHandler.standardError(label: $0) }
                     logger.logLevel = .debug
-                    configuration.logger = logger
+                    downloader.logger = logger
                 }
-                let outcome = try await Downloader.withDownloader(configuration: configuration) { downloader in
-                    let task = try await downloader.download(request)
-                    return await drive(task, fallbackName: request.destination.fileName ?? url)
+                // Only the downloads this command asks for run: leftovers of other commands in
+                // the same store wait for their own command (or the daemon).
+                let configuration = DownloadManager.Configuration(
+                    store: downloader.store,
+                    maxConcurrentDownloads: maxConcurrent,
+                    maxConnectionsPerHost: maxConcurrent,
+                    recoversTasks: false,
+                    downloader: downloader
+                )
+                let (quiet, json) = (self.quiet, self.json)
+                let summary = try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+                    try await GetSession(manager: manager, requests: requests, quiet: quiet, json: json).run()
                 }
-                try report(outcome)
+                try report(summary)
             } catch let error as HaulError {
                 CLIError.print(error)
                 throw ExitCode.failure
             }
         }
 
-        private func makeRequest() throws -> DownloadRequest {
-            let parsedURL = try DownloadRequest.parseURL(url)
+        private func makeRequests() throws -> [DownloadRequest] {
             let base = directory ?? "."
-            let destination: Destination
-            if let output {
-                guard !output.hasSuffix("/") else {
-                    throw HaulError(
-                        .invalidArgument,
-                        "-o needs a file path, not a directory: \(output)",
-                        hint: "Use -d for a directory"
-                    )
-                }
-                destination = .file(output.hasPrefix("/") ? output : (base as NSString).appendingPathComponent(output))
-            } else {
-                destination = .directory(base)
-            }
-            return DownloadRequest(
-                url: parsedURL,
-                destination: destination,
-                headers: try headers.map(HTTPHeaderField.init(parsing:)),
-                checksum: try checksum.map(Checksum.init(parsing:)),
-                overwrite: force
-            )
-        }
-
-        private struct Outcome: Sendable {
-            var result: Result<DownloadResult, HaulError>
-            var signal: Int32?
-            var progress: DownloadProgress
-        }
-
-        /// Waits for the task while drawing progress and turning SIGINT/SIGTERM into a pause.
-        private func drive(_ task: DownloadTask, fallbackName: String) async -> Outcome {
-            let renderer = ProgressRenderer(quiet: quiet)
-            let interrupted = SignalStream.Received()
-            let signals = SignalStream.watch([SIGINT, SIGTERM])
-            return await withTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    var renderer = renderer
-                    while !Task.isCancelled {
-                        let progress = task.progress
-                        renderer.draw(progress, name: progress.fileName ?? fallbackName)
-                        try? await Task.sleep(for: .milliseconds(100))
+            let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
+            let defaultChecksum = try checksum.map(Checksum.init(parsing:))
+            func request(_ text: String, out: String?, checksum: Checksum?) throws -> DownloadRequest {
+                let url = try DownloadRequest.parseURL(text)
+                let destination: Destination
+                if let out {
+                    guard !out.hasSuffix("/") else {
+                        throw HaulError(
+                            .invalidArgument, "-o needs a file path, not a directory: \(out)", hint: "Use -d for a directory")
                     }
-                    renderer.finish()
+                    destination = .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
+                } else {
+                    destination = .directory(base)
                 }
-                group.addTask {
-                    for await signal in signals {
-                        interrupted.record(signal)
-                        _ = try? await task.pause()
-                        return
-                    }
-                }
-                let result: Result<DownloadResult, HaulError>
-                do {
-                    result = .success(try await task.result())
-                } catch {
-                    result = .failure(error as? HaulError ?? HaulError(.connection, "\(error)"))
-                }
-                group.cancelAll()
-                await group.waitForAll()
-                return Outcome(result: result, signal: interrupted.signal, progress: task.progress)
+                return DownloadRequest(
+                    url: url, destination: destination, headers: headerFields, checksum: checksum, overwrite: force)
             }
+            var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }
+            if let inputFile {
+                for entry in try InputFile.read(inputFile).entries {
+                    requests.append(
+                        try request(entry.url, out: entry.out, checksum: try entry.checksum.map(Checksum.init(parsing:))))
+                }
+            }
+            guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
+            return requests
         }
 
-        private func report(_ outcome: Outcome) throws {
-            switch outcome.result {
-            case .success(let result):
-                guard !quiet else { return }
-                if result.alreadyComplete {
-                    CLIError.note("Already complete: \(result.path) (\(Format.bytes(result.bytes))); nothing fetched")
-                    return
+        private func report(_ summary: GetSession.Summary) throws {
+            if summary.files.count == 1, let file = summary.files.first {
+                try reportSingle(file, signal: summary.signal, stopped: file.id.flatMap { summary.stopped[$0] })
+                return
+            }
+            var ok = 0
+            var bytes: Int64 = 0
+            var failures: [(String, HaulError)] = []
+            for file in summary.files {
+                switch file.outcome {
+                case .completed(let result)?:
+                    ok += 1
+                    bytes += result.bytesFetched
+                case .failed(let error)?: failures.append((file.url, error))
+                case nil: break
                 }
-                var line = "Saved \(result.path) (\(Format.bytes(result.bytes))"
-                let seconds =
-                    Double(result.elapsed.components.seconds) + Double(result.elapsed.components.attoseconds) / 1e18
-                line += " in \(Format.seconds(result.elapsed))"
-                if seconds > 0 { line += ", \(Format.speed(Double(result.bytesFetched) / seconds))" }
-                if let resumedFrom = result.resumedFrom {
-                    line += "; resumed at \(Format.bytes(resumedFrom)), fetched \(Format.bytes(result.bytesFetched))"
-                }
-                CLIError.note(line + ")")
-            case .failure(let error) where error.code == .paused:
-                let progress = outcome.progress
-                var where_ = Format.bytes(error.resumeData?.bytesCommitted ?? progress.bytesReceived)
-                if let total = progress.totalBytes { where_ += " of \(Format.bytes(total))" }
-                CLIError.note("Paused at \(where_). Run the same command again to resume.")
-                throw ExitCode(128 + (outcome.signal ?? SIGINT))
-            case .failure(let error):
+            }
+            let unfinished = summary.files.count - ok - failures.count
+            if !quiet {
+                let seconds = Double(summary.elapsed.components.seconds) + Double(summary.elapsed.components.attoseconds) / 1e18
+                var line = summary.signal == nil ? "Done: " : "Stopped: "
+                line += "\(ok) ok, \(failures.count) failed"
+                if unfinished > 0 { line += ", \(unfinished) unfinished" }
+                line += "; \(Format.bytes(bytes)) fetched in \(Format.seconds(summary.elapsed))"
+                if seconds > 0 { line += " (\(Format.speed(Double(bytes) / seconds)))" }
+                CLIError.note(line)
+                if unfinished > 0 { CLIError.note("Run the same command again to continue the unfinished files.") }
+            }
+            for (url, error) in failures {
+                FileHandle.standardError.write(Data("haul: failed: \(url): \(error.description)\n".utf8))
+            }
+            if let signal = summary.signal { throw ExitCode(128 + signal) }
+            if !failures.isEmpty { throw ExitCode.failure }
+        }
+
+        private func reportSingle(
+            _ file: (url: String, id: UUID?, outcome: GetSession.Outcome?), signal: Int32?, stopped info: DownloadInfo?
+        ) throws {
+            switch file.outcome {
+            case .completed(let result)?:
+                if !quiet && !json { CLIError.note(GetSession.savedLine(result)) }
+            case .failed(let error)?:
                 CLIError.print(error)
                 if error.resumeData != nil, !quiet {
                     CLIError.note("The data so far is kept; run the same command again to resume.")
                 }
                 throw ExitCode.failure
+            case nil:
+                if !quiet, let info {
+                    var position = Format.bytes(info.bytesCommitted)
+                    if let total = info.totalBytes { position += " of \(Format.bytes(total))" }
+                    CLIError.note("Paused at \(position). Run the same command again to resume.")
+                }
+                throw ExitCode(128 + (signal ?? SIGINT))
             }
         }
     }

@@ -7,9 +7,11 @@ import Glibc
 import Darwin
 #endif
 
-/// Draws a download's progress on stderr: a bar redrawn in place on a terminal (at most ten
-/// times a second, by the caller's clock), an occasional plain line otherwise, nothing when quiet.
-struct ProgressRenderer {
+/// Draws progress on stderr: on a terminal a block redrawn in place (one line per running
+/// file and a total line; just the bar for a single file), at most ten times a second by the
+/// caller's clock; otherwise a plain line every few seconds and no escape codes; nothing
+/// when quiet. Lines for finished files scroll above the block.
+struct MultiProgressRenderer {
     enum Mode {
         case terminal
         case lines
@@ -17,12 +19,16 @@ struct ProgressRenderer {
     }
 
     let mode: Mode
+    let single: Bool
     private var lastLine = ContinuousClock.now
-    private var drewBar = false
+    private var drawnLines = 0
     /// Plain-line mode prints this often.
     static let lineInterval: Duration = .seconds(5)
+    /// Running files shown on a terminal; the rest are counted on the total line.
+    static let maxRows = 10
 
-    init(quiet: Bool) {
+    init(quiet: Bool, single: Bool) {
+        self.single = single
         if quiet {
             mode = .quiet
         } else if isatty(STDERR_FILENO) == 1, ProcessInfo.processInfo.environment["TERM"] != "dumb" {
@@ -32,29 +38,92 @@ struct ProgressRenderer {
         }
     }
 
-    mutating func draw(_ progress: DownloadProgress, name: String) {
+    mutating func draw(_ board: GetSession.Board) {
+        guard mode != .quiet else { return }
+        let snapshot = board.state.withLock { state -> GetSession.Board.State in
+            let copy = state
+            state.finishedLines.removeAll()
+            return copy
+        }
+        let finished = single ? [] : snapshot.finishedLines
         switch mode {
         case .quiet: return
         case .terminal:
-            let line = ProgressRenderer.barLine(progress, name: name, width: ProgressRenderer.terminalWidth())
-            FileHandle.standardError.write(Data(("\r" + line + "\u{1B}[K").utf8))
-            drewBar = true
+            var text = clearBlock()
+            for line in finished { text += line + "\n" }
+            let rows = blockLines(snapshot, width: ProgressRenderer.terminalWidth())
+            text += rows.joined(separator: "\n")
+            drawnLines = rows.count
+            FileHandle.standardError.write(Data(text.utf8))
         case .lines:
+            if !finished.isEmpty { FileHandle.standardError.write(Data(finished.map { $0 + "\n" }.joined().utf8)) }
             let now = ContinuousClock.now
-            guard now - lastLine >= ProgressRenderer.lineInterval else { return }
+            guard now - lastLine >= MultiProgressRenderer.lineInterval else { return }
             lastLine = now
-            FileHandle.standardError.write(Data((ProgressRenderer.plainLine(progress, name: name) + "\n").utf8))
+            let line: String
+            if single, let id = snapshot.order.first, let progress = snapshot.progress[id] {
+                line = ProgressRenderer.plainLine(progress, name: snapshot.names[id] ?? "")
+            } else if single {
+                return
+            } else {
+                line = totalLine(snapshot)
+            }
+            FileHandle.standardError.write(Data((line + "\n").utf8))
         }
     }
 
-    /// Ends the bar's line so the next message starts on a fresh one.
-    mutating func finish() {
-        if drewBar {
-            FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
-            drewBar = false
+    /// Clears the block and prints what finished since the last draw.
+    mutating func finish(_ board: GetSession.Board) {
+        guard mode != .quiet else { return }
+        let finished = board.state.withLock { state -> [String] in
+            defer { state.finishedLines.removeAll() }
+            return state.finishedLines
         }
+        var text = mode == .terminal ? clearBlock() : ""
+        if !single { for line in finished { text += line + "\n" } }
+        FileHandle.standardError.write(Data(text.utf8))
+        drawnLines = 0
     }
 
+    /// Moves to the start of the block and erases it.
+    private func clearBlock() -> String {
+        guard drawnLines > 0 else { return "\r\u{1B}[K" }
+        return "\r" + String(repeating: "\u{1B}[1A", count: drawnLines - 1) + "\u{1B}[J"
+    }
+
+    private func blockLines(_ state: GetSession.Board.State, width: Int) -> [String] {
+        let running = state.order.filter { state.running.contains($0) }
+        if single {
+            guard let id = state.order.first, let progress = state.progress[id] else { return [] }
+            return [ProgressRenderer.barLine(progress, name: state.names[id] ?? "", width: width)]
+        }
+        var rows = running.prefix(MultiProgressRenderer.maxRows).compactMap { id -> String? in
+            guard let progress = state.progress[id] else { return nil }
+            return ProgressRenderer.barLine(progress, name: state.names[id] ?? "", width: width)
+        }
+        rows.append(String(totalLine(state).prefix(max(1, width - 1))))
+        return rows
+    }
+
+    private func totalLine(_ state: GetSession.Board.State) -> String {
+        let done = state.outcomes.values.filter { if case .completed = $0 { return true } else { return false } }.count
+        let failed = state.outcomes.count - done
+        let running = state.order.filter { state.running.contains($0) }
+        let bytes = state.order.reduce(Int64(0)) { sum, id in
+            if case .completed(let result) = state.outcomes[id] { return sum + result.bytes }
+            return sum + (state.progress[id]?.bytesReceived ?? 0)
+        }
+        let speed = running.reduce(0.0) { $0 + (state.progress[$1]?.bytesPerSecond ?? 0) }
+        var line = "Total: \(done)/\(state.order.count) done"
+        if failed > 0 { line += ", \(failed) failed" }
+        line += ", \(running.count) running, \(Format.bytes(bytes))"
+        if speed > 0 { line += " at \(Format.speed(speed))" }
+        return line
+    }
+}
+
+/// Lines for one download's progress.
+enum ProgressRenderer {
     static func plainLine(_ progress: DownloadProgress, name: String) -> String {
         var line = "\(name): "
         if let fraction = progress.fractionCompleted {

@@ -1,0 +1,188 @@
+import Foundation
+import Haul
+import Synchronization
+
+/// One `haul get` run: adds its downloads to a manager, follows their events, draws
+/// progress, turns Ctrl-C into a clean stop, and gathers how each one ended.
+struct GetSession {
+    /// How one file ended.
+    enum Outcome: Sendable {
+        case completed(DownloadResult)
+        case failed(HaulError)
+    }
+
+    /// What the command reports at the end.
+    struct Summary: Sendable {
+        /// Files in the order they were given, with how each ended (nil: stopped before the end).
+        var files: [(url: String, id: UUID?, outcome: Outcome?)]
+        var signal: Int32?
+        var elapsed: Duration
+        /// Files that did not end, as the store has them after the stop.
+        var stopped: [UUID: DownloadInfo]
+    }
+
+    let manager: DownloadManager
+    let requests: [DownloadRequest]
+    let quiet: Bool
+    let json: Bool
+
+    /// What the event consumer, the renderer and the end report share.
+    final class Board: Sendable {
+        struct State {
+            var names: [UUID: String] = [:]
+            var order: [UUID] = []
+            var progress: [UUID: DownloadProgress] = [:]
+            var outcomes: [UUID: Outcome] = [:]
+            var running: Set<UUID> = []
+            var finishedLines: [String] = []
+        }
+
+        let state = Mutex(State())
+
+        func add(_ id: UUID, name: String) {
+            state.withLock {
+                $0.names[id] = name
+                $0.order.append(id)
+            }
+        }
+
+        /// Applies an event; true once every added task has ended.
+        func apply(_ event: DownloadEvent) -> Bool {
+            state.withLock { state in
+                switch event {
+                case .progress(let id, let progress):
+                    state.progress[id] = progress
+                    if let name = progress.fileName { state.names[id] = name }
+                case .stateChanged(let id, _, let to):
+                    if to == .running { state.running.insert(id) } else { state.running.remove(id) }
+                case .completed(let id, let result):
+                    state.outcomes[id] = .completed(result)
+                    state.finishedLines.append(GetSession.savedLine(result))
+                case .failed(let id, let error):
+                    state.outcomes[id] = .failed(error)
+                    state.finishedLines.append("Failed: \(error.description)")
+                case .added, .resumed:
+                    break
+                }
+                return state.order.allSatisfy { state.outcomes[$0] != nil }
+            }
+        }
+    }
+
+    func run() async throws -> Summary {
+        let started = ContinuousClock.now
+        let events = manager.events()
+        let board = Board()
+        var files: [(url: String, id: UUID?, outcome: Outcome?)] = []
+        for request in requests {
+            do {
+                let info = try await manager.download(request)
+                board.add(info.id, name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent)
+                files.append((request.url.absoluteString, info.id, nil))
+            } catch let error as HaulError {
+                if requests.count == 1 { throw error }
+                files.append((request.url.absoluteString, nil, .failed(error)))
+            }
+        }
+        let ids = files.compactMap(\.id)
+        let signals = SignalStream.watch([SIGINT, SIGTERM])
+        let received = SignalStream.Received()
+        let (manager, quiet, json, single) = (self.manager, self.quiet, self.json, requests.count == 1)
+
+        enum Child { case events, other }
+        if !ids.isEmpty {
+            await withTaskGroup(of: Child.self) { group in
+                group.addTask {
+                    for await event in events {
+                        if json { JSONEvents.print(event) }
+                        if board.apply(event) { break }
+                    }
+                    return .events
+                }
+                group.addTask {
+                    var renderer = MultiProgressRenderer(quiet: quiet || json, single: single)
+                    while !Task.isCancelled {
+                        renderer.draw(board)
+                        try? await Task.sleep(for: .milliseconds(100))
+                    }
+                    renderer.finish(board)
+                    return .other
+                }
+                group.addTask {
+                    for await signal in signals {
+                        received.record(signal)
+                        await manager.shutdown()
+                        break
+                    }
+                    return .other
+                }
+                while let child = await group.next() {
+                    if child == .events { group.cancelAll() }
+                }
+            }
+        }
+        let outcomes = board.state.withLock { $0.outcomes }
+        var stopped: [UUID: DownloadInfo] = [:]
+        for index in files.indices {
+            guard let id = files[index].id else { continue }
+            files[index].outcome = outcomes[id]
+            if outcomes[id] == nil { stopped[id] = try? await manager.info(id) }
+        }
+        return Summary(files: files, signal: received.signal, elapsed: ContinuousClock.now - started, stopped: stopped)
+    }
+
+    static func savedLine(_ result: DownloadResult) -> String {
+        if result.alreadyComplete {
+            return "Already complete: \(result.path) (\(Format.bytes(result.bytes))); nothing fetched"
+        }
+        var line = "Saved \(result.path) (\(Format.bytes(result.bytes)) in \(Format.seconds(result.elapsed))"
+        let seconds = Double(result.elapsed.components.seconds) + Double(result.elapsed.components.attoseconds) / 1e18
+        if seconds > 0 { line += ", \(Format.speed(Double(result.bytesFetched) / seconds))" }
+        if let resumedFrom = result.resumedFrom {
+            line += "; resumed at \(Format.bytes(resumedFrom)), fetched \(Format.bytes(result.bytesFetched))"
+        }
+        return line + ")"
+    }
+}
+
+/// `--json`: one JSON object per event on stdout, for scripts.
+enum JSONEvents {
+    static func print(_ event: DownloadEvent) {
+        var object: [String: Any] = ["id": event.taskID.uuidString]
+        switch event {
+        case .added(let info):
+            object["event"] = "added"
+            object["url"] = info.url.absoluteString
+            object["state"] = info.state.rawValue
+        case .stateChanged(_, let from, let to):
+            object["event"] = "state"
+            object["from"] = from.rawValue
+            object["to"] = to.rawValue
+        case .progress(_, let progress):
+            object["event"] = "progress"
+            object["received"] = progress.bytesReceived
+            object["thisRun"] = progress.bytesThisRun
+            if let total = progress.totalBytes { object["total"] = total }
+            object["bytesPerSecond"] = Int(progress.bytesPerSecond)
+            if let eta = progress.estimatedTimeRemaining { object["etaSeconds"] = eta.components.seconds }
+        case .resumed(_, let offset, let total):
+            object["event"] = "resumed"
+            object["offset"] = offset
+            if let total { object["total"] = total }
+        case .completed(_, let result):
+            object["event"] = "completed"
+            object["path"] = result.path
+            object["bytes"] = result.bytes
+            object["fetched"] = result.bytesFetched
+            object["alreadyComplete"] = result.alreadyComplete
+        case .failed(_, let error):
+            object["event"] = "failed"
+            object["error"] = error.description
+            object["code"] = error.code.description
+            if let status = error.status { object["status"] = status }
+            object["resumable"] = error.resumeData != nil
+        }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import Haul
+
+/// The `-i/--input-file` format: one URL per line; indented `key=value` lines after a URL
+/// set options for it (`out=NAME`, `checksum=sha256=HEX`); blank lines and `#` comments
+/// are skipped. The same shape as aria2's input files.
+///
+/// ```
+/// https://example.org/a.iso
+///   out=first.iso
+///   checksum=sha256=9f86d0…
+/// https://example.org/b.iso
+/// ```
+struct InputFile {
+    struct Entry: Equatable {
+        var url: String
+        var out: String?
+        var checksum: String?
+        var line: Int
+    }
+
+    var entries: [Entry] = []
+
+    /// Parses `text`; `source` names it in errors.
+    init(parsing text: String, source: String) throws {
+        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = index + 1
+            let trimmed = raw.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+            if raw.first == " " || raw.first == "\t" {
+                guard !entries.isEmpty else {
+                    throw HaulError(.invalidArgument, "\(source):\(line): an option line before any URL")
+                }
+                guard let equals = trimmed.firstIndex(of: "=") else {
+                    throw HaulError(.invalidArgument, "\(source):\(line): expected key=value, got '\(trimmed)'")
+                }
+                let key = trimmed[..<equals].lowercased()
+                let value = String(trimmed[trimmed.index(after: equals)...])
+                switch key {
+                case "out": entries[entries.count - 1].out = value
+                case "checksum": entries[entries.count - 1].checksum = value
+                default:
+                    throw HaulError(
+                        .invalidArgument, "\(source):\(line): unknown option '\(key)'",
+                        hint: "Known options: out=NAME, checksum=ALG=HEX")
+                }
+            } else {
+                entries.append(Entry(url: trimmed, line: line))
+            }
+        }
+    }
+
+    /// Reads a file, or standard input for `-`.
+    static func read(_ path: String) throws -> InputFile {
+        let data: Data?
+        if path == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            data = FileManager.default.contents(atPath: path)
+        }
+        guard let data else {
+            throw HaulError(.fileSystem, "Cannot read the input file \(path)", path: path)
+        }
+        return try InputFile(parsing: String(decoding: data, as: UTF8.self), source: path == "-" ? "stdin" : path)
+    }
+}
