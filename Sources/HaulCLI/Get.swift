@@ -19,7 +19,10 @@ extension HaulCommand {
         @Argument(help: "The http:// or https:// URLs to download.")
         var urls: [String] = []
 
-        @Option(name: [.customShort("i"), .long], help: "Read URLs from this file ('-' for stdin); see the README for its format.")
+        @Option(
+            name: [.customShort("i"), .long],
+            help: "Read URLs from this file ('-' for stdin); see the README for its format."
+        )
         var inputFile: String?
 
         @Option(name: [.customShort("j"), .customLong("max-concurrent")], help: "How many files to download at once.")
@@ -124,20 +127,33 @@ extension HaulCommand {
                 if let out {
                     guard !out.hasSuffix("/") else {
                         throw HaulError(
-                            .invalidArgument, "-o needs a file path, not a directory: \(out)", hint: "Use -d for a directory")
+                            .invalidArgument,
+                            "-o needs a file path, not a directory: \(out)",
+                            hint: "Use -d for a directory"
+                        )
                     }
                     destination = .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
                 } else {
                     destination = .directory(base)
                 }
                 return DownloadRequest(
-                    url: url, destination: destination, headers: headerFields, checksum: checksum, overwrite: force)
+                    url: url,
+                    destination: destination,
+                    headers: headerFields,
+                    checksum: checksum,
+                    overwrite: force
+                )
             }
             var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }
             if let inputFile {
                 for entry in try InputFile.read(inputFile).entries {
                     requests.append(
-                        try request(entry.url, out: entry.out, checksum: try entry.checksum.map(Checksum.init(parsing:))))
+                        try request(
+                            entry.url,
+                            out: entry.out,
+                            checksum: try entry.checksum.map(Checksum.init(parsing:))
+                        )
+                    )
                 }
             }
             guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
@@ -163,7 +179,8 @@ extension HaulCommand {
             }
             let unfinished = summary.files.count - ok - failures.count
             if !quiet {
-                let seconds = Double(summary.elapsed.components.seconds) + Double(summary.elapsed.components.attoseconds) / 1e18
+                let seconds =
+                    Double(summary.elapsed.components.seconds) + Double(summary.elapsed.components.attoseconds) / 1e18
                 var line = summary.signal == nil ? "Done: " : "Stopped: "
                 line += "\(ok) ok, \(failures.count) failed"
                 if unfinished > 0 { line += ", \(unfinished) unfinished" }
@@ -180,7 +197,9 @@ extension HaulCommand {
         }
 
         private func reportSingle(
-            _ file: (url: String, id: UUID?, outcome: GetSession.Outcome?), signal: Int32?, stopped info: DownloadInfo?
+            _ file: (url: String, id: UUID?, outcome: GetSession.Outcome?),
+            signal: Int32?,
+            stopped info: DownloadInfo?
         ) throws {
             switch file.outcome {
             case .completed(let result)?:

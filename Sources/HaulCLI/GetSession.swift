@@ -77,7 +77,10 @@ struct GetSession {
         for request in requests {
             do {
                 let info = try await manager.download(request)
-                board.add(info.id, name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent)
+                board.add(
+                    info.id,
+                    name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent
+                )
                 files.append((request.url.absoluteString, info.id, nil))
             } catch let error as HaulError {
                 if requests.count == 1 { throw error }

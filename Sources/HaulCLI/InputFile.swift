@@ -41,8 +41,10 @@ struct InputFile {
                 case "checksum": entries[entries.count - 1].checksum = value
                 default:
                     throw HaulError(
-                        .invalidArgument, "\(source):\(line): unknown option '\(key)'",
-                        hint: "Known options: out=NAME, checksum=ALG=HEX")
+                        .invalidArgument,
+                        "\(source):\(line): unknown option '\(key)'",
+                        hint: "Known options: out=NAME, checksum=ALG=HEX"
+                    )
                 }
             } else {
                 entries.append(Entry(url: trimmed, line: line))

@@ -291,8 +291,13 @@ struct FaultTests {
             record.state = TaskState.completed.rawValue
             record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
             try await downloader.store.save(
-                record, segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 20)])
-            _ = FileManager.default.createFile(atPath: temp.file("f.bin.part"), contents: Data(server.content("/f.bin")))
+                record,
+                segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 20)]
+            )
+            _ = FileManager.default.createFile(
+                atPath: temp.file("f.bin.part"),
+                contents: Data(server.content("/f.bin"))
+            )
 
             let result = try await downloader.download(request).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))

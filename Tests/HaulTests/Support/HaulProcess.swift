@@ -23,7 +23,7 @@ final class HaulProcess: Sendable {
         return directory.appendingPathComponent("haul").path
     }
 
-    init(_ arguments: [String], home: String, directory: String? = nil) throws {
+    init(_ arguments: [String], home: String, directory: String? = nil, input: String? = nil) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: HaulProcess.executable)
         process.arguments = arguments
@@ -36,7 +36,12 @@ final class HaulProcess: Sendable {
         _ = FileManager.default.createFile(atPath: outputDirectory.file("stderr"), contents: nil)
         process.standardOutput = FileHandle(forWritingAtPath: outputDirectory.file("stdout"))
         process.standardError = FileHandle(forWritingAtPath: outputDirectory.file("stderr"))
-        process.standardInput = FileHandle.nullDevice
+        if let input {
+            _ = FileManager.default.createFile(atPath: outputDirectory.file("stdin"), contents: Data(input.utf8))
+            process.standardInput = FileHandle(forReadingAtPath: outputDirectory.file("stdin"))
+        } else {
+            process.standardInput = FileHandle.nullDevice
+        }
         let (stream, continuation) = AsyncStream<Int32>.makeStream(bufferingPolicy: .bufferingNewest(1))
         process.terminationHandler = { finished in
             continuation.yield(finished.terminationStatus)
@@ -64,10 +69,9 @@ final class HaulProcess: Sendable {
     static func run(
         _ arguments: [String],
         home: String,
-        directory: String? = nil
-    ) async throws
-        -> (status: Int32, stdout: String, stderr: String)
-    {
-        try await HaulProcess(arguments, home: home, directory: directory).finish()
+        directory: String? = nil,
+        input: String? = nil
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await HaulProcess(arguments, home: home, directory: directory, input: input).finish()
     }
 }
