@@ -121,7 +121,7 @@ final class Transfer {
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try openPart() }
-            try await store.setState(task.id, TaskState.running.rawValue)
+            try await record(.running)
             progress.update {
                 $0.fileName = task.fileName
                 $0.totalBytes = task.totalLength
@@ -430,7 +430,7 @@ final class Transfer {
         if task.totalLength == nil {
             task.totalLength = writeOffset
             segments[0].end = writeOffset
-            try await store.save(task, segments: segments)
+            try await store.saveResponse(task, segments: segments)
         }
     }
 
@@ -443,7 +443,7 @@ final class Transfer {
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
         writeOffset = 0
         if let partPath, part != nil || FileOps.exists(partPath) { try openPart().truncate(to: 0) }
-        try await store.save(task, segments: segments)
+        try await store.saveResponse(task, segments: segments)
         progress.update {
             $0.bytesReceived = 0
             $0.bytesThisRun = 0
@@ -497,7 +497,7 @@ final class Transfer {
         // verified part file and a completed record, and the next run finds every byte on
         // disk (a 416) and renames it. The other order would leave our own finished file
         // looking like a stranger's at the destination.
-        try await store.setState(task.id, TaskState.completed.rawValue)
+        try await record(.completed)
         try FileOps.rename(partPath, to: destination)
         part.close()
         self.part = nil
@@ -526,13 +526,13 @@ final class Transfer {
         do {
             switch stop {
             case .pause, .yield:
-                try await setStateUncancellable(stop == .pause ? .paused : .queued)
+                try await record(stop == .pause ? .paused : .queued)
                 var paused = HaulError(.paused, "Paused \(task.url) at \(segments[0].committed) bytes", url: url)
                 paused.resumeData = resumeData
                 return paused
             case .cancel:
                 if let partPath { FileOps.remove(partPath) }
-                try await setStateUncancellable(.cancelled)
+                try await record(.cancelled)
                 return HaulError(.cancelled, "Cancelled \(task.url)", url: url)
             case nil:
                 var failure =
@@ -541,7 +541,7 @@ final class Transfer {
                 if failure.path == nil { failure.path = task.destinationPath }
                 if failure.code != .checksumMismatch, segments[0].committed > 0 { failure.resumeData = resumeData }
                 let message = failure.description
-                try await setStateUncancellable(.failed, error: message)
+                try await record(.failed, error: message)
                 return failure
             }
         } catch {
@@ -550,9 +550,13 @@ final class Transfer {
         }
     }
 
-    private func setStateUncancellable(_ state: TaskState, error: String? = nil) async throws {
+    /// Records a state in the store and in the task this transfer holds, so a later save of
+    /// the task (validators, segments) never writes back a stale state.
+    private func record(_ state: TaskState, error: String? = nil) async throws {
         let (store, id) = (store, task.id)
         try await uncancellable { try await store.setState(id, state.rawValue, error: error) }
+        task.state = state.rawValue
+        task.errorMessage = error
     }
 
     func makeResumeData() -> ResumeData {

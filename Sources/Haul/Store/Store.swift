@@ -24,6 +24,12 @@ public final class Store: Sendable {
             var configuration = Configuration()
             configuration.busyMode = .timeout(30)
             configuration.foreignKeysEnabled = true
+            configuration.prepareDatabase { db in
+                // In WAL mode NORMAL syncs at WAL checkpoints, not at every commit. A crash of
+                // the process loses nothing; a power cut can lose the last few commits, which
+                // only makes a committed offset older than the data on disk: safe, never a hole.
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            }
             let pool = try DatabasePool(path: path, configuration: configuration)
             // GRDB's migrator is safe within a process, not between processes: two `haul`
             // commands starting on a new store would both create the tables. A lock file
@@ -118,6 +124,19 @@ public final class Store: Sendable {
         }
     }
 
+    /// Inserts many new tasks, each with one empty segment, in one transaction, in order.
+    func insertMany(_ tasks: [TaskRecord]) async throws {
+        try await write { db in
+            var order = try Store.nextQueueOrder(db)
+            for var task in tasks {
+                task.queueOrder = order
+                order += 1
+                try task.insert(db)
+                try SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0).insert(db)
+            }
+        }
+    }
+
     /// Moves a task to the back of the waiting line in `state`; returns its new position.
     func requeue(_ id: UUID, state: String) async throws -> Int64 {
         try await write { db in
@@ -175,6 +194,26 @@ public final class Store: Sendable {
             var task = task
             task.updatedAt = Date()
             try task.save(db)
+            try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
+            for segment in segments { try segment.insert(db) }
+        }
+    }
+
+    /// Records what a transfer learnt from a response — final URL, file name, validators,
+    /// length — and replaces the segments, in one transaction. Leaves the columns others
+    /// own (state, priority, queue order) alone.
+    func saveResponse(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+        try await write { db in
+            try db.execute(
+                sql: """
+                    UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,
+                        totalLength = ?, updatedAt = ? WHERE id = ?
+                    """,
+                arguments: [
+                    task.finalURL, task.fileName, task.etag, task.lastModified, task.serverDate, task.totalLength,
+                    Date(), task.id,
+                ]
+            )
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
             for segment in segments { try segment.insert(db) }
         }

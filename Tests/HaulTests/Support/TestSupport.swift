@@ -124,12 +124,16 @@ func seedPartial(
     )
 }
 
-/// Polls `condition` every 10 ms for up to `timeout`.
-func waitUntil(timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
+/// Polls `condition` every `interval` for up to `timeout`.
+func waitUntil(
+    timeout: Duration = .seconds(20),
+    every interval: Duration = .milliseconds(10),
+    _ condition: () async throws -> Bool
+) async throws -> Bool {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try await condition() { return true }
-        try await Task.sleep(for: .milliseconds(10))
+        try await Task.sleep(for: interval)
     }
     return false
 }
