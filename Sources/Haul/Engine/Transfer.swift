@@ -137,16 +137,25 @@ final class Transfer {
     }
 
     /// A task completed earlier whose file is still in place completes again without a request.
+    /// So does one that crashed between moving its verified file into place and recording
+    /// that: every byte was committed, the part file is gone, and a file of exactly that
+    /// length is at the destination.
     private func alreadyComplete() async throws -> DownloadResult? {
-        guard !task.overwrite, task.state == TaskState.completed.rawValue, let destination = task.destinationPath,
-            let size = FileOps.size(destination), size == task.totalLength ?? size
-        else { return nil }
+        guard !task.overwrite, let destination = task.destinationPath, let size = FileOps.size(destination) else {
+            return nil
+        }
+        let recorded = task.state == TaskState.completed.rawValue && size == task.totalLength ?? size
+        let renamedBeforeCrash =
+            task.totalLength == size && segments.count == 1 && segments[0].committed == size
+            && partPath.map { !FileOps.exists($0) } == true
+        guard recorded || renamedBeforeCrash else { return nil }
         if let checksum {
             let file = try PartFile(readingAt: destination)
             defer { file.close() }
             guard try file.digest(checksum.algorithm, length: size) == checksum.hex else { return nil }
         }
         logger.info("already complete", metadata: ["path": "\(destination)"])
+        if !recorded { try await record(.completed) }
         progress.update {
             $0.fileName = task.fileName
             $0.totalBytes = size
@@ -493,14 +502,12 @@ final class Transfer {
             }
         }
         try checkDestinationFree()
-        // Completed in the store first, then the rename: a crash between the two leaves the
-        // verified part file and a completed record, and the next run finds every byte on
-        // disk (a 416) and renames it. The other order would leave our own finished file
-        // looking like a stranger's at the destination.
-        try await record(.completed)
         try FileOps.rename(partPath, to: destination)
         part.close()
         self.part = nil
+        // A crash right here leaves the file in place and the task not yet completed; the
+        // next run recognises it (see alreadyComplete) instead of calling it a stranger's file.
+        try await record(.completed)
         let fetched = progress.snapshot().bytesThisRun
         logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
         return DownloadResult(

@@ -281,28 +281,44 @@ struct FaultTests {
         }
     }
 
-    @Test("a crash between recording completion and the rename: the rerun renames the verified part file")
-    func crashBeforeRename() async throws {
+    @Test("a crash between the rename and recording completion: the rerun recognises the file as its own")
+    func crashAfterRename() async throws {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: 1 << 20))
             let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(temp.file("f.bin")))
             let prepared = try await downloader.prepare(request)
             var record = prepared.record
-            record.state = TaskState.completed.rawValue
+            record.state = TaskState.running.rawValue
             record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
             try await downloader.store.save(
                 record,
                 segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 20)]
             )
-            _ = FileManager.default.createFile(
-                atPath: temp.file("f.bin.part"),
-                contents: Data(server.content("/f.bin"))
-            )
+            _ = FileManager.default.createFile(atPath: temp.file("f.bin"), contents: Data(server.content("/f.bin")))
 
             let result = try await downloader.download(request).result()
+            #expect(result.alreadyComplete)
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
-            #expect(result.bytesFetched == 0)
-            #expect(server.requests(for: "/f.bin").map { $0.header("Range") } == ["bytes=\(1 << 20)-"])
+            #expect(server.requests(for: "/f.bin").isEmpty)
+            #expect(try await downloader.store.task(id: record.id)?.state == TaskState.completed.rawValue)
+        }
+    }
+
+    @Test("a stranger's file of another length at the destination is still refused")
+    func strangerFileRefused() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: 1 << 20))
+            let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(temp.file("f.bin")))
+            let prepared = try await downloader.prepare(request)
+            var record = prepared.record
+            record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
+            try await downloader.store.save(
+                record,
+                segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 20)]
+            )
+            _ = FileManager.default.createFile(atPath: temp.file("f.bin"), contents: Data("not ours".utf8))
+            await expectHaulError(.destinationExists) { _ = try await downloader.download(request).result() }
+            #expect(FileManager.default.contents(atPath: temp.file("f.bin")) == Data("not ours".utf8))
         }
     }
 }
