@@ -192,6 +192,13 @@ public final class Downloader: Sendable {
     /// by a failure, in this process or another.
     /// - Throws: ``HaulError`` when the resume data does not describe a usable download.
     public func download(resumingFrom resumeData: ResumeData) async throws -> DownloadTask {
+        let prepared = try await prepare(resumingFrom: resumeData)
+        return start(prepared.record, segments: prepared.segments)
+    }
+
+    /// Records the task that resume data describes (creating it when this store has never
+    /// seen it), with its validators and committed segments.
+    func prepare(resumingFrom resumeData: ResumeData) async throws -> (record: TaskRecord, segments: [SegmentRecord]) {
         try DownloadRequest.validate(resumeData.url)
         try FileOps.checkWritableDirectory(resumeData.destination.directory)
         let now = Date()
@@ -233,7 +240,7 @@ public final class Downloader: Sendable {
             record.validators = Validators()
         }
         try await store.save(record, segments: segments)
-        return start(record, segments: segments)
+        return (record, segments)
     }
 
     /// What every transfer of this downloader shares.

@@ -314,13 +314,37 @@ extension DownloadManager {
         }
         // A completed task keeps its record: its transfer finds the verified file in place
         // and completes without a request (or fetches it again if the file is gone).
+        return try await enqueueAdded(record)
+    }
+
+    /// Queues a download from resume data produced by ``pause(_:)``, a failure, or another
+    /// process; it continues from the committed bytes when its part file is still there.
+    /// - Throws: ``HaulError`` when the task is already queued or running here, or the
+    ///   resume data does not describe a usable download.
+    public func download(resumingFrom resumeData: ResumeData, priority: Int = 0) async throws -> DownloadInfo {
+        if let state = machines[resumeData.taskID]?.state, state == .queued || state == .running {
+            throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
+        }
+        var record = try await downloader.prepare(resumingFrom: resumeData).record
+        record.queueOrder = try await store.requeue(record.id, state: TaskState.queued.rawValue)
+        if record.priority != priority {
+            try await store.setPriority(record.id, priority)
+            record.priority = priority
+        }
+        return try await enqueueAdded(record)
+    }
+
+    /// Makes a freshly added (or re-added) task wait for its turn and announces it.
+    private func enqueueAdded(_ record: TaskRecord) async throws -> DownloadInfo {
+        let id = record.id
         machines[id] = TaskStateMachine(.queued)
         entries[id] = DownloadManager.entry(for: record)
-        let info = try await info(id)
-        hub.publish(.added(info))
+        var added = try await info(id)
+        added.state = .queued
+        hub.publish(.added(added))
         scheduler.enqueue(entries[id]!)
         admitAndStart()
-        return try await self.info(id)
+        return try await info(id)
     }
 
     /// Pauses a task, keeping its data. A running one checkpoints first.
@@ -465,6 +489,16 @@ extension DownloadManager {
         return info
     }
 
+    /// The manager as a whole: how many tasks run and wait, and their combined speed.
+    public func overallProgress() -> ManagerProgress {
+        let speeds = active.values.map { $0.progress.snapshot().bytesPerSecond }
+        return ManagerProgress(
+            running: scheduler.runningIDs.count,
+            waiting: scheduler.waitingIDs.count,
+            bytesPerSecond: speeds.reduce(0, +)
+        )
+    }
+
     /// Live progress of a running task, nil for others.
     public func progress(of id: UUID) -> DownloadProgress? {
         active[id]?.progress.snapshot()
@@ -491,4 +525,14 @@ extension DownloadManager {
         guard let record = try await store.task(id: id) else { throw HaulError(.invalidArgument, "No task \(id)") }
         return ResumeData(record: record, segments: try await store.segments(of: id))
     }
+}
+
+/// A snapshot of a whole ``DownloadManager``.
+public struct ManagerProgress: Sendable, Equatable {
+    /// Tasks transferring now.
+    public var running: Int
+    /// Tasks waiting for a slot.
+    public var waiting: Int
+    /// Combined speed of the running tasks, each averaged over at least a second.
+    public var bytesPerSecond: Double
 }

@@ -316,4 +316,44 @@ struct DownloadManagerTests {
             }
         }
     }
+
+    @Test("resume data from one manager continues in another manager on another store")
+    func resumeDataAcrossManagers() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/r", .init(size: 3 << 20, bytesPerSecond: 3 << 20))
+            let blob = try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("one.sqlite"), limit: 2)
+            ) { manager in
+                let task = try await manager.download(
+                    DownloadRequest(url: server.url("/r"), destination: .directory(temp.path))
+                )
+                #expect(try await waitUntil { await (manager.progress(of: task.id)?.bytesReceived ?? 0) > 600_000 })
+                let overall = await manager.overallProgress()
+                #expect(overall.running == 1 && overall.waiting == 0)
+                return try await manager.pause(task.id).encoded()
+            }
+            let resumeData = try ResumeData(decoding: blob)
+            server.update("/r") { $0.bytesPerSecond = nil }
+            try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("two.sqlite"), limit: 2)
+            ) { manager in
+                let events = manager.events()
+                let info = try await manager.download(resumingFrom: resumeData)
+                #expect(info.id == resumeData.taskID)
+                var resumedAt: Int64?
+                for await event in events {
+                    if case .resumed(_, let offset, let total) = event {
+                        resumedAt = offset
+                        #expect(total == 3 << 20)
+                    }
+                    if case .completed = event { break }
+                }
+                #expect(resumedAt == resumeData.bytesCommitted)
+                await expectHaulError(.invalidArgument) { _ = try await manager.pause(info.id) }
+            }
+            #expect(sha256(file: temp.file("r")) == server.sha256("/r"))
+            #expect(server.requests(for: "/r").last?.header("Range") == "bytes=\(resumeData.bytesCommitted)-")
+        }
+    }
 }
