@@ -21,15 +21,18 @@ public struct DownloadInfo: Sendable, Equatable {
     /// Why it failed, for a failed task.
     public var errorMessage: String?
 
-    init(record: TaskRecord, committed: Int64) {
-        self.id = record.id
-        self.url = URL(string: record.url)!
-        self.path = record.destinationPath
-        self.directory = record.directory
-        self.state = TaskState(rawValue: record.state) ?? .failed
-        self.priority = record.priority
-        self.bytesCommitted = committed
-        self.totalBytes = record.totalLength
-        self.errorMessage = record.errorMessage
+    init(
+        id: UUID, url: URL, path: String?, directory: String, state: TaskState, priority: Int, bytesCommitted: Int64,
+        totalBytes: Int64?, errorMessage: String?
+    ) {
+        self.id = id
+        self.url = url
+        self.path = path
+        self.directory = directory
+        self.state = state
+        self.priority = priority
+        self.bytesCommitted = bytesCommitted
+        self.totalBytes = totalBytes
+        self.errorMessage = errorMessage
     }
 }

@@ -167,20 +167,33 @@ public final class Store: Sendable {
     /// Every task with its committed bytes, in queue order, in one query.
     func infos(ids: [UUID]? = nil) async throws -> [DownloadInfo] {
         try await read { db in
+            // Only the columns a listing shows, decoded by position: this is the query a
+            // `haul list` of thousands of tasks runs.
             var sql = """
-                SELECT task.*, COALESCE((SELECT SUM(committed - start) FROM segment WHERE segment.taskID = task.id), 0)
-                    AS committedBytes
-                FROM task
+                SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
+                    task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0)
+                FROM task LEFT JOIN segment ON segment.taskID = task.id
                 """
             var arguments = StatementArguments()
             if let ids {
-                sql += " WHERE id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
+                sql += " WHERE task.id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
                 arguments = StatementArguments(ids)
             }
-            sql += " ORDER BY queueOrder"
-            return try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
-                DownloadInfo(record: try TaskRecord(row: row), committed: row["committedBytes"])
+            sql += " GROUP BY task.id ORDER BY task.queueOrder"
+            var infos: [DownloadInfo] = []
+            let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+            while let row = try rows.next() {
+                let directory: String = row[2]
+                let fileName: String? = row[3]
+                let state: String = row[4]
+                infos.append(
+                    DownloadInfo(
+                        id: row[0], url: URL(string: row[1])!,
+                        path: fileName.map { (directory as NSString).appendingPathComponent($0) },
+                        directory: directory, state: TaskState(rawValue: state) ?? .failed, priority: row[5],
+                        bytesCommitted: row[8], totalBytes: row[6], errorMessage: row[7]))
             }
+            return infos
         }
     }
 
