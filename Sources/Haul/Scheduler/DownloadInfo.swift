@@ -22,8 +22,15 @@ public struct DownloadInfo: Sendable, Equatable {
     public var errorMessage: String?
 
     init(
-        id: UUID, url: URL, path: String?, directory: String, state: TaskState, priority: Int, bytesCommitted: Int64,
-        totalBytes: Int64?, errorMessage: String?
+        id: UUID,
+        url: URL,
+        path: String?,
+        directory: String,
+        state: TaskState,
+        priority: Int,
+        bytesCommitted: Int64,
+        totalBytes: Int64?,
+        errorMessage: String?
     ) {
         self.id = id
         self.url = url

@@ -150,10 +150,9 @@ public actor DownloadManager {
     private nonisolated func execute(_ id: UUID, control: TransferControl, progress: ProgressBox) async {
         let outcome: Result<DownloadResult, HaulError>
         do {
-            guard let record = try await store.task(id: id) else {
+            guard let (record, segments) = try await store.taskWithSegments(id) else {
                 throw HaulError(.store, "Task \(id) vanished from the store")
             }
-            let segments = try await store.segments(of: id)
             let committed = segments.reduce(0) { $0 + ($1.committed - $1.start) }
             if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
             let environment = downloader.environment
@@ -314,7 +313,7 @@ extension DownloadManager {
         }
         // A completed task keeps its record: its transfer finds the verified file in place
         // and completes without a request (or fetches it again if the file is gone).
-        return try await enqueueAdded(record)
+        return try await enqueueAdded(record, isNew: prepared.isNew)
     }
 
     /// Queues a download from resume data produced by ``pause(_:)``, a failure, or another
@@ -331,17 +330,32 @@ extension DownloadManager {
             try await store.setPriority(record.id, priority)
             record.priority = priority
         }
-        return try await enqueueAdded(record)
+        return try await enqueueAdded(record, isNew: false)
     }
 
     /// Makes a freshly added (or re-added) task wait for its turn and announces it.
-    private func enqueueAdded(_ record: TaskRecord) async throws -> DownloadInfo {
+    /// - Parameter isNew: a task just inserted has nothing committed, and needs no query to say so.
+    private func enqueueAdded(_ record: TaskRecord, isNew: Bool) async throws -> DownloadInfo {
         let id = record.id
+        let committed = isNew ? 0 : try await info(id).bytesCommitted
         machines[id] = TaskStateMachine(.queued)
         entries[id] = DownloadManager.entry(for: record)
-        var added = try await info(id)
-        added.state = .queued
-        hub.publish(.added(added))
+        let url = URL(string: record.url)!
+        hub.publish(
+            .added(
+                DownloadInfo(
+                    id: id,
+                    url: url,
+                    path: record.destinationPath,
+                    directory: record.directory,
+                    state: .queued,
+                    priority: record.priority,
+                    bytesCommitted: committed,
+                    totalBytes: record.totalLength,
+                    errorMessage: nil
+                )
+            )
+        )
         scheduler.enqueue(entries[id]!)
         admitAndStart()
         return try await info(id)

@@ -81,6 +81,16 @@ public final class Store: Sendable {
         try await read { db in try TaskRecord.fetchOne(db, key: id) }
     }
 
+    /// A task and its segments, read together.
+    func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
+        try await read { db in
+            guard let task = try TaskRecord.fetchOne(db, key: id) else { return nil }
+            let segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == id)
+                .order(SegmentRecord.Columns.ordinal).fetchAll(db)
+            return (task, segments)
+        }
+    }
+
     func segments(of id: UUID) async throws -> [SegmentRecord] {
         try await read { db in
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).order(SegmentRecord.Columns.ordinal).fetchAll(
@@ -188,10 +198,17 @@ public final class Store: Sendable {
                 let state: String = row[4]
                 infos.append(
                     DownloadInfo(
-                        id: row[0], url: URL(string: row[1])!,
+                        id: row[0],
+                        url: URL(string: row[1])!,
                         path: fileName.map { (directory as NSString).appendingPathComponent($0) },
-                        directory: directory, state: TaskState(rawValue: state) ?? .failed, priority: row[5],
-                        bytesCommitted: row[8], totalBytes: row[6], errorMessage: row[7]))
+                        directory: directory,
+                        state: TaskState(rawValue: state) ?? .failed,
+                        priority: row[5],
+                        bytesCommitted: row[8],
+                        totalBytes: row[6],
+                        errorMessage: row[7]
+                    )
+                )
             }
             return infos
         }

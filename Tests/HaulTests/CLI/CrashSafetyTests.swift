@@ -27,7 +27,8 @@ struct CrashSafetyTests {
         try await TestServer.withServer { server in
             server.set("/big.bin", .init(size: Self.size, bytesPerSecond: 6 << 20))
             let arguments = [
-                "get", "-q", "-d", out, "--checkpoint-interval", "0.25", server.url("/big.bin").absoluteString,
+                "get", "-q", "-d", out, "--checkpoint-interval", point == .beforeFirstCheckpoint ? "10" : "0.25",
+                server.url("/big.bin").absoluteString,
             ]
             let child = try HaulProcess(arguments, home: home)
 

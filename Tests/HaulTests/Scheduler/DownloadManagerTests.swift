@@ -295,6 +295,8 @@ struct DownloadManagerTests {
                     )
                 }
                 #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+                // The store says completed a moment before the manager has published it.
+                #expect(try await waitUntil { await manager.runningTaskIDs.isEmpty })
                 let pending = ignored.subscription.pendingCount
                 #expect(pending.progress <= 40)
                 #expect(pending.events <= 40 * 6)
@@ -312,7 +314,10 @@ struct DownloadManagerTests {
                     }
                 }
                 #expect(seen.count == 40)
-                #expect(seen.values.allSatisfy { $0 == ["added", "running", "completed", "completed!"] })
+                #expect(
+                    seen.values.allSatisfy { $0 == ["added", "running", "completed", "completed!"] },
+                    "\(seen.values.filter { $0 != ["added", "running", "completed", "completed!"] })"
+                )
             }
         }
     }
