@@ -60,6 +60,7 @@ public actor DownloadManager {
     private let startSink: AsyncStream<(UUID, TransferControl, ProgressBox)>.Continuation
     private let logger: Logger
     private let recoversTasks: Bool
+    private var recovered = false
 
     /// The store the manager records into.
     public nonisolated var store: Store { downloader.store }
@@ -87,18 +88,18 @@ public actor DownloadManager {
         _ body: (DownloadManager) async throws -> Result
     ) async throws -> Result {
         let manager = try DownloadManager(configuration: configuration)
+        // Recover before `body` can add anything, so the two never interleave.
+        try await manager.recoverIfNeeded()
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await manager.run() }
             do {
                 let result = try await body(manager)
                 await manager.shutdown()
                 try await group.waitForAll()
-                try await manager.downloader.shutdown()
                 return result
             } catch {
                 await manager.shutdown()
                 try? await group.waitForAll()
-                try? await manager.downloader.shutdown()
                 throw error
             }
         }
@@ -106,9 +107,16 @@ public actor DownloadManager {
 
     // MARK: Running
 
-    /// Recovers the store's unfinished tasks, then runs downloads until ``shutdown()``.
+    /// Recovers the store's unfinished tasks, then runs downloads until ``shutdown()``;
+    /// then closes the HTTP client. Every manager must be run (``withDownloadManager(configuration:_:)``
+    /// does it), once.
     public func run() async throws {
-        if recoversTasks { try await recover() }
+        do {
+            try await recoverIfNeeded()
+        } catch {
+            try? await downloader.shutdown()
+            throw error
+        }
         let starts = self.starts
         await withDiscardingTaskGroup { group in
             group.addTask { await self.publishProgressUntilShutdown() }
@@ -117,6 +125,7 @@ public actor DownloadManager {
             }
         }
         hub.finish()
+        try await downloader.shutdown()
     }
 
     /// Stops starting downloads, sends the running ones back to the queue after a last
@@ -128,12 +137,20 @@ public actor DownloadManager {
         startSink.finish()
     }
 
+    /// Restart recovery, once, when configured.
+    private func recoverIfNeeded() async throws {
+        guard recoversTasks, !recovered else { return }
+        recovered = true
+        try await recover()
+    }
+
     /// Queues again every task that was queued, or running when its process died, in its
     /// original order; keeps paused and failed ones as they are.
     private func recover() async throws {
         let records = try await store.tasks(inStates: [.queued, .running, .paused, .failed])
         for record in records {
-            guard let state = TaskState(rawValue: record.state) else { continue }
+            // A task added meanwhile (when `run()` was called by hand) is already known.
+            guard machines[record.id] == nil, let state = TaskState(rawValue: record.state) else { continue }
             var machine = TaskStateMachine(state)
             if state == .running {
                 _ = try? machine.handle(.recover)
