@@ -73,6 +73,12 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         public static let busy = Code(.busy)
 
         public var description: String { base.rawValue }
+
+        /// The code whose ``description`` is `name`, e.g. as a daemon's error response says it.
+        public init?(name: String) {
+            guard let base = Base(rawValue: name) else { return nil }
+            self.base = base
+        }
     }
 
     /// What kind of failure this is.
@@ -176,7 +182,7 @@ extension HaulError {
         return error
     }
 
-    static func fileSystem(_ operation: String, path: String, errno code: Int32) -> HaulError {
+    package static func fileSystem(_ operation: String, path: String, errno code: Int32) -> HaulError {
         if code == ENOSPC || code == EDQUOT {
             return HaulError(
                 .diskFull,

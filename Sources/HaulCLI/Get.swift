@@ -118,46 +118,8 @@ extension HaulCommand {
         }
 
         private func makeRequests() throws -> [DownloadRequest] {
-            let base = directory ?? "."
-            let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
-            let defaultChecksum = try checksum.map(Checksum.init(parsing:))
-            func request(_ text: String, out: String?, checksum: Checksum?) throws -> DownloadRequest {
-                let url = try DownloadRequest.parseURL(text)
-                let destination: Destination
-                if let out {
-                    guard !out.hasSuffix("/") else {
-                        throw HaulError(
-                            .invalidArgument,
-                            "-o needs a file path, not a directory: \(out)",
-                            hint: "Use -d for a directory"
-                        )
-                    }
-                    destination = .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
-                } else {
-                    destination = .directory(base)
-                }
-                return DownloadRequest(
-                    url: url,
-                    destination: destination,
-                    headers: headerFields,
-                    checksum: checksum,
-                    overwrite: force
-                )
-            }
-            var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }
-            if let inputFile {
-                for entry in try InputFile.read(inputFile).entries {
-                    requests.append(
-                        try request(
-                            entry.url,
-                            out: entry.out,
-                            checksum: try entry.checksum.map(Checksum.init(parsing:))
-                        )
-                    )
-                }
-            }
-            guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
-            return requests
+            try RequestBuilder(directory: directory, headers: headers, checksum: checksum, force: force)
+                .requests(urls: urls, output: output, inputFile: inputFile)
         }
 
         private func report(_ summary: GetSession.Summary) throws {

@@ -151,41 +151,6 @@ struct GetSession {
 /// `--json`: one JSON object per event on stdout, for scripts.
 enum JSONEvents {
     static func print(_ event: DownloadEvent) {
-        var object: [String: Any] = ["id": event.taskID.uuidString]
-        switch event {
-        case .added(let info):
-            object["event"] = "added"
-            object["url"] = info.url.absoluteString
-            object["state"] = info.state.rawValue
-        case .stateChanged(_, let from, let to):
-            object["event"] = "state"
-            object["from"] = from.rawValue
-            object["to"] = to.rawValue
-        case .progress(_, let progress):
-            object["event"] = "progress"
-            object["received"] = progress.bytesReceived
-            object["thisRun"] = progress.bytesThisRun
-            if let total = progress.totalBytes { object["total"] = total }
-            object["bytesPerSecond"] = Int(progress.bytesPerSecond)
-            if let eta = progress.estimatedTimeRemaining { object["etaSeconds"] = eta.components.seconds }
-        case .resumed(_, let offset, let total):
-            object["event"] = "resumed"
-            object["offset"] = offset
-            if let total { object["total"] = total }
-        case .completed(_, let result):
-            object["event"] = "completed"
-            object["path"] = result.path
-            object["bytes"] = result.bytes
-            object["fetched"] = result.bytesFetched
-            object["alreadyComplete"] = result.alreadyComplete
-        case .failed(_, let error):
-            object["event"] = "failed"
-            object["error"] = error.description
-            object["code"] = error.code.description
-            if let status = error.status { object["status"] = status }
-            object["resumable"] = error.resumeData != nil
-        }
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
-        FileHandle.standardOutput.write(data + Data("\n".utf8))
+        FileHandle.standardOutput.write(Data((EventRecord(event).jsonLine() + "\n").utf8))
     }
 }

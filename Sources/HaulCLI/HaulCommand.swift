@@ -11,7 +11,10 @@ public struct HaulCommand: AsyncParsableCommand {
             run the same command again. State lives in $HAUL_HOME (default ~/.local/share/haul).
             """,
         version: HaulVersion.current,
-        subcommands: [Get.self],
+        subcommands: [
+            Get.self, Add.self, List.self, Pause.self, Resume.self, Cancel.self, Remove.self, Set.self,
+            Watch.self, Events.self, Wait.self, Status.self, Daemon.self,
+        ],
         defaultSubcommand: nil
     )
 

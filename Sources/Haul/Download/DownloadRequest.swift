@@ -72,19 +72,40 @@ public struct DownloadRequest: Sendable {
     public var checksum: Checksum?
     /// Whether an existing file at the destination may be replaced.
     public var overwrite: Bool
+    /// The session the task belongs to: a client of the daemon attaches to it to receive
+    /// the task's events, including those it missed.
+    public var session: String
+
+    /// The session of tasks added without one.
+    public static let defaultSession = "default"
 
     public init(
         url: URL,
         destination: Destination,
         headers: [HTTPHeaderField] = [],
         checksum: Checksum? = nil,
-        overwrite: Bool = false
+        overwrite: Bool = false,
+        session: String = DownloadRequest.defaultSession
     ) {
         self.url = url
         self.destination = destination
         self.headers = headers
         self.checksum = checksum
         self.overwrite = overwrite
+        self.session = session
+    }
+
+    /// Checks a session name: 1 to 128 letters, digits, `.`, `_` or `-`.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for anything else.
+    public static func validateSession(_ name: String) throws {
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        guard (1...128).contains(name.count), name.allSatisfy({ allowed.contains($0) }) else {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid session name '\(name)'",
+                hint: "Use 1 to 128 letters, digits, '.', '_' or '-'"
+            )
+        }
     }
 
     /// Parses and checks a URL typed by a person: it must be absolute http(s) with a host.

@@ -147,10 +147,15 @@ public final class Downloader: Sendable {
 
     /// Checks a request and finds its task in the store (the same URL into the same place,
     /// unless cancelled), or records a new one.
+    /// - Parameter background: whether the task belongs to the background daemon. A task of
+    ///   the daemon that is not finished is not taken over by a foreground process; a
+    ///   foreground task is taken over by the daemon when it is asked to run it.
     func prepare(
-        _ request: DownloadRequest
+        _ request: DownloadRequest,
+        background: Bool = false
     ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
         try DownloadRequest.validate(request.url)
+        try DownloadRequest.validateSession(request.session)
         try FileOps.checkWritableDirectory(request.destination.directory)
         if let name = request.destination.fileName, !FileNaming.isPlainName(name) {
             throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: request.destination.directory)
@@ -164,6 +169,17 @@ public final class Downloader: Sendable {
         ),
             existing.state != TaskState.cancelled.rawValue
         {
+            let unfinished = existing.state != TaskState.completed.rawValue
+            if existing.background, !background, unfinished {
+                throw HaulError(
+                    .busy,
+                    "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
+                    url: request.url,
+                    hint: "Follow it with 'haul wait \(existing.id)', or give it back with 'haul remove \(existing.id)'"
+                )
+            }
+            existing.background = background
+            existing.session = request.session
             existing.requestHeaders = headers
             existing.checksum = request.checksum?.description
             existing.overwrite = request.overwrite
@@ -182,6 +198,8 @@ public final class Downloader: Sendable {
             requestHeaders: headers,
             checksum: request.checksum?.description,
             overwrite: request.overwrite,
+            session: request.session,
+            background: background,
             now: now
         )
         let segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
@@ -198,8 +216,12 @@ public final class Downloader: Sendable {
 
     /// Records the task that resume data describes (creating it when this store has never
     /// seen it), with its validators and committed segments.
-    func prepare(resumingFrom resumeData: ResumeData) async throws -> (record: TaskRecord, segments: [SegmentRecord]) {
+    func prepare(
+        resumingFrom resumeData: ResumeData,
+        background: Bool = false
+    ) async throws -> (record: TaskRecord, segments: [SegmentRecord]) {
         try DownloadRequest.validate(resumeData.url)
+        if let session = resumeData.session { try DownloadRequest.validateSession(session) }
         try FileOps.checkWritableDirectory(resumeData.destination.directory)
         let now = Date()
         var record =
@@ -224,6 +246,8 @@ public final class Downloader: Sendable {
         record.validators = resumeData.validators
         record.state = TaskState.queued.rawValue
         record.queuedAt = now
+        record.background = background
+        if let session = resumeData.session { record.session = session }
         // Resume data is only as good as the part file beside it: without the file, start over.
         var segments = resumeData.segments.enumerated().map { index, segment in
             SegmentRecord(

@@ -47,6 +47,8 @@ public struct ResumeData: Codable, Sendable, Equatable {
     public var partPath: String?
     /// The committed byte ranges.
     public var segments: [Segment]
+    /// The session the task belonged to (absent in resume data of older versions).
+    public var session: String?
 
     /// Bytes safely on disk.
     public var bytesCommitted: Int64 { segments.reduce(0) { $0 + ($1.committed - $1.start) } }
@@ -128,6 +130,7 @@ public struct ResumeData: Codable, Sendable, Equatable {
             partPath: record.destinationPath.map { $0 + ".part" },
             segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) }
         )
+        self.session = record.session
     }
 
     /// Rejects values that cannot describe a real download, whoever produced them.

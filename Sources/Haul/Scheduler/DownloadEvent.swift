@@ -48,6 +48,12 @@ public struct DownloadEvents: AsyncSequence, Sendable {
     /// Events dropped because this consumer fell more than the bound behind.
     public var droppedEvents: Int { subscription.dropped }
 
+    /// The next event and every other one already waiting (up to `limit`); nil at the end.
+    package func nextBatch(limit: Int = 500) async -> [DownloadEvent]? {
+        guard let first = await subscription.next() else { return nil }
+        return [first] + subscription.takeAvailable(limit: limit - 1)
+    }
+
     public struct Iterator: AsyncIteratorProtocol {
         let subscription: EventSubscription
 
@@ -121,6 +127,15 @@ final class EventSubscription: Sendable {
         if let waiter {
             let next = state.withLock { $0.take() }
             waiter.resume(returning: next)
+        }
+    }
+
+    /// Events ready now, without waiting.
+    func takeAvailable(limit: Int) -> [DownloadEvent] {
+        state.withLock { state in
+            var events: [DownloadEvent] = []
+            while events.count < limit, let event = state.take() { events.append(event) }
+            return events
         }
     }
 

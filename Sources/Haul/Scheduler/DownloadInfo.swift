@@ -1,7 +1,7 @@
 import Foundation
 
 /// What a ``DownloadManager`` knows about one task.
-public struct DownloadInfo: Sendable, Equatable {
+public struct DownloadInfo: Sendable, Equatable, Codable {
     /// The task's identifier.
     public var id: UUID
     /// The URL asked for.
@@ -20,6 +20,8 @@ public struct DownloadInfo: Sendable, Equatable {
     public var totalBytes: Int64?
     /// Why it failed, for a failed task.
     public var errorMessage: String?
+    /// The session it belongs to.
+    public var session: String
 
     init(
         id: UUID,
@@ -30,7 +32,8 @@ public struct DownloadInfo: Sendable, Equatable {
         priority: Int,
         bytesCommitted: Int64,
         totalBytes: Int64?,
-        errorMessage: String?
+        errorMessage: String?,
+        session: String = DownloadRequest.defaultSession
     ) {
         self.id = id
         self.url = url
@@ -41,5 +44,6 @@ public struct DownloadInfo: Sendable, Equatable {
         self.bytesCommitted = bytesCommitted
         self.totalBytes = totalBytes
         self.errorMessage = errorMessage
+        self.session = session
     }
 }

@@ -26,12 +26,17 @@ public actor DownloadManager {
         /// Whether ``run()`` first queues the store's unfinished tasks again (restart recovery).
         /// A one-off command that only runs the downloads it adds turns this off.
         public var recoversTasks: Bool
+        /// Whether this manager is the background daemon's. It adds, lists and recovers
+        /// only background tasks; any other manager only the rest, and it does not take over
+        /// an unfinished task of the daemon.
+        public var background: Bool
 
         public init(
             store: Downloader.StoreLocation = .default,
             maxConcurrentDownloads: Int = 3,
             maxConnectionsPerHost: Int = 8,
             recoversTasks: Bool = true,
+            background: Bool = false,
             downloader: Downloader.Configuration = Downloader.Configuration()
         ) {
             self.downloader = downloader
@@ -39,6 +44,7 @@ public actor DownloadManager {
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.recoversTasks = recoversTasks
+            self.background = background
         }
     }
 
@@ -60,6 +66,7 @@ public actor DownloadManager {
     private let startSink: AsyncStream<(UUID, TransferControl, ProgressBox)>.Continuation
     private let logger: Logger
     private let recoversTasks: Bool
+    private let background: Bool
     private var recovered = false
 
     /// The store the manager records into.
@@ -79,6 +86,7 @@ public actor DownloadManager {
         (starts, startSink) = AsyncStream.makeStream()
         self.logger = configuration.downloader.logger
         self.recoversTasks = configuration.recoversTasks
+        self.background = configuration.background
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -147,7 +155,7 @@ public actor DownloadManager {
     /// Queues again every task that was queued, or running when its process died, in its
     /// original order; keeps paused and failed ones as they are.
     private func recover() async throws {
-        let records = try await store.tasks(inStates: [.queued, .running, .paused, .failed])
+        let records = try await store.tasks(inStates: [.queued, .running, .paused, .failed], background: background)
         for record in records {
             // A task added meanwhile (when `run()` was called by hand) is already known.
             guard machines[record.id] == nil, let state = TaskState(rawValue: record.state) else { continue }
@@ -311,7 +319,7 @@ extension DownloadManager {
     /// - Returns: the task as it stands now (queued, running, or already completed).
     /// - Throws: ``HaulError`` for a bad URL or an unusable destination.
     public func download(_ request: DownloadRequest, priority: Int = 0) async throws -> DownloadInfo {
-        let prepared = try await downloader.prepare(request)
+        let prepared = try await downloader.prepare(request, background: background)
         var record = prepared.record
         let id = record.id
         if let machine = machines[id] {
@@ -341,7 +349,7 @@ extension DownloadManager {
         if let state = machines[resumeData.taskID]?.state, state == .queued || state == .running {
             throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
         }
-        var record = try await downloader.prepare(resumingFrom: resumeData).record
+        var record = try await downloader.prepare(resumingFrom: resumeData, background: background).record
         record.queueOrder = try await store.requeue(record.id, state: TaskState.queued.rawValue)
         if record.priority != priority {
             try await store.setPriority(record.id, priority)
@@ -369,7 +377,8 @@ extension DownloadManager {
                     priority: record.priority,
                     bytesCommitted: committed,
                     totalBytes: record.totalLength,
-                    errorMessage: nil
+                    errorMessage: nil,
+                    session: record.session
                 )
             )
         )
@@ -474,7 +483,7 @@ extension DownloadManager {
 
     /// Resumes every paused or failed task, oldest first.
     public func resumeAll() async throws {
-        let ids = try await store.tasks(inStates: [.paused, .failed]).map(\.id)
+        let ids = try await store.tasks(inStates: [.paused, .failed], background: background).map(\.id)
         try await resume(ids)
     }
 
@@ -506,9 +515,10 @@ extension DownloadManager {
 
     // MARK: Looking
 
-    /// Every task in the store, in queue order.
-    public func tasks() async throws -> [DownloadInfo] {
-        try await store.infos()
+    /// Every task of this manager's kind (background or not) in the store, in queue order;
+    /// with `session`, only that session's.
+    public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
+        try await store.infos(background: background, session: session)
     }
 
     /// One task.

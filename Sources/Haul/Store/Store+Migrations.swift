@@ -45,6 +45,28 @@ extension Store {
             try db.execute(sql: "UPDATE task SET queueOrder = rowid")
             try db.create(index: "task_on_queueOrder", on: "task", columns: ["queueOrder"])
         }
+        migrator.registerMigration("v3: background tasks and the session event log") { db in
+            try db.alter(table: "task") { t in
+                // Tasks of the background daemon, apart from those a `haul get` process runs.
+                t.add(column: "background", .boolean).notNull().defaults(to: false)
+                // The last state the event log announced for the task, so a crash between a
+                // state change and its event is repaired on the next start.
+                t.add(column: "announcedState", .text)
+            }
+            // AUTOINCREMENT: ids never repeat, even after acknowledged events are deleted.
+            try db.create(table: "event") { t in
+                t.autoIncrementedPrimaryKey("id")
+                t.column("session", .text).notNull()
+                t.column("taskID", .text).notNull()
+                t.column("payload", .text).notNull()
+                t.column("createdAt", .datetime).notNull()
+            }
+            try db.create(index: "event_on_session_id", on: "event", columns: ["session", "id"])
+            try db.create(table: "session") { t in
+                t.primaryKey("name", .text)
+                t.column("acknowledged", .integer).notNull().defaults(to: 0)
+            }
+        }
         return migrator
     }
 }

@@ -166,29 +166,45 @@ public final class Store: Sendable {
         }
     }
 
-    /// Tasks in any of `states`, in queue order.
-    func tasks(inStates states: [TaskState]) async throws -> [TaskRecord] {
+    /// Tasks in any of `states`, in queue order; with `background`, only the daemon's or only the others.
+    func tasks(inStates states: [TaskState], background: Bool? = nil) async throws -> [TaskRecord] {
         try await read { db in
-            try TaskRecord.filter(states.map(\.rawValue).contains(TaskRecord.Columns.state))
-                .order(TaskRecord.Columns.queueOrder).fetchAll(db)
+            var request = TaskRecord.filter(states.map(\.rawValue).contains(TaskRecord.Columns.state))
+            if let background { request = request.filter(TaskRecord.Columns.background == background) }
+            return try request.order(TaskRecord.Columns.queueOrder).fetchAll(db)
         }
     }
 
     /// Every task with its committed bytes, in queue order, in one query.
-    func infos(ids: [UUID]? = nil) async throws -> [DownloadInfo] {
+    /// - Parameters:
+    ///   - ids: only these tasks.
+    ///   - background: only the daemon's tasks (true) or only the others (false).
+    ///   - session: only the tasks of this session.
+    func infos(ids: [UUID]? = nil, background: Bool? = nil, session: String? = nil) async throws -> [DownloadInfo] {
         try await read { db in
             // Only the columns a listing shows, decoded by position: this is the query a
             // `haul list` of thousands of tasks runs.
             var sql = """
                 SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
-                    task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0)
+                    task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
+                    task.session
                 FROM task LEFT JOIN segment ON segment.taskID = task.id
                 """
+            var conditions: [String] = []
             var arguments = StatementArguments()
             if let ids {
-                sql += " WHERE task.id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
-                arguments = StatementArguments(ids)
+                conditions.append("task.id IN (\(ids.map { _ in "?" }.joined(separator: ",")))")
+                arguments += StatementArguments(ids)
             }
+            if let background {
+                conditions.append("task.background = ?")
+                arguments += [background]
+            }
+            if let session {
+                conditions.append("task.session = ?")
+                arguments += [session]
+            }
+            if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
             sql += " GROUP BY task.id ORDER BY task.queueOrder"
             var infos: [DownloadInfo] = []
             let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
@@ -206,7 +222,8 @@ public final class Store: Sendable {
                         priority: row[5],
                         bytesCommitted: row[8],
                         totalBytes: row[6],
-                        errorMessage: row[7]
+                        errorMessage: row[7],
+                        session: row[9]
                     )
                 )
             }
@@ -278,7 +295,7 @@ public final class Store: Sendable {
 
     // MARK: Plumbing
 
-    private func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         do {
             return try await writer.read(body)
         } catch {
@@ -286,7 +303,7 @@ public final class Store: Sendable {
         }
     }
 
-    private func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         do {
             return try await writer.write(body)
         } catch {

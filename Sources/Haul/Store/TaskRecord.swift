@@ -31,6 +31,8 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
     var errorMessage: String?
     /// Position in the waiting line: only grows; a task resumed by the user gets a new one.
     var queueOrder: Int64
+    /// Whether the background daemon owns the task (rather than a `haul get` process).
+    var background: Bool
 
     enum Columns {
         static let id = Column(CodingKeys.id)
@@ -43,6 +45,7 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
         static let createdAt = Column(CodingKeys.createdAt)
         static let queuedAt = Column(CodingKeys.queuedAt)
         static let queueOrder = Column(CodingKeys.queueOrder)
+        static let background = Column(CodingKeys.background)
     }
 
     var destinationPath: String? {
@@ -70,11 +73,13 @@ extension TaskRecord {
         requestHeaders: String,
         checksum: String?,
         overwrite: Bool,
+        session: String = DownloadRequest.defaultSession,
+        background: Bool = false,
         now: Date
     ) {
         self.init(
             id: id,
-            session: "default",
+            session: session,
             url: url,
             finalURL: nil,
             directory: destination.directory,
@@ -93,7 +98,8 @@ extension TaskRecord {
             queuedAt: now,
             updatedAt: now,
             errorMessage: nil,
-            queueOrder: 0
+            queueOrder: 0,
+            background: background
         )
     }
 }

@@ -1,0 +1,146 @@
+import Foundation
+
+/// A ``DownloadEvent`` as plain, Codable values: what `haul get --json` prints, what the
+/// daemon keeps in its per-session event log and sends to its clients.
+///
+/// The JSON keys are short and stable: `event` says which kind it is and `id` is the task;
+/// the other keys appear when the kind has them.
+public struct EventRecord: Codable, Sendable, Equatable {
+    /// Which kind of event.
+    public enum Kind: String, Codable, Sendable {
+        case added, state, progress, resumed, completed, failed
+    }
+
+    /// The event's place in its session's log; nil for events that are not logged (progress).
+    public var eventID: Int64?
+    /// The session of the task, when known.
+    public var session: String?
+    /// The task.
+    public var taskID: UUID
+    public var kind: Kind
+    /// When it happened.
+    public var time: Date?
+    /// `added`: the URL and the state it was added in.
+    public var url: String?
+    public var state: TaskState?
+    /// `state`: the move.
+    public var from: TaskState?
+    public var to: TaskState?
+    /// `progress`: bytes on disk or in flight, bytes fetched by this run, the total when known,
+    /// speed over at least a second and the estimated seconds left.
+    public var received: Int64?
+    public var thisRun: Int64?
+    public var total: Int64?
+    public var bytesPerSecond: Int64?
+    public var etaSeconds: Int64?
+    /// `resumed`: where the task continued from.
+    public var offset: Int64?
+    /// `completed`: the file, its size, the bytes fetched by this run, and whether it was already there.
+    public var path: String?
+    public var bytes: Int64?
+    public var fetched: Int64?
+    public var alreadyComplete: Bool?
+    /// `failed`: the reason, the error code, the HTTP status, and whether it can be resumed.
+    public var error: String?
+    public var code: String?
+    public var status: Int?
+    public var resumable: Bool?
+
+    enum CodingKeys: String, CodingKey {
+        case eventID, session
+        case taskID = "id"
+        case kind = "event"
+        case time, url, state, from, to, received, thisRun, total,
+            bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, error, code, status, resumable
+    }
+
+    public init(taskID: UUID, kind: Kind, session: String? = nil, time: Date? = Date()) {
+        self.taskID = taskID
+        self.kind = kind
+        self.session = session
+        self.time = time
+    }
+
+    /// The record of `event`.
+    public init(_ event: DownloadEvent, session: String? = nil, time: Date? = Date()) {
+        self.init(taskID: event.taskID, kind: .state, session: session ?? event.session, time: time)
+        switch event {
+        case .added(let info):
+            kind = .added
+            url = info.url.absoluteString
+            state = info.state
+            path = info.path
+        case .stateChanged(_, let from, let to):
+            kind = .state
+            self.from = from
+            self.to = to
+        case .progress(_, let progress):
+            kind = .progress
+            received = progress.bytesReceived
+            thisRun = progress.bytesThisRun
+            total = progress.totalBytes
+            bytesPerSecond = Int64(progress.bytesPerSecond)
+            etaSeconds = progress.estimatedTimeRemaining?.components.seconds
+        case .resumed(_, let offset, let total):
+            kind = .resumed
+            self.offset = offset
+            self.total = total
+        case .completed(_, let result):
+            kind = .completed
+            path = result.path
+            bytes = result.bytes
+            fetched = result.bytesFetched
+            alreadyComplete = result.alreadyComplete
+        case .failed(_, let error):
+            kind = .failed
+            self.error = error.description
+            code = error.code.description
+            status = error.status
+            resumable = error.resumeData != nil
+        }
+    }
+
+    /// One line of JSON (keys sorted, ISO 8601 time), without the newline.
+    public func jsonLine() -> String {
+        // Plain values always encode.
+        String(decoding: (try? EventRecord.encoder.encode(self)) ?? Data(), as: UTF8.self)
+    }
+
+    /// Decodes a line written by ``jsonLine()``.
+    public init(jsonLine: some StringProtocol) throws {
+        self = try EventRecord.decoder.decode(EventRecord.self, from: Data(jsonLine.utf8))
+    }
+
+    static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }
+
+    static var decoder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }
+
+    /// The task state this event tells a listener about, if any. `completed` and `failed`
+    /// are told by their own events, which carry the file or the reason.
+    var announcedState: TaskState? {
+        switch kind {
+        case .added: return state ?? .queued
+        case .state: return to == .completed || to == .failed ? nil : to
+        case .completed: return .completed
+        case .failed: return .failed
+        case .progress, .resumed: return nil
+        }
+    }
+}
+
+extension DownloadEvent {
+    /// The session, for events that carry it.
+    var session: String? {
+        if case .added(let info) = self { return info.session }
+        return nil
+    }
+}

@@ -1,0 +1,184 @@
+import Foundation
+import GRDB
+
+/// The daemon's event log: per-session events with increasing ids, kept until a client
+/// acknowledges them, and the task state each task's events last told.
+extension Store {
+    /// A background task whose state its session's log has not told yet (the daemon stopped
+    /// between the two).
+    package struct UnannouncedTask: Sendable, Equatable {
+        package var id: UUID
+        package var session: String
+        package var state: TaskState
+        package var announced: TaskState?
+        package var path: String?
+        package var totalLength: Int64?
+        package var errorMessage: String?
+    }
+
+    /// Appends events, in order, in one transaction; each must have its session. An event
+    /// that would tell a final state (paused, cancelled, completed, failed) its task's log
+    /// already told is skipped, so a repair after a crash and a late event never both land.
+    /// - Returns: the events as logged, with their ids.
+    package func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] {
+        let encoder = EventRecord.encoder
+        return try await write { db in
+            var logged: [EventRecord] = []
+            for var record in records {
+                guard let session = record.session else { continue }
+                if let announces = record.announcedState {
+                    let told = try String.fetchOne(
+                        db,
+                        sql: "SELECT announcedState FROM task WHERE id = ?",
+                        arguments: [record.taskID]
+                    )
+                    let final: Set<TaskState> = [.paused, .cancelled, .completed, .failed]
+                    if final.contains(announces), told == announces.rawValue { continue }
+                    try db.execute(
+                        sql: "UPDATE task SET announcedState = ? WHERE id = ?",
+                        arguments: [announces.rawValue, record.taskID]
+                    )
+                }
+                record.eventID = nil
+                let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
+                try db.execute(
+                    sql: "INSERT INTO event (session, taskID, payload, createdAt) VALUES (?, ?, ?, ?)",
+                    arguments: [session, record.taskID, payload, Date()]
+                )
+                record.eventID = db.lastInsertedRowID
+                logged.append(record)
+            }
+            return logged
+        }
+    }
+
+    /// Logged events after `after`, oldest first: of one session, or of all with nil.
+    package func loggedEvents(session: String?, after: Int64, limit: Int = 1_000) async throws -> [EventRecord] {
+        let decoder = EventRecord.decoder
+        return try await read { db in
+            var sql = "SELECT id, payload FROM event WHERE id > ?"
+            var arguments: StatementArguments = [after]
+            if let session {
+                sql += " AND session = ?"
+                arguments += [session]
+            }
+            sql += " ORDER BY id LIMIT ?"
+            arguments += [limit]
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).compactMap { row in
+                let payload: String = row[1]
+                guard var record = try? decoder.decode(EventRecord.self, from: Data(payload.utf8)) else { return nil }
+                record.eventID = row[0]
+                return record
+            }
+        }
+    }
+
+    /// The id of the newest logged event (0 when none ever was).
+    package func lastEventID() async throws -> Int64 {
+        try await read { db in
+            try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'event'") ?? 0
+        }
+    }
+
+    /// The last event id a client of `session` acknowledged (0 when none).
+    package func acknowledgedEventID(session: String) async throws -> Int64 {
+        try await read { db in
+            try Int64.fetchOne(db, sql: "SELECT acknowledged FROM session WHERE name = ?", arguments: [session]) ?? 0
+        }
+    }
+
+    /// Records that a client of `session` has every event up to `eventID`, and deletes them.
+    /// An acknowledgement never moves backwards.
+    package func acknowledgeEvents(session: String, through eventID: Int64) async throws {
+        try await write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO session (name, acknowledged) VALUES (?, ?)
+                    ON CONFLICT(name) DO UPDATE SET acknowledged = MAX(acknowledged, excluded.acknowledged)
+                    """,
+                arguments: [session, eventID]
+            )
+            try db.execute(sql: "DELETE FROM event WHERE session = ? AND id <= ?", arguments: [session, eventID])
+        }
+    }
+
+    /// Keeps at most `limit` events per session, deleting the oldest; returns how many went.
+    @discardableResult
+    package func pruneEventLog(keepingPerSession limit: Int) async throws -> Int {
+        try await write { db in
+            try db.execute(
+                sql: """
+                    DELETE FROM event WHERE id IN (
+                        SELECT id FROM (
+                            SELECT id, ROW_NUMBER() OVER (PARTITION BY session ORDER BY id DESC) AS age FROM event
+                        ) WHERE age > ?
+                    )
+                    """,
+                arguments: [limit]
+            )
+            return db.changesCount
+        }
+    }
+
+    /// Background tasks in a final state their log has not told.
+    package func unannouncedTasks() async throws -> [UnannouncedTask] {
+        try await read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, session, state, announcedState, directory, fileName, totalLength, errorMessage
+                    FROM task
+                    WHERE background AND state IN ('paused', 'cancelled', 'completed', 'failed')
+                        AND announcedState IS NOT state
+                    ORDER BY queueOrder
+                    """
+            )
+            return rows.map { row in
+                let directory: String = row[4]
+                let fileName: String? = row[5]
+                let announced: String? = row[3]
+                return UnannouncedTask(
+                    id: row[0],
+                    session: row[1],
+                    state: TaskState(rawValue: row[2]) ?? .failed,
+                    announced: announced.flatMap(TaskState.init(rawValue:)),
+                    path: fileName.map { (directory as NSString).appendingPathComponent($0) },
+                    totalLength: row[6],
+                    errorMessage: row[7]
+                )
+            }
+        }
+    }
+
+    /// The session of a task, nil when there is no such task.
+    package func session(ofTask id: UUID) async throws -> String? {
+        try await read { db in try String.fetchOne(db, sql: "SELECT session FROM task WHERE id = ?", arguments: [id]) }
+    }
+
+    /// Each session with background tasks or logged events: its task count and unacknowledged events.
+    package func sessionSummaries() async throws -> [(name: String, tasks: Int, pendingEvents: Int)] {
+        try await read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT name, SUM(tasks), SUM(events) FROM (
+                        SELECT session AS name, COUNT(*) AS tasks, 0 AS events FROM task WHERE background GROUP BY session
+                        UNION ALL
+                        SELECT session, 0, COUNT(*) FROM event GROUP BY session
+                    ) GROUP BY name ORDER BY name
+                    """
+            )
+            return rows.map { (name: $0[0], tasks: $0[1], pendingEvents: $0[2]) }
+        }
+    }
+}
+
+extension Store {
+    /// How many background tasks are in each state, by the state's name.
+    package func backgroundStateCounts() async throws -> [String: Int] {
+        try await read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT state, COUNT(*) FROM task WHERE background GROUP BY state")
+            return Dictionary(uniqueKeysWithValues: rows.map { ($0[0] as String, $0[1] as Int) })
+        }
+    }
+}

@@ -1,0 +1,148 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulDaemon
+import Logging
+
+extension HaulCommand {
+    /// `haul daemon`: run the background daemon; `haul daemon stop` stops it.
+    struct Daemon: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Run the background daemon that owns 'haul add' downloads.",
+            subcommands: [Start.self, Stop.self],
+            defaultSubcommand: Start.self
+        )
+
+        struct Start: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                commandName: "start",
+                abstract: "Start the daemon in the background (or, with --foreground, run it here).",
+                discussion: """
+                    The API listens on $HAUL_HOME/daemon.sock (0600, in a 0700 directory). SIGTERM or \
+                    SIGINT (or 'haul daemon stop') stop it cleanly: running downloads checkpoint and \
+                    continue at the next start.
+                    """
+            )
+
+            @Flag(help: "Run in this process, logging to stderr, until stopped.")
+            var foreground = false
+
+            @Flag(help: .hidden)
+            var detach = false
+
+            @Option(
+                help:
+                    "Also listen on TCP, e.g. 127.0.0.1:7800; every request needs the token in $HAUL_HOME/daemon.token."
+            )
+            var listen: String?
+
+            @Option(name: [.customShort("j"), .customLong("max-concurrent")], help: "How many downloads run at once.")
+            var maxConcurrent: Int = 3
+
+            @Option(name: .customLong("max-per-host"), help: "How many downloads run at once against one host.")
+            var maxPerHost: Int = 8
+
+            @Option(help: "Log level: trace, debug, info, notice, warning, error.")
+            var logLevel: String = "info"
+
+            @Option(name: .customLong("checkpoint-interval"), help: .hidden)
+            var checkpointInterval: Double?
+
+            func validate() throws {
+                guard maxConcurrent >= 1, maxPerHost >= 1 else { throw ValidationError("Limits must be 1 or more") }
+                guard Logger.Level(rawValue: logLevel) != nil else {
+                    throw ValidationError("Unknown log level '\(logLevel)'")
+                }
+                if let listen { _ = try Start.parseListen(listen) }
+            }
+
+            static func parseListen(_ text: String) throws -> (host: String, port: Int) {
+                guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+                    (0...65535).contains(port), colon > text.startIndex
+                else { throw ValidationError("--listen takes HOST:PORT, e.g. 127.0.0.1:7800") }
+                return (String(text[..<colon]), port)
+            }
+
+            func run() async throws {
+                let home = HaulHome.resolve()
+                guard foreground else {
+                    try startInBackground(home)
+                    return
+                }
+                if detach {
+                    // Leave the terminal's session, so its hang-up or Ctrl-C does not reach us.
+                    _ = setsid()
+                    signal(SIGHUP, SIG_IGN)
+                }
+                var logger = Logger(label: "haul.daemon") { StreamLogHandler.standardError(label: $0) }
+                logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+                let daemon = DaemonService(
+                    configuration: .init(
+                        home: home,
+                        maxConcurrentDownloads: maxConcurrent,
+                        maxConnectionsPerHost: maxPerHost,
+                        listen: try listen.map(Start.parseListen),
+                        handlesSignals: true,
+                        checkpointInterval: checkpointInterval.map { .milliseconds(Int64($0 * 1000)) },
+                        logger: logger
+                    )
+                )
+                do {
+                    try await daemon.run()
+                } catch let error as HaulError {
+                    CLIError.print(error)
+                    throw ExitCode.failure
+                }
+            }
+
+            private func startInBackground(_ home: HaulHome) throws {
+                let paths = DaemonPaths(home: home)
+                if let pid = DaemonLock.holder(paths.lock) {
+                    CLIError.note("The Haul daemon is already running (pid \(pid)).")
+                    return
+                }
+                var arguments = ["--max-concurrent", "\(maxConcurrent)", "--max-per-host", "\(maxPerHost)"]
+                if let listen { arguments += ["--listen", listen] }
+                arguments += ["--log-level", logLevel]
+                let pid = try DaemonConnection.start(paths, arguments: arguments)
+                let deadline = Date().addingTimeInterval(15)
+                while Date() < deadline {
+                    if FileManager.default.fileExists(atPath: paths.socket), DaemonLock.holder(paths.lock) == pid {
+                        CLIError.note("Started the Haul daemon (pid \(pid); socket \(paths.socket); log \(paths.log)).")
+                        return
+                    }
+                    if kill(pid, 0) != 0 { break }
+                    usleep(50_000)
+                }
+                CLIError.print(
+                    HaulError(.connection, "The Haul daemon did not start", hint: "See its log: \(paths.log)")
+                )
+                throw ExitCode.failure
+            }
+        }
+
+        struct Stop: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Stop the daemon cleanly; its unfinished downloads continue at its next start."
+            )
+
+            func run() async throws {
+                let paths = DaemonPaths(home: HaulHome.resolve())
+                guard let pid = DaemonLock.holder(paths.lock) else {
+                    CLIError.note("No Haul daemon is running.")
+                    return
+                }
+                try await withDaemon(autoStart: false) { client in try await client.stopDaemon() }
+                let deadline = ContinuousClock.now + .seconds(60)
+                while DaemonLock.holder(paths.lock) != nil, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                if DaemonLock.holder(paths.lock) != nil {
+                    CLIError.print(HaulError(.busy, "The Haul daemon (pid \(pid)) has not stopped after 60 s"))
+                    throw ExitCode.failure
+                }
+                CLIError.note("Stopped the Haul daemon (pid \(pid)).")
+            }
+        }
+    }
+}

@@ -1,0 +1,235 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulDaemon
+import Synchronization
+
+extension HaulCommand {
+    /// `haul events`: what happened in a session while nobody listened, then live events.
+    struct Events: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show a session's events: those missed since the last time, then live ones.",
+            discussion: """
+                Each event shown is acknowledged, so the next 'haul events' of the session starts \
+                after it. --after ID shows the events after that id instead, acknowledging nothing. \
+                Live events follow until Ctrl-C, unless --no-follow.
+                """
+        )
+
+        @Option(help: "The session.")
+        var session: String = DownloadRequest.defaultSession
+
+        @Option(help: "Show the events after this event id (without acknowledging any).")
+        var after: Int64?
+
+        @Flag(inversion: .prefixedNo, help: "Keep showing live events.")
+        var follow = true
+
+        @Flag(help: "Print events as newline-delimited JSON.")
+        var json = false
+
+        @Flag(help: "Pause the session's tasks when this command stops or is killed.")
+        var pauseOnExit = false
+
+        func run() async throws {
+            try await withDaemon { client in
+                try DownloadRequest.validateSession(session)
+                if !follow {
+                    let records = try await client.loggedEvents(session: session, after: after)
+                    for record in records { show(record) }
+                    if after == nil, let last = records.last?.eventID {
+                        try await client.acknowledge(session: session, through: last)
+                    }
+                    return
+                }
+                let events = client.attach(session: session, after: after, pauseOnDisconnect: pauseOnExit)
+                let signals = SignalStream.watch([SIGINT, SIGTERM])
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for try await record in events where record.kind != .progress { show(record) }
+                        throw HaulError(.connection, "The Haul daemon stopped")
+                    }
+                    group.addTask {
+                        for await _ in signals { return }
+                    }
+                    try await group.next()
+                    group.cancelAll()
+                }
+            }
+        }
+
+        private func show(_ record: EventRecord) {
+            // Unbuffered: a script reading the pipe sees each event as it happens.
+            let line = json ? record.jsonLine() : EventText.line(record)
+            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        }
+    }
+
+    /// `haul wait`: block until tasks end.
+    struct Wait: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Wait until tasks are done; exit 0 only if every one completed.",
+            discussion: "Without ids or --session, waits for every task of the daemon."
+        )
+
+        @Argument(help: "Task ids, or unique prefixes of them.")
+        var ids: [String] = []
+
+        @Option(help: "Every task of this session.")
+        var session: String?
+
+        @Flag(name: .shortAndLong, help: "Print only failures.")
+        var quiet = false
+
+        func run() async throws {
+            try await withDaemon { client in
+                let wanted = ids.isEmpty ? nil : Swift.Set(try await TaskSelection.resolve(ids, client))
+                var toldPaused: Swift.Set<UUID> = []
+                while true {
+                    let tasks = try await client.tasks(session: session).filter { wanted?.contains($0.id) ?? true }
+                    if let wanted, tasks.count < wanted.count {
+                        throw HaulError(.invalidArgument, "\(wanted.count - tasks.count) of the tasks were removed")
+                    }
+                    let unfinished = tasks.filter { [.queued, .running, .paused].contains($0.state) }
+                    for task in unfinished where task.state == .paused && !toldPaused.contains(task.id) {
+                        toldPaused.insert(task.id)
+                        CLIError.note(
+                            "haul: waiting for paused task \(task.id.uuidString.prefix(8).lowercased()); 'haul resume' it to continue"
+                        )
+                    }
+                    if unfinished.isEmpty {
+                        try report(tasks)
+                        return
+                    }
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+            }
+        }
+
+        private func report(_ tasks: [DownloadInfo]) throws {
+            let completed = tasks.filter { $0.state == .completed }
+            let bytes = completed.reduce(Int64(0)) { $0 + ($1.totalBytes ?? 0) }
+            if !quiet {
+                CLIError.note("Done: \(completed.count) of \(tasks.count) completed (\(Format.bytes(bytes))).")
+            }
+            for task in tasks where task.state != .completed {
+                let reason = task.errorMessage ?? task.state.rawValue
+                FileHandle.standardError.write(
+                    Data("haul: \(task.state.rawValue): \(task.url.absoluteString): \(reason)\n".utf8)
+                )
+            }
+            if completed.count != tasks.count { throw ExitCode.failure }
+        }
+    }
+
+    /// `haul watch`: live progress of the daemon's running tasks.
+    struct Watch: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the daemon's downloads live, until Ctrl-C.")
+
+        @Option(help: "Only this session's tasks.")
+        var session: String?
+
+        func run() async throws {
+            try await withDaemon { client in
+                let events = client.liveEvents(session: session)
+                let signals = SignalStream.watch([SIGINT, SIGTERM])
+                let board = WatchBoard()
+                let terminal = isatty(STDERR_FILENO) == 1
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for try await record in events { board.apply(record) }
+                        throw HaulError(.connection, "The Haul daemon stopped")
+                    }
+                    group.addTask {
+                        for await _ in signals { return }
+                    }
+                    group.addTask {
+                        var drawn = 0
+                        while true {
+                            let status = try await client.status()
+                            let lines = board.lines(status: status, session: session)
+                            if terminal {
+                                var text = drawn > 0 ? "\u{1B}[\(drawn)F\u{1B}[J" : ""
+                                text += lines.joined(separator: "\n") + "\n"
+                                FileHandle.standardError.write(Data(text.utf8))
+                                drawn = lines.count
+                                try await Task.sleep(for: .milliseconds(250))
+                            } else {
+                                FileHandle.standardError.write(Data(((lines.last ?? "") + "\n").utf8))
+                                try await Task.sleep(for: .seconds(5))
+                            }
+                        }
+                    }
+                    try await group.next()
+                    group.cancelAll()
+                }
+            }
+        }
+    }
+}
+
+/// The latest progress of each task, as `haul watch` shows it.
+final class WatchBoard: Sendable {
+    private struct Line {
+        var name: String
+        var record: EventRecord
+    }
+
+    private let state = Mutex<[UUID: Line]>([:])
+
+    func apply(_ record: EventRecord) {
+        state.withLock { lines in
+            switch record.kind {
+            case .progress:
+                let name = lines[record.taskID]?.name ?? String(record.taskID.uuidString.prefix(8)).lowercased()
+                lines[record.taskID] = Line(name: name, record: record)
+            case .completed, .failed:
+                lines[record.taskID] = nil
+            case .state where record.to != .running:
+                lines[record.taskID] = nil
+            default:
+                break
+            }
+        }
+    }
+
+    func lines(status: API.Status, session: String?) -> [String] {
+        let lines = state.withLock { Array($0.values) }.sorted { $0.name < $1.name }
+        var text = lines.map { line -> String in
+            let record = line.record
+            var part = "\(line.name)  \(Format.bytes(record.received ?? 0))"
+            if let total = record.total, total > 0 {
+                part += " of \(Format.bytes(total)) (\((record.received ?? 0) * 100 / total)%)"
+            }
+            part += "  \(Format.speed(Double(record.bytesPerSecond ?? 0)))"
+            if let eta = record.etaSeconds { part += "  ETA \(Format.duration(.seconds(eta)))" }
+            return part
+        }
+        let done = status.tasks["completed"] ?? 0
+        text.append(
+            "\(status.running) running, \(status.waiting) waiting, \(done) completed; \(Format.speed(status.bytesPerSecond))"
+                + (session.map { " (session \($0))" } ?? "")
+        )
+        return text
+    }
+}
+
+/// One readable line per event.
+enum EventText {
+    static func line(_ record: EventRecord) -> String {
+        var parts: [String] = []
+        if let id = record.eventID { parts.append("#\(id)") }
+        if let time = record.time { parts.append(ISO8601DateFormatter().string(from: time)) }
+        parts.append(String(record.taskID.uuidString.prefix(8)).lowercased())
+        switch record.kind {
+        case .added: parts.append("added \(record.url ?? "")")
+        case .state: parts.append("\(record.from?.rawValue ?? "?") -> \(record.to?.rawValue ?? "?")")
+        case .progress: parts.append("progress \(Format.bytes(record.received ?? 0))")
+        case .resumed: parts.append("resumed at \(Format.bytes(record.offset ?? 0))")
+        case .completed:
+            parts.append("completed \(record.path ?? "")" + (record.bytes.map { " (\(Format.bytes($0)))" } ?? ""))
+        case .failed: parts.append("failed: \(record.error ?? "unknown error")")
+        }
+        return parts.joined(separator: "  ")
+    }
+}

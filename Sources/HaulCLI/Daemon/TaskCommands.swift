@@ -1,0 +1,353 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulDaemon
+
+/// Which of the daemon's tasks a command is about: ids (or unique prefixes), a session, or all.
+struct TaskSelection: ParsableArguments {
+    @Argument(help: "Task ids, or unique prefixes of them (as 'haul list' shows).")
+    var ids: [String] = []
+
+    @Option(help: "Every task of this session.")
+    var session: String?
+
+    @Flag(help: "Every task of the daemon.")
+    var all = false
+
+    func validate() throws {
+        let given = [!ids.isEmpty, session != nil, all].filter { $0 }.count
+        guard given == 1 else { throw ValidationError("Give task ids, --session NAME, or --all") }
+    }
+
+    /// The selector, with prefixes resolved against the daemon's tasks.
+    func selector(_ client: HaulClient) async throws -> API.Selector {
+        if let session { return .session(session) }
+        if all { return .everything }
+        return .tasks(try await TaskSelection.resolve(ids, client))
+    }
+
+    static func resolve(_ texts: [String], _ client: HaulClient) async throws -> [UUID] {
+        if let ids = Optional(texts.compactMap(UUID.init(uuidString:))), ids.count == texts.count { return ids }
+        let known = try await client.tasks().map(\.id)
+        return try texts.map { text in
+            if let id = UUID(uuidString: text) { return id }
+            let matches = known.filter { $0.uuidString.lowercased().hasPrefix(text.lowercased()) }
+            guard matches.count == 1 else {
+                throw HaulError(
+                    .invalidArgument,
+                    matches.isEmpty ? "No task '\(text)'" : "'\(text)' matches \(matches.count) tasks",
+                    hint: matches.isEmpty ? "See 'haul list'" : "Give more of the id"
+                )
+            }
+            return matches[0]
+        }
+    }
+}
+
+/// Runs a daemon command body, turning Haul errors into one line and exit 1.
+func withDaemon(autoStart: Bool = true, _ body: (HaulClient) async throws -> Void) async throws {
+    do {
+        let client = try await DaemonConnection.connect(autoStart: autoStart)
+        do {
+            try await body(client)
+            try? await client.shutdown()
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    } catch let error as HaulError {
+        CLIError.print(error)
+        throw ExitCode.failure
+    }
+}
+
+extension HaulCommand {
+    /// `haul add URL…`: queue downloads in the daemon.
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Queue downloads in the background daemon (started if none runs).",
+            discussion: """
+                Prints the id of each task. The downloads go on after this command, and after you \
+                log out; follow them with 'haul watch', 'haul events' or 'haul wait'.
+                """
+        )
+
+        @Argument(help: "The http:// or https:// URLs to download.")
+        var urls: [String] = []
+
+        @Option(
+            name: [.customShort("i"), .long],
+            help: "Read URLs from this file ('-' for stdin), as 'haul get' does."
+        )
+        var inputFile: String?
+
+        @Option(help: "The session the tasks belong to.")
+        var session: String = DownloadRequest.defaultSession
+
+        @Option(name: [.customShort("d"), .long], help: "Save into this directory (default: the current one).")
+        var directory: String?
+
+        @Option(name: .shortAndLong, help: "Write the file to this path (one URL only).")
+        var output: String?
+
+        @Option(help: "Verify the file before placing it: sha256=HEX (also sha512, sha1, md5).")
+        var checksum: String?
+
+        @Option(name: [.customShort("H"), .customLong("header")], help: "Send an extra header, 'Name: value'.")
+        var headers: [String] = []
+
+        @Option(help: "Higher starts sooner.")
+        var priority: Int = 0
+
+        @Flag(help: "Replace a file already at the destination.")
+        var force = false
+
+        @Flag(help: "Print the tasks as JSON.")
+        var json = false
+
+        func validate() throws {
+            guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
+            if output != nil, urls.count != 1 || inputFile != nil { throw ValidationError("-o names one file") }
+        }
+
+        func run() async throws {
+            try await withDaemon { client in
+                try DownloadRequest.validateSession(session)
+                let requests = try RequestBuilder(
+                    directory: directory,
+                    headers: headers,
+                    checksum: checksum,
+                    force: force,
+                    session: session
+                ).requests(urls: urls, output: output, inputFile: inputFile)
+                let added = try await client.add(requests, priority: priority)
+                if json {
+                    print(try DaemonOutput.json(added))
+                } else {
+                    for info in added { print(info.id.uuidString) }
+                }
+            }
+        }
+    }
+
+    /// `haul list`: the daemon's tasks.
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the daemon's tasks.")
+
+        @Option(help: "Only this session's tasks.")
+        var session: String?
+
+        @Flag(help: "Print the tasks as JSON.")
+        var json = false
+
+        func run() async throws {
+            try await withDaemon { client in
+                let tasks = try await client.tasks(session: session)
+                if json {
+                    print(try DaemonOutput.json(tasks))
+                } else if tasks.isEmpty {
+                    CLIError.note("No tasks.")
+                } else {
+                    print(DaemonOutput.table(tasks))
+                }
+            }
+        }
+    }
+
+    struct Pause: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Pause tasks, keeping their data.")
+        @OptionGroup var selection: TaskSelection
+
+        func run() async throws {
+            try await withDaemon { client in
+                let paused = try await client.pause(try await selection.selector(client))
+                CLIError.note("Paused \(DaemonOutput.count(paused.count)).")
+            }
+        }
+    }
+
+    struct Resume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Resume paused or failed tasks.")
+        @OptionGroup var selection: TaskSelection
+
+        func run() async throws {
+            try await withDaemon { client in
+                let resumed = try await client.resume(try await selection.selector(client))
+                CLIError.note("Resumed \(DaemonOutput.count(resumed.count)).")
+            }
+        }
+    }
+
+    struct Cancel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Cancel tasks and delete their partial data.")
+        @OptionGroup var selection: TaskSelection
+
+        func run() async throws {
+            try await withDaemon { client in
+                let cancelled = try await client.cancel(try await selection.selector(client))
+                CLIError.note("Cancelled \(DaemonOutput.count(cancelled.count)).")
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Forget tasks (cancelling unfinished ones); finished files stay unless --delete-files."
+        )
+        @OptionGroup var selection: TaskSelection
+
+        @Flag(help: "Also delete the finished files.")
+        var deleteFiles = false
+
+        func run() async throws {
+            try await withDaemon { client in
+                let removed = try await client.remove(try await selection.selector(client), deleteFiles: deleteFiles)
+                CLIError.note("Removed \(DaemonOutput.count(removed.count)).")
+            }
+        }
+    }
+
+    /// `haul set`: change the daemon's limits live.
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change the daemon's limits, live.",
+            discussion: """
+                Lowering --max-concurrent sends the most recently started downloads back to waiting \
+                (keeping their data); raising it starts the oldest waiting ones.
+                """
+        )
+
+        @Option(name: [.customShort("j"), .customLong("max-concurrent")], help: "How many downloads run at once.")
+        var maxConcurrent: Int?
+
+        @Option(name: .customLong("max-per-host"), help: "How many downloads run at once against one host.")
+        var maxPerHost: Int?
+
+        func run() async throws {
+            try await withDaemon { client in
+                let settings =
+                    maxConcurrent == nil && maxPerHost == nil
+                    ? try await client.settings()
+                    : try await client.update(
+                        API.Settings(maxConcurrentDownloads: maxConcurrent, maxConnectionsPerHost: maxPerHost)
+                    )
+                print("max-concurrent: \(settings.maxConcurrentDownloads ?? 0)")
+                print("max-per-host: \(settings.maxConnectionsPerHost ?? 0)")
+            }
+        }
+    }
+
+    /// `haul status`: the daemon's facts.
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the daemon's state.")
+
+        @Flag(help: "Print as JSON.")
+        var json = false
+
+        func run() async throws {
+            try await withDaemon(autoStart: false) { client in
+                let status = try await client.status()
+                if json {
+                    print(try DaemonOutput.json(status))
+                    return
+                }
+                let counts = TaskState.allCases.compactMap { state in
+                    status.tasks[state.rawValue].map { "\($0) \(state.rawValue)" }
+                }
+                print("pid:      \(status.pid)")
+                print("uptime:   \(Format.duration(.seconds(Int64(status.uptimeSeconds))))")
+                print("socket:   \(status.socket)")
+                if let listen = status.listen {
+                    print("tcp:      \(listen) (token in \(DaemonPaths(home: HaulHome(path: status.home)).token))")
+                }
+                print("store:    \(status.store)")
+                print("tasks:    \(counts.isEmpty ? "none" : counts.joined(separator: ", "))")
+                print(
+                    "running:  \(status.running) of at most \(status.maxConcurrentDownloads), \(status.waiting) waiting"
+                )
+                print("speed:    \(Format.speed(status.bytesPerSecond))")
+            }
+        }
+    }
+}
+
+/// Shared by `haul get` and `haul add`: requests from arguments and input files.
+struct RequestBuilder {
+    var directory: String?
+    var headers: [String]
+    var checksum: String?
+    var force: Bool
+    var session: String = DownloadRequest.defaultSession
+
+    func requests(urls: [String], output: String?, inputFile: String?) throws -> [DownloadRequest] {
+        let base = directory ?? "."
+        let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
+        let defaultChecksum = try checksum.map(Checksum.init(parsing:))
+        func request(_ text: String, out: String?, checksum: Checksum?) throws -> DownloadRequest {
+            let url = try DownloadRequest.parseURL(text)
+            let destination: Destination
+            if let out {
+                guard !out.hasSuffix("/") else {
+                    throw HaulError(
+                        .invalidArgument,
+                        "-o needs a file path, not a directory: \(out)",
+                        hint: "Use -d for a directory"
+                    )
+                }
+                destination = .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
+            } else {
+                destination = .directory(base)
+            }
+            return DownloadRequest(
+                url: url,
+                destination: destination,
+                headers: headerFields,
+                checksum: checksum,
+                overwrite: force,
+                session: session
+            )
+        }
+        var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }
+        if let inputFile {
+            for entry in try InputFile.read(inputFile).entries {
+                requests.append(
+                    try request(entry.url, out: entry.out, checksum: try entry.checksum.map(Checksum.init(parsing:)))
+                )
+            }
+        }
+        guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
+        return requests
+    }
+}
+
+/// How daemon commands print tasks.
+enum DaemonOutput {
+    static func count(_ n: Int) -> String { n == 1 ? "1 task" : "\(n) tasks" }
+
+    static func json(_ value: some Encodable) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
+        encoder.dateEncodingStrategy = .iso8601
+        return String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+
+    /// `ID  STATE  PROGRESS  SIZE  SESSION  NAME`, one task per line.
+    static func table(_ tasks: [DownloadInfo]) -> String {
+        var lines = [["ID", "STATE", "DONE", "SIZE", "SESSION", "FILE"]]
+        for task in tasks {
+            let done = task.totalBytes.map { $0 > 0 ? "\(task.bytesCommitted * 100 / $0)%" : "100%" } ?? "-"
+            let name = task.path.map { ($0 as NSString).lastPathComponent } ?? task.url.absoluteString
+            var state = task.state.rawValue
+            if let error = task.errorMessage, task.state == .failed { state += ": " + error.prefix(60) }
+            lines.append([
+                String(task.id.uuidString.prefix(8)).lowercased(), state, done,
+                task.totalBytes.map(Format.bytes) ?? "?", task.session, name,
+            ])
+        }
+        let widths = (0..<5).map { column in lines.map { $0[column].count }.max() ?? 0 }
+        return lines.map { row in
+            (0..<5).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ")
+                + "  " + row[5]
+        }.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,160 @@
+import Foundation
+import Haul
+
+/// The JSON bodies of the daemon's HTTP API. Every endpoint is listed in the README.
+public enum API {
+    /// The API's version prefix.
+    public static let prefix = "/v1"
+
+    /// `POST /v1/tasks`: downloads to add.
+    public struct AddRequest: Codable, Sendable {
+        public var downloads: [Download]
+        /// Higher starts sooner.
+        public var priority: Int?
+
+        public init(downloads: [Download], priority: Int? = nil) {
+            self.downloads = downloads
+            self.priority = priority
+        }
+
+        /// One download. Paths are absolute: the daemon does not know the client's working directory.
+        public struct Download: Codable, Sendable {
+            public var url: String
+            /// The directory the file goes into.
+            public var directory: String
+            /// The file name; absent to let the server or the URL choose it.
+            public var fileName: String?
+            /// `sha256=HEX` (or sha512, sha1, md5).
+            public var checksum: String?
+            public var headers: [HTTPHeaderField]?
+            public var overwrite: Bool?
+            public var session: String?
+
+            public init(_ request: DownloadRequest) {
+                url = request.url.absoluteString
+                directory = request.destination.directory
+                fileName = request.destination.fileName
+                checksum = request.checksum?.description
+                headers = request.headers.isEmpty ? nil : request.headers
+                overwrite = request.overwrite ? true : nil
+                session = request.session
+            }
+
+            /// The request it describes.
+            /// - Throws: ``HaulError`` for a bad URL, a relative directory, a bad checksum or session.
+            public func request() throws -> DownloadRequest {
+                let parsed = try DownloadRequest.parseURL(url)
+                guard directory.hasPrefix("/") else {
+                    throw HaulError(.invalidArgument, "The directory '\(directory)' is not an absolute path")
+                }
+                var destination = Destination.directory(directory)
+                destination.fileName = fileName
+                let session = self.session ?? DownloadRequest.defaultSession
+                try DownloadRequest.validateSession(session)
+                return DownloadRequest(
+                    url: parsed,
+                    destination: destination,
+                    headers: headers ?? [],
+                    checksum: try checksum.map { try Checksum(parsing: $0) },
+                    overwrite: overwrite ?? false,
+                    session: session
+                )
+            }
+        }
+    }
+
+    /// Which tasks an operation applies to: some ids, a session's, or all. Exactly one is given.
+    public struct Selector: Codable, Sendable, Equatable {
+        public var ids: [UUID]?
+        public var session: String?
+        public var all: Bool?
+        /// `remove` only: also delete finished files.
+        public var deleteFiles: Bool?
+
+        public init(ids: [UUID]? = nil, session: String? = nil, all: Bool? = nil, deleteFiles: Bool? = nil) {
+            self.ids = ids
+            self.session = session
+            self.all = all
+            self.deleteFiles = deleteFiles
+        }
+
+        public static func tasks(_ ids: [UUID]) -> Selector { Selector(ids: ids) }
+        public static func session(_ name: String) -> Selector { Selector(session: name) }
+        public static let everything = Selector(all: true)
+    }
+
+    /// `GET`/`PUT /v1/settings`: the limits, changed live.
+    public struct Settings: Codable, Sendable, Equatable {
+        public var maxConcurrentDownloads: Int?
+        public var maxConnectionsPerHost: Int?
+
+        public init(maxConcurrentDownloads: Int? = nil, maxConnectionsPerHost: Int? = nil) {
+            self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.maxConnectionsPerHost = maxConnectionsPerHost
+        }
+    }
+
+    /// `POST /v1/sessions/{name}/ack`: the client has every event of the session up to `through`.
+    public struct Acknowledgement: Codable, Sendable {
+        public var through: Int64
+
+        public init(through: Int64) {
+            self.through = through
+        }
+    }
+
+    /// `GET /v1/status`.
+    public struct Status: Codable, Sendable, Equatable {
+        public var pid: Int32
+        public var version: String
+        public var startedAt: Date
+        public var uptimeSeconds: Double
+        public var home: String
+        public var socket: String
+        public var store: String
+        /// `127.0.0.1:PORT` when a TCP listener runs.
+        public var listen: String?
+        /// Background tasks by state.
+        public var tasks: [String: Int]
+        public var running: Int
+        public var waiting: Int
+        /// The running tasks' combined speed, each averaged over at least a second.
+        public var bytesPerSecond: Double
+        public var maxConcurrentDownloads: Int
+        public var maxConnectionsPerHost: Int
+    }
+
+    /// `GET /v1/sessions`: one session.
+    public struct Session: Codable, Sendable, Equatable {
+        public var name: String
+        public var tasks: Int
+        /// Events logged and not yet acknowledged by a client.
+        public var pendingEvents: Int
+    }
+
+    /// The body of every error response.
+    public struct Failure: Codable, Sendable, Error {
+        /// One readable line.
+        public var error: String
+        /// A ``HaulError/Code`` name, e.g. `invalidArgument`.
+        public var code: String
+
+        public init(error: String, code: String) {
+            self.error = error
+            self.code = code
+        }
+    }
+
+    static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }
+
+    static var decoder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }
+}

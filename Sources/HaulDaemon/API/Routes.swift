@@ -1,0 +1,236 @@
+import Foundation
+import HTTPTypes
+import Haul
+import Hummingbird
+import Logging
+
+extension HTTPField.Name {
+    static let lastEventID = HTTPField.Name("Last-Event-ID")!
+}
+
+/// The daemon's HTTP+JSON API. Every endpoint is documented in the README.
+enum Routes {
+    static func router(core: DaemonCore, token: String?) -> Router<BasicRequestContext> {
+        let router = Router()
+        if let token { router.add(middleware: TokenMiddleware(token: token)) }
+        let api = router.group("v1")
+
+        api.get("status") { _, _ in try await respond { try await core.status() } }
+
+        api.get("tasks") { request, _ in
+            try await respond {
+                let session = request.uri.queryParameters.get("session")
+                return try await core.manager.tasks(session: session)
+            }
+        }
+        api.post("tasks") { request, context in
+            try await respond {
+                let body = try await decode(API.AddRequest.self, from: request, context: context)
+                let requests = try body.downloads.map { try $0.request() }
+                var added: [DownloadInfo] = []
+                for download in requests {
+                    added.append(try await core.manager.download(download, priority: body.priority ?? 0))
+                }
+                return added
+            }
+        }
+        api.get("tasks/:id") { _, context in
+            try await respond { try await core.manager.info(try taskID(context)) }
+        }
+        for operation in [DaemonCore.Operation.pause, .resume, .cancel, .remove] {
+            api.post("tasks/\(operation.rawValue)") { request, context in
+                try await respond {
+                    let selector = try await decode(API.Selector.self, from: request, context: context)
+                    return try await core.apply(operation, to: selector)
+                }
+            }
+        }
+
+        api.get("settings") { _, _ in try await respond { await settings(core) } }
+        api.put("settings") { request, context in
+            try await respond {
+                let body = try await decode(API.Settings.self, from: request, context: context)
+                if let limit = body.maxConcurrentDownloads { try await core.manager.setMaxConcurrentDownloads(limit) }
+                if let limit = body.maxConnectionsPerHost { try await core.manager.setMaxConnectionsPerHost(limit) }
+                return await settings(core)
+            }
+        }
+
+        api.get("sessions") { _, _ in
+            try await respond {
+                try await core.manager.store.sessionSummaries().map {
+                    API.Session(name: $0.name, tasks: $0.tasks, pendingEvents: $0.pendingEvents)
+                }
+            }
+        }
+        api.post("sessions/:name/ack") { request, context in
+            try await respond {
+                let session = try sessionName(context)
+                let body = try await decode(API.Acknowledgement.self, from: request, context: context)
+                try await core.manager.store.acknowledgeEvents(session: session, through: body.through)
+                return body
+            }
+        }
+        api.get("sessions/:name/log") { request, context in
+            try await respond {
+                let session = try sessionName(context)
+                let value = request.uri.queryParameters.get("after")
+                let after: Int64
+                if let value {
+                    guard let parsed = Int64(value), parsed >= 0 else {
+                        throw HaulError(.invalidArgument, "Invalid 'after' event id '\(value)'")
+                    }
+                    after = parsed
+                } else {
+                    after = try await core.manager.store.acknowledgedEventID(session: session)
+                }
+                return try await core.manager.store.loggedEvents(session: session, after: after, limit: 10_000)
+            }
+        }
+        api.get("sessions/:name/events") { request, context in
+            do {
+                let session = try sessionName(context)
+                let query = request.uri.queryParameters
+                let after: Int64
+                if let header = request.headers[.lastEventID], let acknowledged = Int64(header) {
+                    // The client has everything up to this id: an acknowledgement.
+                    try await core.manager.store.acknowledgeEvents(session: session, through: acknowledged)
+                    after = acknowledged
+                } else if let value = query.get("after") {
+                    guard let parsed = Int64(value), parsed >= 0 else {
+                        throw HaulError(.invalidArgument, "Invalid 'after' event id '\(value)'")
+                    }
+                    after = parsed
+                } else if query.get("live") == "true" {
+                    after = try await core.manager.store.lastEventID()
+                } else {
+                    after = try await core.manager.store.acknowledgedEventID(session: session)
+                }
+                return EventStream(
+                    core: core,
+                    session: session,
+                    after: after,
+                    pauseOnDisconnect: query.get("pauseOnDisconnect") == "true"
+                ).response()
+            } catch {
+                return failure(error)
+            }
+        }
+        api.get("events") { request, _ in
+            do {
+                let after: Int64
+                if let value = request.uri.queryParameters.get("after") {
+                    guard let parsed = Int64(value), parsed >= 0 else {
+                        throw HaulError(.invalidArgument, "Invalid 'after' event id '\(value)'")
+                    }
+                    after = parsed
+                } else {
+                    after = try await core.manager.store.lastEventID()
+                }
+                return EventStream(core: core, session: nil, after: after, pauseOnDisconnect: false).response()
+            } catch {
+                return failure(error)
+            }
+        }
+
+        api.post("shutdown") { _, _ in
+            Task {
+                // Answer first, then stop.
+                try? await Task.sleep(for: .milliseconds(20))
+                await core.requestShutdown()
+            }
+            return try await respond { API.Acknowledgement(through: 0) }
+        }
+        return router
+    }
+
+    private static func settings(_ core: DaemonCore) async -> API.Settings {
+        let limits = await core.manager.limits
+        return API.Settings(
+            maxConcurrentDownloads: limits.maxConcurrentDownloads,
+            maxConnectionsPerHost: limits.maxConnectionsPerHost
+        )
+    }
+
+    private static func taskID(_ context: BasicRequestContext) throws -> UUID {
+        let text = context.parameters.get("id") ?? ""
+        guard let id = UUID(uuidString: text) else { throw HaulError(.invalidArgument, "Invalid task id '\(text)'") }
+        return id
+    }
+
+    private static func sessionName(_ context: BasicRequestContext) throws -> String {
+        let name = context.parameters.get("name") ?? ""
+        try DownloadRequest.validateSession(name)
+        return name
+    }
+
+    private static func decode<T: Decodable>(
+        _ type: T.Type,
+        from request: Request,
+        context: BasicRequestContext
+    ) async throws -> T {
+        var request = request
+        let body = try await request.collectBody(upTo: 16 << 20)
+        do {
+            return try API.decoder.decode(T.self, from: Data(buffer: body))
+        } catch {
+            throw HaulError(.invalidArgument, "Invalid request body: \(error)")
+        }
+    }
+
+    /// Runs a handler and answers with its value as JSON, or with the error.
+    private static func respond<T: Encodable>(_ body: () async throws -> T) async throws -> Response {
+        do {
+            return json(try await body(), status: .ok)
+        } catch {
+            return failure(error)
+        }
+    }
+
+    static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status) -> Response {
+        let data = (try? API.encoder.encode(value)) ?? Data("{}".utf8)
+        return Response(
+            status: status,
+            headers: [.contentType: "application/json"],
+            body: .init(byteBuffer: ByteBuffer(bytes: data))
+        )
+    }
+
+    static func failure(_ error: any Error) -> Response {
+        let haul = error as? HaulError ?? HaulError(.store, "\(error)")
+        let status: HTTPResponse.Status
+        switch haul.code {
+        case .busy, .destinationExists: status = .conflict
+        case .store: status = .internalServerError
+        case .invalidArgument where haul.message.hasPrefix("No task"): status = .notFound
+        default: status = .badRequest
+        }
+        return json(API.Failure(error: haul.description, code: haul.code.description), status: status)
+    }
+}
+
+/// Requires `Authorization: Bearer TOKEN` on every request (the TCP listener).
+struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
+    let token: String
+
+    func handle(
+        _ request: Request,
+        context: Context,
+        next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        let given = request.headers[.authorization] ?? ""
+        guard TokenMiddleware.constantTimeEqual(given, "Bearer " + token) else {
+            return Routes.json(
+                API.Failure(error: "A valid token is required (Authorization: Bearer …)", code: "unauthorized"),
+                status: .unauthorized
+            )
+        }
+        return try await next(request, context)
+    }
+
+    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let (x, y) = (Array(a.utf8), Array(b.utf8))
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+}

@@ -1,0 +1,323 @@
+import AsyncHTTPClient
+import Foundation
+import Haul
+import NIOCore
+import NIOHTTP1
+
+/// A client of `haul daemon`: the same operations as a ``DownloadManager``, carried out by
+/// the daemon, whose transfers go on after this process exits.
+///
+/// ```swift
+/// try await HaulClient.withClient(home: HaulHome.resolve()) { client in
+///     let added = try await client.add([DownloadRequest(url: url, destination: .directory("/data"), session: "backup")])
+///     for try await event in client.attach(session: "backup") {   // missed events first, then live ones
+///         print(event.kind, event.taskID)
+///     }
+/// }
+/// ```
+public final class HaulClient: Sendable {
+    private let http: HTTPClient
+    private let base: String
+    private let token: String?
+
+    /// A client of the daemon of `home`, over its Unix socket.
+    public convenience init(home: HaulHome) {
+        self.init(socketPath: DaemonPaths(home: home).socket)
+    }
+
+    /// A client over a Unix socket.
+    public init(socketPath: String) {
+        let encoded = socketPath.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? socketPath
+        self.base = "http+unix://\(encoded)"
+        self.token = nil
+        self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HaulClient.httpConfiguration)
+    }
+
+    /// A client over TCP, sending `token` with every request.
+    public init(host: String, port: Int, token: String) {
+        self.base = "http://\(host):\(port)"
+        self.token = token
+        self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HaulClient.httpConfiguration)
+    }
+
+    private static var httpConfiguration: HTTPClient.Configuration {
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = .init(connect: .seconds(2), read: nil)
+        configuration.redirectConfiguration = .disallow
+        configuration.decompression = .disabled
+        return configuration
+    }
+
+    /// Runs `body` with a client, and closes it afterwards.
+    public static func withClient<Result>(
+        home: HaulHome,
+        _ body: (HaulClient) async throws -> Result
+    ) async throws -> Result {
+        let client = HaulClient(home: home)
+        do {
+            let result = try await body(client)
+            try await client.shutdown()
+            return result
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    /// Closes the client's connections. Call once, when done.
+    public func shutdown() async throws {
+        try await http.shutdown()
+    }
+
+    // MARK: Operations
+
+    /// The daemon's facts: pid, uptime, paths, task counts, speed and limits.
+    public func status(timeout: Duration = .seconds(10)) async throws -> API.Status {
+        try await call("GET", "/status", timeout: timeout)
+    }
+
+    /// Adds downloads to the daemon's queue (or finds them there, so a re-add does not duplicate).
+    public func add(_ requests: [DownloadRequest], priority: Int? = nil) async throws -> [DownloadInfo] {
+        try await call(
+            "POST",
+            "/tasks",
+            body: API.AddRequest(downloads: requests.map(API.AddRequest.Download.init), priority: priority)
+        )
+    }
+
+    /// The daemon's tasks, in queue order; of one session, or all.
+    public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
+        let query = try session.map { name -> String in
+            try DownloadRequest.validateSession(name)
+            return "?session=\(name)"
+        }
+        return try await call("GET", "/tasks" + (query ?? ""))
+    }
+
+    /// One task.
+    public func info(_ id: UUID) async throws -> DownloadInfo {
+        try await call("GET", "/tasks/\(id.uuidString)")
+    }
+
+    /// Pauses tasks; returns those paused.
+    @discardableResult
+    public func pause(_ selector: API.Selector) async throws -> [DownloadInfo] {
+        try await call("POST", "/tasks/pause", body: selector)
+    }
+
+    /// Resumes paused or failed tasks; returns those queued again.
+    @discardableResult
+    public func resume(_ selector: API.Selector) async throws -> [DownloadInfo] {
+        try await call("POST", "/tasks/resume", body: selector)
+    }
+
+    /// Cancels tasks, deleting their partial data; returns those cancelled.
+    @discardableResult
+    public func cancel(_ selector: API.Selector) async throws -> [DownloadInfo] {
+        try await call("POST", "/tasks/cancel", body: selector)
+    }
+
+    /// Forgets tasks (cancelling unfinished ones); `deleteFiles` also deletes finished files.
+    @discardableResult
+    public func remove(_ selector: API.Selector, deleteFiles: Bool = false) async throws -> [DownloadInfo] {
+        var selector = selector
+        selector.deleteFiles = deleteFiles ? true : nil
+        return try await call("POST", "/tasks/remove", body: selector)
+    }
+
+    /// The limits in force.
+    public func settings() async throws -> API.Settings {
+        try await call("GET", "/settings")
+    }
+
+    /// Changes limits live, with the manager's ordering rules.
+    @discardableResult
+    public func update(_ settings: API.Settings) async throws -> API.Settings {
+        try await call("PUT", "/settings", body: settings)
+    }
+
+    /// Sessions with tasks or unacknowledged events.
+    public func sessions() async throws -> [API.Session] {
+        try await call("GET", "/sessions")
+    }
+
+    /// Tells the daemon this client has every event of `session` up to `eventID`; the daemon
+    /// deletes them and a later attach starts after them.
+    public func acknowledge(session: String, through eventID: Int64) async throws {
+        try DownloadRequest.validateSession(session)
+        let _: API.Acknowledgement = try await call(
+            "POST",
+            "/sessions/\(session)/ack",
+            body: API.Acknowledgement(through: eventID)
+        )
+    }
+
+    /// The logged events of a session not yet acknowledged (or those after `after`), oldest
+    /// first, without waiting for more and without acknowledging them.
+    public func loggedEvents(session: String, after: Int64? = nil) async throws -> [EventRecord] {
+        try DownloadRequest.validateSession(session)
+        return try await call("GET", "/sessions/\(session)/log" + (after.map { "?after=\($0)" } ?? ""))
+    }
+
+    /// Stops the daemon cleanly (running downloads checkpoint and continue at its next start).
+    public func stopDaemon() async throws {
+        let _: API.Acknowledgement = try await call("POST", "/shutdown")
+    }
+
+    // MARK: Events
+
+    /// Attaches to a session: the events this session's clients have not acknowledged
+    /// (what happened while nobody listened), then live ones, until the daemon stops.
+    ///
+    /// Each logged event is acknowledged when the consumer asks for the next one, so an
+    /// event is delivered again only if the consumer never finished with it. Call
+    /// ``acknowledge(session:through:)`` for the last one when stopping early.
+    /// - Parameters:
+    ///   - after: start after this event id instead of after the last acknowledged one
+    ///     (nothing is acknowledged by it).
+    ///   - pauseOnDisconnect: when this client goes away (exits, is killed), the daemon
+    ///     pauses the session's tasks, keeping their data.
+    public func attach(session: String, after: Int64? = nil, pauseOnDisconnect: Bool = false) -> SessionEvents {
+        var query: [String] = []
+        if let after { query.append("after=\(after)") }
+        if pauseOnDisconnect { query.append("pauseOnDisconnect=true") }
+        let path = "/sessions/\(session)/events" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
+        return SessionEvents(client: self, session: session, path: path, acknowledges: after == nil)
+    }
+
+    /// Live events from now on (with progress), of one session or all; nothing is acknowledged.
+    public func liveEvents(session: String? = nil) -> SessionEvents {
+        let path = session.map { "/sessions/\($0)/events?live=true" } ?? "/events"
+        return SessionEvents(client: self, session: session, path: path, acknowledges: false)
+    }
+
+    /// Opens an event stream and feeds its records to `yield` until it ends.
+    func stream(_ path: String, into continuation: AsyncThrowingStream<EventRecord, any Error>.Continuation) async {
+        do {
+            var request = try makeRequest("GET", path)
+            request.headers.add(name: "Accept", value: "text/event-stream")
+            let response = try await http.execute(request, deadline: .distantFuture)
+            guard response.status == .ok else {
+                throw try await HaulClient.failure(response, body: try await response.body.collect(upTo: 1 << 20))
+            }
+            var parser = ServerSentEvents.Parser()
+            for try await buffer in response.body {
+                for message in parser.feed(buffer.readableBytesView) {
+                    continuation.yield(try EventRecord(jsonLine: message.data))
+                }
+            }
+            continuation.finish()
+        } catch {
+            continuation.finish(throwing: HaulClient.connectionError(error, base: base))
+        }
+    }
+
+    // MARK: Plumbing
+
+    private struct Empty: Encodable {}
+
+    private func call<Response: Decodable>(
+        _ method: String,
+        _ path: String,
+        timeout: Duration = .seconds(600)
+    ) async throws -> Response {
+        try await call(method, path, body: Optional<Empty>.none, timeout: timeout)
+    }
+
+    private func call<Body: Encodable, Response: Decodable>(
+        _ method: String,
+        _ path: String,
+        body: Body?,
+        timeout: Duration = .seconds(600)
+    ) async throws -> Response {
+        var request = try makeRequest(method, path)
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: try API.encoder.encode(body)))
+        }
+        let response: HTTPClientResponse
+        let data: ByteBuffer
+        do {
+            response = try await http.execute(
+                request,
+                timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
+            )
+            data = try await response.body.collect(upTo: 256 << 20)
+        } catch {
+            throw HaulClient.connectionError(error, base: base)
+        }
+        guard response.status == .ok else { throw try HaulClient.failure(response, body: data) }
+        do {
+            return try API.decoder.decode(Response.self, from: Data(buffer: data))
+        } catch {
+            throw HaulError(.invalidResponse, "The daemon's answer to \(method) \(path) could not be read: \(error)")
+        }
+    }
+
+    private func makeRequest(_ method: String, _ path: String) throws -> HTTPClientRequest {
+        var request = HTTPClientRequest(url: base + API.prefix + path)
+        request.method = HTTPMethod(rawValue: method)
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        return request
+    }
+
+    private static func failure(_ response: HTTPClientResponse, body: ByteBuffer) throws -> HaulError {
+        if let failure = try? API.decoder.decode(API.Failure.self, from: Data(buffer: body)) {
+            // The daemon's line already says what and why; keep its code.
+            var error = HaulError(HaulError.Code(name: failure.code) ?? .invalidArgument, failure.error)
+            error.status = Int(response.status.code)
+            return error
+        }
+        return HaulError(
+            .invalidResponse,
+            "The daemon answered \(response.status.code) \(response.status.reasonPhrase)"
+        )
+    }
+
+    static func connectionError(_ error: any Error, base: String) -> HaulError {
+        if let error = error as? HaulError { return error }
+        return HaulError(
+            .connection,
+            "Cannot reach the Haul daemon (\(base.removingPercentEncoding ?? base))",
+            hint: "Start it with 'haul daemon'",
+            underlying: error
+        )
+    }
+}
+
+/// The events of an attached client: an AsyncSequence of ``EventRecord``.
+public struct SessionEvents: AsyncSequence, Sendable {
+    public typealias Element = EventRecord
+
+    let client: HaulClient
+    let session: String?
+    let path: String
+    let acknowledges: Bool
+
+    public func makeAsyncIterator() -> Iterator {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: EventRecord.self)
+        let (client, path) = (self.client, self.path)
+        let reader = Task { await client.stream(path, into: continuation) }
+        continuation.onTermination = { _ in reader.cancel() }
+        return Iterator(client: client, session: acknowledges ? session : nil, base: stream.makeAsyncIterator())
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        let client: HaulClient
+        /// The session to acknowledge in, when this stream acknowledges.
+        let session: String?
+        var base: AsyncThrowingStream<EventRecord, any Error>.AsyncIterator
+        var unacknowledged: Int64?
+
+        public mutating func next() async throws -> EventRecord? {
+            if let session, let eventID = unacknowledged {
+                // The consumer is done with the previous event.
+                try await client.acknowledge(session: session, through: eventID)
+                unacknowledged = nil
+            }
+            guard let record = try await base.next() else { return nil }
+            if record.eventID != nil { unacknowledged = record.eventID }
+            return record
+        }
+    }
+}

@@ -1,0 +1,221 @@
+import Foundation
+import Haul
+import Hummingbird
+import Logging
+import NIOCore
+import ServiceLifecycle
+import Synchronization
+
+/// `haul daemon`: owns background transfers. Hosts a ``DownloadManager`` on the store of
+/// its `HAUL_HOME`, logs every task's events per session, and serves the HTTP+JSON API on
+/// `$HAUL_HOME/daemon.sock` (and, when asked, on loopback TCP with a token).
+///
+/// ```swift
+/// let daemon = DaemonService(configuration: .init(home: HaulHome.resolve()))
+/// try await daemon.run()        // until SIGTERM/SIGINT (with handlesSignals) or stop()
+/// ```
+/// Stopping is clean: running downloads checkpoint and wait in the queue for the next start.
+/// A `kill -9` loses at most one checkpoint interval of each running download.
+public final class DaemonService: Service, Sendable {
+    public struct Configuration: Sendable {
+        /// The home: store, socket, lock and token live in it.
+        public var home: HaulHome
+        public var maxConcurrentDownloads: Int
+        public var maxConnectionsPerHost: Int
+        /// A loopback TCP listener (`host`, `port`; port 0 picks a free one). Every request
+        /// on it must carry the token of `$HAUL_HOME/daemon.token`.
+        public var listen: (host: String, port: Int)?
+        /// Stop cleanly on SIGTERM and SIGINT.
+        public var handlesSignals: Bool
+        /// Unacknowledged events kept per session; older ones are dropped beyond it.
+        public var eventsPerSession: Int
+        /// How often running downloads checkpoint (nil: the library's default).
+        public var checkpointInterval: Duration?
+        public var logger: Logger
+
+        public init(
+            home: HaulHome,
+            maxConcurrentDownloads: Int = 3,
+            maxConnectionsPerHost: Int = 8,
+            listen: (host: String, port: Int)? = nil,
+            handlesSignals: Bool = false,
+            eventsPerSession: Int = 10_000,
+            checkpointInterval: Duration? = nil,
+            logger: Logger = Logger(label: "haul.daemon")
+        ) {
+            self.home = home
+            self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.listen = listen
+            self.handlesSignals = handlesSignals
+            self.eventsPerSession = eventsPerSession
+            self.checkpointInterval = checkpointInterval
+            self.logger = logger
+        }
+    }
+
+    private let configuration: Configuration
+    private let group = Mutex<ServiceGroup?>(nil)
+    private let stopRequested = Mutex(false)
+
+    public init(configuration: Configuration) {
+        self.configuration = configuration
+    }
+
+    /// The paths of this daemon's home.
+    public var paths: DaemonPaths { DaemonPaths(home: configuration.home) }
+
+    /// Runs until stopped (``stop()``, `POST /v1/shutdown`, or a signal when handled).
+    /// - Throws: ``HaulError/Code/busy`` when another daemon runs for the same home, or
+    ///   an error opening the store or the socket.
+    public func run() async throws {
+        let paths = self.paths
+        let logger = configuration.logger
+        try DaemonService.prepareHome(paths.home.path, logger: logger)
+        let lock = try DaemonLock.acquire(paths.lock)
+        defer {
+            unlink(paths.socket)
+            withExtendedLifetime(lock) {}
+        }
+
+        var managerConfiguration = DownloadManager.Configuration(
+            store: .sqlite(at: paths.home.storePath),
+            maxConcurrentDownloads: configuration.maxConcurrentDownloads,
+            maxConnectionsPerHost: configuration.maxConnectionsPerHost,
+            recoversTasks: true,
+            background: true
+        )
+        managerConfiguration.downloader.logger = logger
+        if let interval = configuration.checkpointInterval {
+            managerConfiguration.downloader.checkpointInterval = interval
+        }
+        let manager = try DownloadManager(configuration: managerConfiguration)
+        let eventLog = EventLog(store: manager.store, limitPerSession: configuration.eventsPerSession, logger: logger)
+        let core = DaemonCore(manager: manager, eventLog: eventLog, paths: paths, logger: logger)
+        // Subscribe before anything runs, so the log misses nothing.
+        let events = manager.events()
+
+        var serverLogger = logger
+        serverLogger.logLevel = max(logger.logLevel, .notice)
+        let socketPath = paths.socket
+        let unixServer = Application(
+            router: Routes.router(core: core, token: nil),
+            configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "haul"),
+            onServerRunning: { _ in
+                // The directory is 0700 already; the socket itself is for its owner only too.
+                chmod(socketPath, 0o600)
+                logger.info("listening", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())"])
+            },
+            logger: serverLogger
+        )
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: unixServer)]
+        if let listen = configuration.listen {
+            let token = try DaemonService.loadOrCreateToken(paths.token)
+            let tcpServer = Application(
+                router: Routes.router(core: core, token: token),
+                configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: "haul"),
+                onServerRunning: { channel in
+                    let port = channel.localAddress?.port ?? listen.port
+                    core.listen = "\(listen.host):\(port)"
+                    logger.info("listening on TCP (token required)", metadata: ["address": "\(listen.host):\(port)"])
+                },
+                logger: serverLogger
+            )
+            services.append(.init(service: tcpServer))
+        }
+        // Last in the list, so first to stop: transfers checkpoint and event streams end
+        // before the servers close.
+        services.append(.init(service: CoreService(manager: manager, eventLog: eventLog, events: events)))
+        let group = ServiceGroup(
+            configuration: .init(
+                services: services,
+                gracefulShutdownSignals: configuration.handlesSignals ? [.sigterm, .sigint] : [],
+                logger: logger
+            )
+        )
+        core.onShutdownRequest { [weak self] in await self?.stop() }
+        self.group.withLock { $0 = group }
+        if stopRequested.withLock({ $0 }) { await group.triggerGracefulShutdown() }
+        try await group.run()
+        logger.info("stopped")
+    }
+
+    /// Stops the daemon cleanly: running downloads checkpoint and wait for the next start.
+    public func stop() async {
+        stopRequested.withLock { $0 = true }
+        let group = self.group.withLock { $0 }
+        await group?.triggerGracefulShutdown()
+    }
+
+    /// Creates the home if needed and makes it private to its owner.
+    static func prepareHome(_ path: String, logger: Logger) throws {
+        do {
+            try FileManager.default.createDirectory(
+                atPath: path,
+                withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700]
+            )
+        } catch {
+            throw HaulError(.fileSystem, "Cannot create the Haul home \(path)", path: path, underlying: error)
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw HaulError.fileSystem("stat", path: path, errno: errno) }
+        if info.st_mode & 0o077 != 0 {
+            guard chmod(path, 0o700) == 0 else { throw HaulError.fileSystem("chmod", path: path, errno: errno) }
+            logger.notice("made the Haul home private (0700)", metadata: ["path": "\(path)"])
+        }
+    }
+
+    /// The TCP token: read from its file, or generated (256 random bits) into a new 0600 file.
+    static func loadOrCreateToken(_ path: String) throws -> String {
+        if let text = try? String(contentsOfFile: path, encoding: .utf8) {
+            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if token.count >= 32 { return token }
+        }
+        var generator = SystemRandomNumberGenerator()
+        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        unlink(path)
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw HaulError.fileSystem("create", path: path, errno: errno) }
+        defer { close(descriptor) }
+        let data = Array((token + "\n").utf8)
+        guard write(descriptor, data, data.count) == data.count else {
+            throw HaulError.fileSystem("write", path: path, errno: errno)
+        }
+        return token
+    }
+}
+
+/// Runs the manager and the event log; on graceful shutdown, stops the manager, whose
+/// end ends the log and every event stream.
+private struct CoreService: Service {
+    let manager: DownloadManager
+    let eventLog: EventLog
+    let events: DownloadEvents
+
+    func run() async throws {
+        let (manager, eventLog, events) = (self.manager, self.eventLog, self.events)
+        try await withGracefulShutdownHandler {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .seconds(1))
+                        eventLog.heartbeat()
+                    }
+                }
+                group.addTask { await eventLog.run(events) }
+                do {
+                    try await manager.run()
+                } catch {
+                    group.cancelAll()
+                    throw error
+                }
+                // The manager's end finishes its events, which ends the log's loop.
+                try await group.next()
+                group.cancelAll()
+            }
+        } onGracefulShutdown: {
+            Task { await manager.shutdown() }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import Haul
+import Logging
+import Synchronization
+
+/// What a live listener of the daemon hears.
+enum LiveItem: Sendable {
+    /// Events up to this id are in the log: read them from the store.
+    case logged(through: Int64)
+    /// Progress of a running task, never logged.
+    case progress(EventRecord)
+    /// Nothing happened for a while; a listener writes a heartbeat, which is also how it
+    /// learns that its client went away.
+    case heartbeat
+}
+
+/// Writes the manager's events into the per-session log in the store, and tells live
+/// listeners about them.
+///
+/// Listeners read logged events back from the store rather than from memory: a listener
+/// that falls behind loses nothing, since the log is the one source of what happened.
+final class EventLog: Sendable {
+    private let store: Store
+    private let logger: Logger
+    /// Events kept per session for clients that never acknowledge them.
+    private let limitPerSession: Int
+    private let listeners = Mutex<[UUID: AsyncStream<LiveItem>.Continuation]>([:])
+
+    init(store: Store, limitPerSession: Int, logger: Logger) {
+        self.store = store
+        self.limitPerSession = limitPerSession
+        self.logger = logger
+    }
+
+    /// Records `events` until they end, then ends every listener.
+    func run(_ events: DownloadEvents) async {
+        defer { finishListeners() }
+        var sessions: [UUID: String] = [:]
+        var appendedSincePrune = 0
+        var dropped = events.droppedEvents
+        await repair()
+        while let batch = await events.nextBatch() {
+            var records: [EventRecord] = []
+            for event in batch {
+                if case .added(let info) = event { sessions[event.taskID] = info.session }
+                var session = sessions[event.taskID]
+                if session == nil {
+                    session = try? await store.session(ofTask: event.taskID)
+                    sessions[event.taskID] = session
+                }
+                // A task removed meanwhile has no session to tell.
+                guard let session else { continue }
+                let record = EventRecord(event, session: session)
+                if record.kind == .progress {
+                    broadcast(.progress(record))
+                } else {
+                    records.append(record)
+                }
+            }
+            if !records.isEmpty { await append(records) }
+            if events.droppedEvents != dropped {
+                // The log fell more than the subscription's bound behind: tell what it missed.
+                dropped = events.droppedEvents
+                await repair()
+            }
+            appendedSincePrune += records.count
+            if appendedSincePrune >= 1_000 {
+                appendedSincePrune = 0
+                await prune()
+            }
+        }
+    }
+
+    /// Listens from now on. The stream ends when the daemon stops.
+    func listen() -> (AsyncStream<LiveItem>, cancel: @Sendable () -> Void) {
+        let id = UUID()
+        let (stream, continuation) = AsyncStream.makeStream(of: LiveItem.self, bufferingPolicy: .bufferingNewest(1_000))
+        listeners.withLock { $0[id] = continuation }
+        let cancel: @Sendable () -> Void = { [weak self] in
+            let continuation = self?.listeners.withLock { $0.removeValue(forKey: id) }
+            continuation?.finish()
+        }
+        continuation.onTermination = { _ in cancel() }
+        return (stream, cancel)
+    }
+
+    /// Sends a heartbeat to every listener; the daemon calls it every second.
+    func heartbeat() { broadcast(.heartbeat) }
+
+    /// Logs the final states of tasks that changed while no event could be logged (the
+    /// daemon was killed between the two), so every client still hears them once.
+    func repair() async {
+        do {
+            let tasks = try await store.unannouncedTasks()
+            guard !tasks.isEmpty else { return }
+            let records = tasks.map { task -> EventRecord in
+                var record: EventRecord
+                switch task.state {
+                case .completed:
+                    record = EventRecord(taskID: task.id, kind: .completed, session: task.session)
+                    record.path = task.path
+                    record.bytes = task.totalLength
+                case .failed:
+                    record = EventRecord(taskID: task.id, kind: .failed, session: task.session)
+                    record.error = task.errorMessage
+                default:
+                    record = EventRecord(taskID: task.id, kind: .state, session: task.session)
+                    record.from = task.announced
+                    record.to = task.state
+                }
+                return record
+            }
+            logger.info("logging \(records.count) final states not told before the last stop")
+            await append(records)
+        } catch  where !Task.isCancelled {
+            logger.error("cannot repair the event log", metadata: ["error": "\(error)"])
+        } catch {
+            // Stopping.
+        }
+    }
+
+    private func append(_ records: [EventRecord]) async {
+        do {
+            let logged = try await store.appendEvents(records)
+            if let last = logged.last?.eventID { broadcast(.logged(through: last)) }
+        } catch {
+            logger.error("cannot log events", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func prune() async {
+        do {
+            let removed = try await store.pruneEventLog(keepingPerSession: limitPerSession)
+            if removed > 0 {
+                logger.notice("dropped \(removed) unacknowledged events beyond \(limitPerSession) per session")
+            }
+        } catch {
+            logger.error("cannot prune the event log", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func broadcast(_ item: LiveItem) {
+        let continuations = listeners.withLock { Array($0.values) }
+        for continuation in continuations { continuation.yield(item) }
+    }
+
+    private func finishListeners() {
+        let continuations = listeners.withLock { list in
+            defer { list.removeAll() }
+            return Array(list.values)
+        }
+        for continuation in continuations { continuation.finish() }
+    }
+}
