@@ -104,6 +104,7 @@ extension HaulCommand {
                 var arguments = ["--max-concurrent", "\(maxConcurrent)", "--max-per-host", "\(maxPerHost)"]
                 if let listen { arguments += ["--listen", listen] }
                 arguments += ["--log-level", logLevel]
+                if let checkpointInterval { arguments += ["--checkpoint-interval", "\(checkpointInterval)"] }
                 let pid = try DaemonConnection.start(paths, arguments: arguments)
                 let deadline = Date().addingTimeInterval(15)
                 while Date() < deadline {

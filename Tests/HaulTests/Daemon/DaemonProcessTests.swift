@@ -1,0 +1,145 @@
+import Foundation
+import HaulDaemon
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// The daemon as a separate `haul daemon` process: killed, stopped, restarted.
+@Suite("Daemon process") struct DaemonProcessTests {
+    @Test("kill -9 in the middle of a 10-file session, restart: every file completes once, with the right bytes")
+    func killNineAndRestart() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            for index in 0..<10 {
+                server.set("/f\(index)", .init(size: 2_000_000, seed: UInt64(index), bytesPerSecond: 1_000_000))
+            }
+            let urls = (0..<10).map { server.url("/f\($0)").absoluteString }
+            // Started in the background by `haul daemon`, checkpointing often.
+            let started = try await HaulProcess.run(["daemon", "--checkpoint-interval", "0.1"], home: home)
+            #expect(started.status == 0, "\(started.stderr)")
+            #expect(started.stderr.contains("Started the Haul daemon"))
+            let added = try await HaulProcess.run(["add", "--session", "s", "-d", out] + urls, home: home)
+            #expect(added.status == 0, "\(added.stderr)")
+            let ids = added.stdout.split(separator: "\n").compactMap { UUID(uuidString: String($0)) }
+            #expect(ids.count == 10)
+
+            let client = HaulClient(home: HaulHome(path: home))
+            defer { Task { try? await client.shutdown() } }
+            // Wait until some data is committed, then kill the daemon outright.
+            #expect(
+                try await waitUntil {
+                    try await client.tasks().contains { $0.state == .running && $0.bytesCommitted > 200_000 }
+                }
+            )
+            let pid = try await client.status().pid
+            #expect(kill(pid, SIGKILL) == 0)
+            #expect(try await waitUntil { DaemonLock.holder(home + "/daemon.lock") == nil })
+            let before = try await Store(path: home + "/haul.sqlite").infos()
+            #expect(before.count == 10)
+            #expect(before.contains { $0.state == .running }, "the killed daemon left running tasks")
+
+            // Any command restarts it; `haul wait` blocks until all are done.
+            let waited = try await HaulProcess.run(["wait", "--session", "s"], home: home)
+            #expect(waited.status == 0, "\(waited.stderr)")
+            let after = try await client.tasks(session: "s")
+            #expect(
+                after.map(\.id).sorted { $0.uuidString < $1.uuidString } == ids.sorted { $0.uuidString < $1.uuidString }
+            )
+            #expect(after.allSatisfy { $0.state == .completed })
+            for index in 0..<10 { #expect(sha256(file: out + "/f\(index)") == server.sha256("/f\(index)")) }
+            // Resumed, not restarted: some request asked for a range.
+            let ranged = (0..<10).flatMap { server.requests(for: "/f\($0)") }.compactMap { $0.header("Range") }
+            #expect(!ranged.isEmpty)
+            // Every completion was logged once.
+            let completions = try await client.loggedEvents(session: "s").filter { $0.kind == .completed }
+            #expect(completions.count == 10)
+            #expect(Set(completions.map(\.taskID)).count == 10)
+
+            let stopped = try await HaulProcess.run(["daemon", "stop"], home: home)
+            #expect(stopped.status == 0, "\(stopped.stderr)")
+            #expect(DaemonLock.holder(home + "/daemon.lock") == nil)
+        }
+    }
+
+    @Test("SIGTERM: a clean stop with checkpoints; the next start resumes")
+    func sigtermCheckpoints() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/big", .init(size: 6_000_000, seed: 3, bytesPerSecond: 1_000_000))
+            let daemon = try HaulProcess(["daemon", "--foreground", "--checkpoint-interval", "10"], home: home)
+            let client = HaulClient(home: HaulHome(path: home))
+            defer { Task { try? await client.shutdown() } }
+            #expect(try await waitUntil { (try? await client.status(timeout: .seconds(1))) != nil })
+            let task = try await client.add([DownloadRequest(url: server.url("/big"), destination: .directory(out))])[0]
+            #expect(try await waitUntil { (try? await client.info(task.id).state) == .running })
+            try await Task.sleep(for: .milliseconds(1500))
+            daemon.kill(SIGTERM)
+            let result = await daemon.finish()
+            #expect(result.status == 0, "\(result.stderr)")
+            // The checkpoint interval is 10 s: only the stop's own checkpoint can have recorded progress.
+            let stored = try #require(try await Store(path: home + "/haul.sqlite").infos().first)
+            #expect(stored.state == .queued)
+            #expect(stored.bytesCommitted > 500_000)
+
+            let again = try HaulProcess(["daemon", "--foreground"], home: home)
+            #expect(
+                try await waitUntil(timeout: .seconds(30)) { (try? await client.info(task.id).state) == .completed }
+            )
+            #expect(sha256(file: out + "/big") == server.sha256("/big"))
+            let range = server.requests(for: "/big").last?.header("Range")
+            #expect(range == "bytes=\(stored.bytesCommitted)-")
+            again.kill(SIGTERM)
+            #expect(await again.finish().status == 0)
+        }
+    }
+
+    @Test("a client attached with pause-on-exit is killed: its session's tasks pause, others go on")
+    func pauseOnDisconnect() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/mine", .init(size: 8_000_000, seed: 1, bytesPerSecond: 500_000))
+            server.set("/theirs", .init(size: 8_000_000, seed: 2, bytesPerSecond: 500_000))
+            let mine = try await HaulProcess.run(
+                ["add", "--session", "app", "-d", out, server.url("/mine").absoluteString],
+                home: home
+            )
+            #expect(mine.status == 0, "\(mine.stderr)")
+            let theirs = try await HaulProcess.run(
+                ["add", "-d", out, server.url("/theirs").absoluteString],
+                home: home
+            )
+            #expect(theirs.status == 0, "\(theirs.stderr)")
+            let client = HaulClient(home: HaulHome(path: home))
+            defer { Task { try? await client.shutdown() } }
+
+            let listener = try HaulProcess(["events", "--session", "app", "--pause-on-exit", "--json"], home: home)
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(try await client.tasks().allSatisfy { $0.state == .running })
+            listener.kill(SIGKILL)
+            _ = await listener.finish()
+            #expect(
+                try await waitUntil(timeout: .seconds(10)) {
+                    try await client.tasks(session: "app").first?.state == .paused
+                }
+            )
+            #expect(try await client.tasks(session: "default").first?.state == .running)
+            let paused = try #require(try await client.tasks(session: "app").first)
+            #expect(paused.bytesCommitted > 0, "the paused task kept its data")
+            // `haul get` works without the daemon, but does not take the daemon's download.
+            let get = try await HaulProcess.run(["get", "-d", out, server.url("/mine").absoluteString], home: home)
+            #expect(get.status == 1)
+            #expect(
+                get.stderr.contains("The Haul daemon already has this download (task \(paused.id)"),
+                "\(get.stderr)"
+            )
+            _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        }
+    }
+}
