@@ -71,6 +71,7 @@ let package = Package(
             name: "HaulTests",
             dependencies: [
                 "Haul", "HaulCLI", "HaulDaemon", "HaulTesting", "haul",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

@@ -16,35 +16,13 @@ extension HaulCommand {
                 """
         )
 
-        @Argument(help: "The http:// or https:// URLs to download.")
-        var urls: [String] = []
-
-        @Option(
-            name: [.customShort("i"), .long],
-            help: "Read URLs from this file ('-' for stdin); see the README for its format."
-        )
-        var inputFile: String?
+        @OptionGroup var downloads: DownloadOptions
 
         @Option(name: [.customShort("j"), .customLong("max-concurrent")], help: "How many files to download at once.")
         var maxConcurrent: Int = 3
 
         @Flag(help: "Print events as newline-delimited JSON on stdout instead of progress.")
         var json = false
-
-        @Option(name: .shortAndLong, help: "Write the file to this path (relative to --directory if given).")
-        var output: String?
-
-        @Option(name: [.customShort("d"), .long], help: "Save into this directory (default: the current one).")
-        var directory: String?
-
-        @Option(help: "Verify the file before placing it: sha256=HEX (also sha512, sha1, md5).")
-        var checksum: String?
-
-        @Option(
-            name: [.customShort("H"), .customLong("header")],
-            help: "Send an extra header, 'Name: value'. Repeatable."
-        )
-        var headers: [String] = []
 
         @Option(help: "Retries in a row without progress before giving up.")
         var retries: Int = 5
@@ -54,9 +32,6 @@ extension HaulCommand {
 
         @Option(help: "Seconds without data before a connection counts as failed.")
         var timeout: Double = 60
-
-        @Flag(help: "Replace a file already at the destination.")
-        var force = false
 
         @Flag(name: .shortAndLong, help: "Print only errors.")
         var quiet = false
@@ -68,11 +43,7 @@ extension HaulCommand {
         var checkpointInterval: Double?
 
         func validate() throws {
-            guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
             guard maxConcurrent >= 1 else { throw ValidationError("-j/--max-concurrent must be 1 or more") }
-            if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
-                throw ValidationError("-o names one file; with several URLs use -d (and out= in an input file)")
-            }
             guard retries >= 0 else { throw ValidationError("--retries must be 0 or more") }
             guard connectTimeout > 0, timeout > 0 else { throw ValidationError("Timeouts must be positive") }
             if let checkpointInterval, checkpointInterval <= 0 {
@@ -82,7 +53,7 @@ extension HaulCommand {
 
         func run() async throws {
             do {
-                let requests = try makeRequests()
+                let requests = try downloads.requests()
                 var downloader = Downloader.Configuration(
                     store: .sqlite(at: HaulHome.resolve().storePath),
                     connectTimeout: .milliseconds(Int64(connectTimeout * 1000)),
@@ -115,11 +86,6 @@ extension HaulCommand {
                 CLIError.print(error)
                 throw ExitCode.failure
             }
-        }
-
-        private func makeRequests() throws -> [DownloadRequest] {
-            try RequestBuilder(directory: directory, headers: headers, checksum: checksum, force: force)
-                .requests(urls: urls, output: output, inputFile: inputFile)
         }
 
         private func report(_ summary: GetSession.Summary) throws {

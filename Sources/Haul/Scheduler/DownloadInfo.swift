@@ -33,7 +33,7 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         bytesCommitted: Int64,
         totalBytes: Int64?,
         errorMessage: String?,
-        session: String = DownloadRequest.defaultSession
+        session: String
     ) {
         self.id = id
         self.url = url

@@ -153,12 +153,17 @@ public actor DownloadManager {
     }
 
     /// Queues again every task that was queued, or running when its process died, in its
-    /// original order; keeps paused and failed ones as they are.
+    /// original order; keeps paused and failed ones as they are, and knows the finished
+    /// ones, so they can still be removed.
     private func recover() async throws {
-        let records = try await store.tasks(inStates: [.queued, .running, .paused, .failed], background: background)
+        let records = try await store.tasks(inStates: TaskState.allCases, background: background)
         for record in records {
             // A task added meanwhile (when `run()` was called by hand) is already known.
             guard machines[record.id] == nil, let state = TaskState(rawValue: record.state) else { continue }
+            if state == .completed || state == .cancelled {
+                machines[record.id] = TaskStateMachine(state)
+                continue
+            }
             var machine = TaskStateMachine(state)
             if state == .running {
                 _ = try? machine.handle(.recover)
@@ -449,7 +454,7 @@ extension DownloadManager {
     /// deletes its finished file.
     public func remove(_ id: UUID, deleteFile: Bool = false) async throws {
         let state = try currentState(id)
-        if [.queued, .running, .paused, .failed].contains(state) { try await cancel(id) }
+        if TaskOperation.cancel.applies(to: state) { try await cancel(id) }
         let record = try await store.task(id: id)
         if deleteFile, state == .completed, let path = record?.destinationPath { FileOps.remove(path) }
         try await store.delete(id)
@@ -460,19 +465,59 @@ extension DownloadManager {
 
     /// Pauses every task in `ids` that is queued or running.
     public func pause(_ ids: [UUID]) async throws {
-        for id in ids where [.queued, .running].contains(machines[id]?.state) { try await pause(id) }
+        try await perform(.pause, on: ids)
     }
 
     /// Resumes every task in `ids` that is paused or failed, in the order given.
     public func resume(_ ids: [UUID]) async throws {
-        for id in ids where [.paused, .failed].contains(machines[id]?.state) { try await resume(id) }
+        try await perform(.resume, on: ids)
     }
 
     /// Cancels every unfinished task in `ids`.
     public func cancel(_ ids: [UUID]) async throws {
-        for id in ids where [.queued, .running, .paused, .failed].contains(machines[id]?.state) {
-            try await cancel(id)
+        try await perform(.cancel, on: ids)
+    }
+
+    /// Applies a user's operation to many tasks, in the order given.
+    /// - Parameters:
+    ///   - strict: every id must name a task the operation applies to; checked for all of
+    ///     them before any is touched, so a bad id changes nothing. Otherwise tasks it does
+    ///     not apply to (or that are gone) are skipped.
+    ///   - deleteFiles: for ``TaskOperation/remove``, also delete finished files.
+    /// - Returns: the ids it was applied to.
+    /// - Throws: ``HaulError/Code/invalidArgument`` (strict) for an unknown task or one in a
+    ///   state the operation does not apply to.
+    @discardableResult
+    public func perform(
+        _ operation: TaskOperation,
+        on ids: [UUID],
+        strict: Bool = false,
+        deleteFiles: Bool = false
+    ) async throws -> [UUID] {
+        if strict {
+            for id in ids {
+                let state = try currentState(id)
+                guard operation.applies(to: state) else {
+                    throw HaulError(
+                        .invalidArgument,
+                        "Cannot \(operation.rawValue) task \(id): it is \(state.rawValue)"
+                    )
+                }
+            }
         }
+        var done: [UUID] = []
+        // States change while earlier tasks stop: look each one up when its turn comes.
+        for id in ids {
+            guard let state = machines[id]?.state, operation.applies(to: state) else { continue }
+            switch operation {
+            case .pause: try await pause(id)
+            case .resume: try await resume(id)
+            case .cancel: try await cancel(id)
+            case .remove: try await remove(id, deleteFile: deleteFiles)
+            }
+            done.append(id)
+        }
+        return done
     }
 
     /// Pauses every queued or running task; the queued ones first, so none starts meanwhile.
@@ -565,6 +610,28 @@ extension DownloadManager {
     private func resumeData(_ id: UUID) async throws -> ResumeData {
         guard let record = try await store.task(id: id) else { throw HaulError(.invalidArgument, "No task \(id)") }
         return ResumeData(record: record, segments: try await store.segments(of: id))
+    }
+}
+
+/// What a user can do to tasks, one at a time or many at once (``DownloadManager/perform(_:on:strict:deleteFiles:)``).
+public enum TaskOperation: String, Sendable, CaseIterable {
+    /// Stop, keeping the data: queued or running tasks.
+    case pause
+    /// Queue again: paused or failed tasks.
+    case resume
+    /// Stop and delete the partial data: unfinished tasks.
+    case cancel
+    /// Forget the task (cancelling it first when unfinished): any task.
+    case remove
+
+    /// Whether the operation applies to a task in `state`, by the state machine's rules.
+    public func applies(to state: TaskState) -> Bool {
+        switch self {
+        case .pause: return TaskStateMachine.next(from: state, on: .pause) != nil
+        case .resume: return TaskStateMachine.next(from: state, on: .resume) != nil
+        case .cancel: return TaskStateMachine.next(from: state, on: .cancel) != nil
+        case .remove: return true
+        }
     }
 }
 

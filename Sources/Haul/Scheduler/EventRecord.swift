@@ -103,25 +103,12 @@ public struct EventRecord: Codable, Sendable, Equatable {
     /// One line of JSON (keys sorted, ISO 8601 time), without the newline.
     public func jsonLine() -> String {
         // Plain values always encode.
-        String(decoding: (try? EventRecord.encoder.encode(self)) ?? Data(), as: UTF8.self)
+        String(decoding: (try? HaulJSON.encoder().encode(self)) ?? Data(), as: UTF8.self)
     }
 
     /// Decodes a line written by ``jsonLine()``.
     public init(jsonLine: some StringProtocol) throws {
-        self = try EventRecord.decoder.decode(EventRecord.self, from: Data(jsonLine.utf8))
-    }
-
-    static var encoder: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
-        return encoder
-    }
-
-    static var decoder: JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        return decoder
+        self = try HaulJSON.decoder.decode(EventRecord.self, from: Data(jsonLine.utf8))
     }
 
     /// The task state this event tells a listener about, if any. `completed` and `failed`

@@ -21,7 +21,7 @@ extension Store {
     /// already told is skipped, so a repair after a crash and a late event never both land.
     /// - Returns: the events as logged, with their ids.
     package func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] {
-        let encoder = EventRecord.encoder
+        let encoder = HaulJSON.encoder()
         return try await write { db in
             var logged: [EventRecord] = []
             for var record in records {
@@ -54,7 +54,7 @@ extension Store {
 
     /// Logged events after `after`, oldest first: of one session, or of all with nil.
     package func loggedEvents(session: String?, after: Int64, limit: Int = 1_000) async throws -> [EventRecord] {
-        let decoder = EventRecord.decoder
+        let decoder = HaulJSON.decoder
         return try await read { db in
             var sql = "SELECT id, payload FROM event WHERE id > ?"
             var arguments: StatementArguments = [after]

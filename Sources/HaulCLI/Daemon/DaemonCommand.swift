@@ -66,7 +66,7 @@ extension HaulCommand {
             func run() async throws {
                 let home = HaulHome.resolve()
                 guard foreground else {
-                    try startInBackground(home)
+                    try await startInBackground(home)
                     return
                 }
                 if detach {
@@ -95,7 +95,7 @@ extension HaulCommand {
                 }
             }
 
-            private func startInBackground(_ home: HaulHome) throws {
+            private func startInBackground(_ home: HaulHome) async throws {
                 let paths = DaemonPaths(home: home)
                 if let pid = DaemonLock.holder(paths.lock) {
                     CLIError.note("The Haul daemon is already running (pid \(pid)).")
@@ -105,20 +105,17 @@ extension HaulCommand {
                 if let listen { arguments += ["--listen", listen] }
                 arguments += ["--log-level", logLevel]
                 if let checkpointInterval { arguments += ["--checkpoint-interval", "\(checkpointInterval)"] }
-                let pid = try DaemonConnection.start(paths, arguments: arguments)
-                let deadline = Date().addingTimeInterval(15)
-                while Date() < deadline {
-                    if FileManager.default.fileExists(atPath: paths.socket), DaemonLock.holder(paths.lock) == pid {
-                        CLIError.note("Started the Haul daemon (pid \(pid); socket \(paths.socket); log \(paths.log)).")
-                        return
-                    }
-                    if kill(pid, 0) != 0 { break }
-                    usleep(50_000)
+                let client = HaulClient(home: home)
+                do {
+                    let pid = try DaemonConnection.start(paths, arguments: arguments)
+                    try await DaemonConnection.waitUntilAnswering(client, paths, pid: pid)
+                    try? await client.shutdown()
+                    CLIError.note("Started the Haul daemon (pid \(pid); socket \(paths.socket); log \(paths.log)).")
+                } catch let error as HaulError {
+                    try? await client.shutdown()
+                    CLIError.print(error)
+                    throw ExitCode.failure
                 }
-                CLIError.print(
-                    HaulError(.connection, "The Haul daemon did not start", hint: "See its log: \(paths.log)")
-                )
-                throw ExitCode.failure
             }
         }
 

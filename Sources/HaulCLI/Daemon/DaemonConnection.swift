@@ -7,11 +7,12 @@ enum DaemonConnection {
     /// A client of a daemon that answers.
     /// - Parameter autoStart: start a daemon when none runs (telling the user once), instead
     ///   of failing.
-    static func connect(autoStart: Bool = true, quiet: Bool = false) async throws -> HaulClient {
+    static func connect(autoStart: Bool = true) async throws -> HaulClient {
         let home = HaulHome.resolve()
         let paths = DaemonPaths(home: home)
         let client = HaulClient(home: home)
         if (try? await client.status(timeout: .seconds(5))) != nil { return client }
+        var started: Int32?
         if DaemonLock.holder(paths.lock) == nil {
             guard autoStart else {
                 try? await client.shutdown()
@@ -21,16 +22,28 @@ enum DaemonConnection {
                     hint: "Start it with 'haul daemon'"
                 )
             }
-            let pid = try start(paths)
-            if !quiet { CLIError.note("haul: started the daemon (pid \(pid); log: \(paths.log))") }
+            started = try start(paths)
         }
-        // Starting (by us or by another command): wait until it answers.
+        do {
+            // Starting (by us or by another command): wait until it answers.
+            try await waitUntilAnswering(client, paths, pid: started)
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+        if let started { CLIError.note("haul: started the daemon (pid \(started); log: \(paths.log))") }
+        return client
+    }
+
+    /// Waits up to 15 s for the daemon to answer; gives up early when `pid` (the daemon just
+    /// started) has exited.
+    static func waitUntilAnswering(_ client: HaulClient, _ paths: DaemonPaths, pid: Int32?) async throws {
         let deadline = ContinuousClock.now + .seconds(15)
         while ContinuousClock.now < deadline {
-            if (try? await client.status(timeout: .seconds(1))) != nil { return client }
+            if (try? await client.status(timeout: .seconds(1))) != nil { return }
+            if let pid, kill(pid, 0) != 0, DaemonLock.holder(paths.lock) == nil { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        try? await client.shutdown()
         throw HaulError(
             .connection,
             "The Haul daemon did not answer on \(paths.socket)",

@@ -19,15 +19,27 @@ struct TaskSelection: ParsableArguments {
         guard given == 1 else { throw ValidationError("Give task ids, --session NAME, or --all") }
     }
 
-    /// The selector, with prefixes resolved against the daemon's tasks.
-    func selector(_ client: HaulClient) async throws -> API.Selector {
-        if let session { return .session(session) }
-        if all { return .everything }
-        return .tasks(try await TaskSelection.resolve(ids, client))
+    /// Applies `operation` through the daemon and says how many tasks it applied to.
+    func perform(_ operation: TaskOperation, _ verb: String, deleteFiles: Bool = false) async throws {
+        try await withDaemon { client in
+            var selector: API.Selector
+            if let session {
+                selector = .session(session)
+            } else if all {
+                selector = .everything
+            } else {
+                selector = .tasks(try await TaskSelection.resolve(ids, client))
+            }
+            selector.deleteFiles = deleteFiles ? true : nil
+            let done = try await client.perform(operation, selector)
+            CLIError.note("\(verb) \(DaemonOutput.count(done.count)).")
+        }
     }
 
+    /// Full ids, or unique prefixes of the daemon's task ids.
     static func resolve(_ texts: [String], _ client: HaulClient) async throws -> [UUID] {
-        if let ids = Optional(texts.compactMap(UUID.init(uuidString:))), ids.count == texts.count { return ids }
+        let parsed = texts.compactMap(UUID.init(uuidString:))
+        if parsed.count == texts.count { return parsed }
         let known = try await client.tasks().map(\.id)
         return try texts.map { text in
             if let id = UUID(uuidString: text) { return id }
@@ -72,54 +84,21 @@ extension HaulCommand {
                 """
         )
 
-        @Argument(help: "The http:// or https:// URLs to download.")
-        var urls: [String] = []
-
-        @Option(
-            name: [.customShort("i"), .long],
-            help: "Read URLs from this file ('-' for stdin), as 'haul get' does."
-        )
-        var inputFile: String?
+        @OptionGroup var downloads: DownloadOptions
 
         @Option(help: "The session the tasks belong to.")
         var session: String = DownloadRequest.defaultSession
 
-        @Option(name: [.customShort("d"), .long], help: "Save into this directory (default: the current one).")
-        var directory: String?
-
-        @Option(name: .shortAndLong, help: "Write the file to this path (one URL only).")
-        var output: String?
-
-        @Option(help: "Verify the file before placing it: sha256=HEX (also sha512, sha1, md5).")
-        var checksum: String?
-
-        @Option(name: [.customShort("H"), .customLong("header")], help: "Send an extra header, 'Name: value'.")
-        var headers: [String] = []
-
         @Option(help: "Higher starts sooner.")
         var priority: Int = 0
-
-        @Flag(help: "Replace a file already at the destination.")
-        var force = false
 
         @Flag(help: "Print the tasks as JSON.")
         var json = false
 
-        func validate() throws {
-            guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
-            if output != nil, urls.count != 1 || inputFile != nil { throw ValidationError("-o names one file") }
-        }
-
         func run() async throws {
             try await withDaemon { client in
                 try DownloadRequest.validateSession(session)
-                let requests = try RequestBuilder(
-                    directory: directory,
-                    headers: headers,
-                    checksum: checksum,
-                    force: force,
-                    session: session
-                ).requests(urls: urls, output: output, inputFile: inputFile)
+                let requests = try downloads.requests(session: session)
                 let added = try await client.add(requests, priority: priority)
                 if json {
                     print(try DaemonOutput.json(added))
@@ -158,36 +137,21 @@ extension HaulCommand {
         static let configuration = CommandConfiguration(abstract: "Pause tasks, keeping their data.")
         @OptionGroup var selection: TaskSelection
 
-        func run() async throws {
-            try await withDaemon { client in
-                let paused = try await client.pause(try await selection.selector(client))
-                CLIError.note("Paused \(DaemonOutput.count(paused.count)).")
-            }
-        }
+        func run() async throws { try await selection.perform(.pause, "Paused") }
     }
 
     struct Resume: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Resume paused or failed tasks.")
         @OptionGroup var selection: TaskSelection
 
-        func run() async throws {
-            try await withDaemon { client in
-                let resumed = try await client.resume(try await selection.selector(client))
-                CLIError.note("Resumed \(DaemonOutput.count(resumed.count)).")
-            }
-        }
+        func run() async throws { try await selection.perform(.resume, "Resumed") }
     }
 
     struct Cancel: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Cancel tasks and delete their partial data.")
         @OptionGroup var selection: TaskSelection
 
-        func run() async throws {
-            try await withDaemon { client in
-                let cancelled = try await client.cancel(try await selection.selector(client))
-                CLIError.note("Cancelled \(DaemonOutput.count(cancelled.count)).")
-            }
-        }
+        func run() async throws { try await selection.perform(.cancel, "Cancelled") }
     }
 
     struct Remove: AsyncParsableCommand {
@@ -199,12 +163,7 @@ extension HaulCommand {
         @Flag(help: "Also delete the finished files.")
         var deleteFiles = false
 
-        func run() async throws {
-            try await withDaemon { client in
-                let removed = try await client.remove(try await selection.selector(client), deleteFiles: deleteFiles)
-                CLIError.note("Removed \(DaemonOutput.count(removed.count)).")
-            }
-        }
+        func run() async throws { try await selection.perform(.remove, "Removed", deleteFiles: deleteFiles) }
     }
 
     /// `haul set`: change the daemon's limits live.
@@ -271,15 +230,45 @@ extension HaulCommand {
     }
 }
 
-/// Shared by `haul get` and `haul add`: requests from arguments and input files.
-struct RequestBuilder {
-    var directory: String?
-    var headers: [String]
-    var checksum: String?
-    var force: Bool
-    var session: String = DownloadRequest.defaultSession
+/// What to download and where: the arguments `haul get` and `haul add` share.
+struct DownloadOptions: ParsableArguments {
+    @Argument(help: "The http:// or https:// URLs to download.")
+    var urls: [String] = []
 
-    func requests(urls: [String], output: String?, inputFile: String?) throws -> [DownloadRequest] {
+    @Option(
+        name: [.customShort("i"), .long],
+        help: "Read URLs from this file ('-' for stdin); see the README for its format."
+    )
+    var inputFile: String?
+
+    @Option(name: .shortAndLong, help: "Write the file to this path (relative to --directory if given).")
+    var output: String?
+
+    @Option(name: [.customShort("d"), .long], help: "Save into this directory (default: the current one).")
+    var directory: String?
+
+    @Option(help: "Verify the file before placing it: sha256=HEX (also sha512, sha1, md5).")
+    var checksum: String?
+
+    @Option(
+        name: [.customShort("H"), .customLong("header")],
+        help: "Send an extra header, 'Name: value'. Repeatable."
+    )
+    var headers: [String] = []
+
+    @Flag(help: "Replace a file already at the destination.")
+    var force = false
+
+    func validate() throws {
+        guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
+        if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+            throw ValidationError("-o names one file; with several URLs use -d (and out= in an input file)")
+        }
+    }
+
+    /// The requests the URLs and the input file describe.
+    func requests(session: String = DownloadRequest.defaultSession) throws -> [DownloadRequest] {
+        try DownloadRequest.validateSession(session)
         let base = directory ?? "."
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))
@@ -325,10 +314,7 @@ enum DaemonOutput {
     static func count(_ n: Int) -> String { n == 1 ? "1 task" : "\(n) tasks" }
 
     static func json(_ value: some Encodable) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
-        encoder.dateEncodingStrategy = .iso8601
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
+        String(decoding: try HaulJSON.encoder(pretty: true).encode(value), as: UTF8.self)
     }
 
     /// `ID  STATE  PROGRESS  SIZE  SESSION  NAME`, one task per line.

@@ -103,6 +103,11 @@ public enum API {
         }
     }
 
+    /// `POST /v1/shutdown`: the daemon is stopping.
+    public struct Stopping: Codable, Sendable {
+        public var stopping: Bool
+    }
+
     /// `GET /v1/status`.
     public struct Status: Codable, Sendable, Equatable {
         public var pid: Int32
@@ -143,18 +148,5 @@ public enum API {
             self.error = error
             self.code = code
         }
-    }
-
-    static var encoder: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
-        return encoder
-    }
-
-    static var decoder: JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        return decoder
     }
 }

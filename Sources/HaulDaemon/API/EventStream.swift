@@ -48,13 +48,7 @@ struct EventStream: Sendable {
         } catch {
             clientGone = true
         }
-        if let session, pauseOnDisconnect {
-            if clientGone {
-                await core.clientDetached(pausing: session)
-            } else {
-                core.clientLeftAtShutdown(pausing: session)
-            }
-        }
+        if let session, pauseOnDisconnect { await core.clientDetached(pausing: session, clientGone: clientGone) }
     }
 
     private func sendLogged(after last: inout Int64, to writer: inout any ResponseBodyWriter) async throws {

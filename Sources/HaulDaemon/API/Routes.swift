@@ -15,16 +15,16 @@ enum Routes {
         if let token { router.add(middleware: TokenMiddleware(token: token)) }
         let api = router.group("v1")
 
-        api.get("status") { _, _ in try await respond { try await core.status() } }
+        api.get("status") { _, _ in await respond { try await core.status() } }
 
         api.get("tasks") { request, _ in
-            try await respond {
+            await respond {
                 let session = request.uri.queryParameters.get("session")
                 return try await core.manager.tasks(session: session)
             }
         }
         api.post("tasks") { request, context in
-            try await respond {
+            await respond {
                 let body = try await decode(API.AddRequest.self, from: request, context: context)
                 let requests = try body.downloads.map { try $0.request() }
                 var added: [DownloadInfo] = []
@@ -35,20 +35,20 @@ enum Routes {
             }
         }
         api.get("tasks/:id") { _, context in
-            try await respond { try await core.manager.info(try taskID(context)) }
+            await respond { try await core.manager.info(try taskID(context)) }
         }
-        for operation in [DaemonCore.Operation.pause, .resume, .cancel, .remove] {
+        for operation in TaskOperation.allCases {
             api.post("tasks/\(operation.rawValue)") { request, context in
-                try await respond {
+                await respond {
                     let selector = try await decode(API.Selector.self, from: request, context: context)
                     return try await core.apply(operation, to: selector)
                 }
             }
         }
 
-        api.get("settings") { _, _ in try await respond { await settings(core) } }
+        api.get("settings") { _, _ in await respond { await settings(core) } }
         api.put("settings") { request, context in
-            try await respond {
+            await respond {
                 let body = try await decode(API.Settings.self, from: request, context: context)
                 if let limit = body.maxConcurrentDownloads { try await core.manager.setMaxConcurrentDownloads(limit) }
                 if let limit = body.maxConnectionsPerHost { try await core.manager.setMaxConnectionsPerHost(limit) }
@@ -57,14 +57,14 @@ enum Routes {
         }
 
         api.get("sessions") { _, _ in
-            try await respond {
+            await respond {
                 try await core.manager.store.sessionSummaries().map {
                     API.Session(name: $0.name, tasks: $0.tasks, pendingEvents: $0.pendingEvents)
                 }
             }
         }
         api.post("sessions/:name/ack") { request, context in
-            try await respond {
+            await respond {
                 let session = try sessionName(context)
                 let body = try await decode(API.Acknowledgement.self, from: request, context: context)
                 try await core.manager.store.acknowledgeEvents(session: session, through: body.through)
@@ -72,15 +72,11 @@ enum Routes {
             }
         }
         api.get("sessions/:name/log") { request, context in
-            try await respond {
+            await respond {
                 let session = try sessionName(context)
-                let value = request.uri.queryParameters.get("after")
                 let after: Int64
-                if let value {
-                    guard let parsed = Int64(value), parsed >= 0 else {
-                        throw HaulError(.invalidArgument, "Invalid 'after' event id '\(value)'")
-                    }
-                    after = parsed
+                if let given = try eventID(request, "after") {
+                    after = given
                 } else {
                     after = try await core.manager.store.acknowledgedEventID(session: session)
                 }
@@ -92,15 +88,12 @@ enum Routes {
                 let session = try sessionName(context)
                 let query = request.uri.queryParameters
                 let after: Int64
-                if let header = request.headers[.lastEventID], let acknowledged = Int64(header) {
+                if let acknowledged = try eventID(request, "Last-Event-ID") {
                     // The client has everything up to this id: an acknowledgement.
                     try await core.manager.store.acknowledgeEvents(session: session, through: acknowledged)
                     after = acknowledged
-                } else if let value = query.get("after") {
-                    guard let parsed = Int64(value), parsed >= 0 else {
-                        throw HaulError(.invalidArgument, "Invalid 'after' event id '\(value)'")
-                    }
-                    after = parsed
+                } else if let given = try eventID(request, "after") {
+                    after = given
                 } else if query.get("live") == "true" {
                     after = try await core.manager.store.lastEventID()
                 } else {
@@ -119,11 +112,8 @@ enum Routes {
         api.get("events") { request, _ in
             do {
                 let after: Int64
-                if let value = request.uri.queryParameters.get("after") {
-                    guard let parsed = Int64(value), parsed >= 0 else {
-                        throw HaulError(.invalidArgument, "Invalid 'after' event id '\(value)'")
-                    }
-                    after = parsed
+                if let given = try eventID(request, "after") {
+                    after = given
                 } else {
                     after = try await core.manager.store.lastEventID()
                 }
@@ -139,7 +129,7 @@ enum Routes {
                 try? await Task.sleep(for: .milliseconds(20))
                 await core.requestShutdown()
             }
-            return try await respond { API.Acknowledgement(through: 0) }
+            return await respond { API.Stopping(stopping: true) }
         }
         return router
     }
@@ -150,6 +140,18 @@ enum Routes {
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
             maxConnectionsPerHost: limits.maxConnectionsPerHost
         )
+    }
+
+    /// An event id from the `after` query parameter or the `Last-Event-ID` header; nil when absent.
+    private static func eventID(_ request: Request, _ name: String) throws -> Int64? {
+        let value: String? =
+            name == "after"
+            ? request.uri.queryParameters.get("after").map { String($0) } : request.headers[.lastEventID]
+        guard let value else { return nil }
+        guard let id = Int64(value), id >= 0 else {
+            throw HaulError(.invalidArgument, "Invalid event id '\(value)' in \(name)")
+        }
+        return id
     }
 
     private static func taskID(_ context: BasicRequestContext) throws -> UUID {
@@ -172,14 +174,14 @@ enum Routes {
         var request = request
         let body = try await request.collectBody(upTo: 16 << 20)
         do {
-            return try API.decoder.decode(T.self, from: Data(buffer: body))
+            return try HaulJSON.decoder.decode(T.self, from: Data(buffer: body))
         } catch {
             throw HaulError(.invalidArgument, "Invalid request body: \(error)")
         }
     }
 
     /// Runs a handler and answers with its value as JSON, or with the error.
-    private static func respond<T: Encodable>(_ body: () async throws -> T) async throws -> Response {
+    private static func respond<T: Encodable>(_ body: () async throws -> T) async -> Response {
         do {
             return json(try await body(), status: .ok)
         } catch {
@@ -188,7 +190,7 @@ enum Routes {
     }
 
     static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status) -> Response {
-        let data = (try? API.encoder.encode(value)) ?? Data("{}".utf8)
+        let data = (try? HaulJSON.encoder().encode(value)) ?? Data("{}".utf8)
         return Response(
             status: status,
             headers: [.contentType: "application/json"],

@@ -99,22 +99,31 @@ public final class HaulClient: Sendable {
         try await call("GET", "/tasks/\(id.uuidString)")
     }
 
-    /// Pauses tasks; returns those paused.
+    /// Applies an operation to tasks: pause (keeping data), resume, cancel (deleting partial
+    /// data), or remove (with ``API/Selector/deleteFiles``, also finished files).
+    /// Named tasks must all exist and allow it, or nothing changes.
+    /// - Returns: the tasks it applied to.
+    @discardableResult
+    public func perform(_ operation: TaskOperation, _ selector: API.Selector) async throws -> [DownloadInfo] {
+        try await call("POST", "/tasks/\(operation.rawValue)", body: selector)
+    }
+
+    /// Pauses tasks, keeping their data; returns those paused.
     @discardableResult
     public func pause(_ selector: API.Selector) async throws -> [DownloadInfo] {
-        try await call("POST", "/tasks/pause", body: selector)
+        try await perform(.pause, selector)
     }
 
     /// Resumes paused or failed tasks; returns those queued again.
     @discardableResult
     public func resume(_ selector: API.Selector) async throws -> [DownloadInfo] {
-        try await call("POST", "/tasks/resume", body: selector)
+        try await perform(.resume, selector)
     }
 
     /// Cancels tasks, deleting their partial data; returns those cancelled.
     @discardableResult
     public func cancel(_ selector: API.Selector) async throws -> [DownloadInfo] {
-        try await call("POST", "/tasks/cancel", body: selector)
+        try await perform(.cancel, selector)
     }
 
     /// Forgets tasks (cancelling unfinished ones); `deleteFiles` also deletes finished files.
@@ -122,7 +131,7 @@ public final class HaulClient: Sendable {
     public func remove(_ selector: API.Selector, deleteFiles: Bool = false) async throws -> [DownloadInfo] {
         var selector = selector
         selector.deleteFiles = deleteFiles ? true : nil
-        return try await call("POST", "/tasks/remove", body: selector)
+        return try await perform(.remove, selector)
     }
 
     /// The limits in force.
@@ -161,7 +170,7 @@ public final class HaulClient: Sendable {
 
     /// Stops the daemon cleanly (running downloads checkpoint and continue at its next start).
     public func stopDaemon() async throws {
-        let _: API.Acknowledgement = try await call("POST", "/shutdown")
+        let _: API.Stopping = try await call("POST", "/shutdown")
     }
 
     // MARK: Events
@@ -233,22 +242,19 @@ public final class HaulClient: Sendable {
         var request = try makeRequest(method, path)
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(bytes: try API.encoder.encode(body)))
+            request.body = .bytes(ByteBuffer(bytes: try HaulJSON.encoder().encode(body)))
         }
         let response: HTTPClientResponse
         let data: ByteBuffer
         do {
-            response = try await http.execute(
-                request,
-                timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
-            )
+            response = try await http.execute(request, timeout: .milliseconds(Int64(timeout / .milliseconds(1))))
             data = try await response.body.collect(upTo: 256 << 20)
         } catch {
             throw HaulClient.connectionError(error, base: base)
         }
         guard response.status == .ok else { throw try HaulClient.failure(response, body: data) }
         do {
-            return try API.decoder.decode(Response.self, from: Data(buffer: data))
+            return try HaulJSON.decoder.decode(Response.self, from: Data(buffer: data))
         } catch {
             throw HaulError(.invalidResponse, "The daemon's answer to \(method) \(path) could not be read: \(error)")
         }
@@ -262,7 +268,7 @@ public final class HaulClient: Sendable {
     }
 
     private static func failure(_ response: HTTPClientResponse, body: ByteBuffer) throws -> HaulError {
-        if let failure = try? API.decoder.decode(API.Failure.self, from: Data(buffer: body)) {
+        if let failure = try? HaulJSON.decoder.decode(API.Failure.self, from: Data(buffer: body)) {
             // The daemon's line already says what and why; keep its code.
             var error = HaulError(HaulError.Code(name: failure.code) ?? .invalidArgument, failure.error)
             error.status = Int(response.status.code)

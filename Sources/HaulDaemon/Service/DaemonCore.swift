@@ -61,64 +61,27 @@ final class DaemonCore: Sendable {
         )
     }
 
-    /// The ids a selector names; explicit ids must exist.
-    func resolve(_ selector: API.Selector) async throws -> (ids: [UUID], explicit: Bool) {
+    /// Applies an operation: to explicitly named tasks, all of which must exist and be in a
+    /// state it applies to (or nothing changes); to a session's or all tasks, to those it applies to.
+    /// - Returns: the tasks it applied to, as they are now (as they were, for `remove`).
+    func apply(_ operation: TaskOperation, to selector: API.Selector) async throws -> [DownloadInfo] {
         let given = [selector.ids != nil, selector.session != nil, selector.all == true].filter { $0 }.count
         guard given == 1 else {
             throw HaulError(.invalidArgument, "Name the tasks: give exactly one of ids, session, or all")
         }
-        if let ids = selector.ids {
-            guard !ids.isEmpty else { throw HaulError(.invalidArgument, "No task ids given") }
-            let known = Set(try await manager.tasks().map(\.id))
-            if let unknown = ids.first(where: { !known.contains($0) }) {
-                throw HaulError(.invalidArgument, "No task \(unknown)")
-            }
-            return (ids, true)
-        }
-        return (try await manager.tasks(session: selector.session).map(\.id), false)
-    }
-
-    enum Operation: String {
-        case pause, resume, cancel, remove
-    }
-
-    /// Applies an operation. Explicitly named tasks must be in a state it applies to; a
-    /// session or `all` applies it to those that are.
-    func apply(_ operation: Operation, to selector: API.Selector) async throws -> [DownloadInfo] {
-        let (ids, explicit) = try await resolve(selector)
-        let before = try await manager.tasks()
-        let states = Dictionary(uniqueKeysWithValues: before.map { ($0.id, $0.state) })
-        let applicable: Set<TaskState>
-        switch operation {
-        case .pause: applicable = [.queued, .running]
-        case .resume: applicable = [.paused, .failed]
-        case .cancel: applicable = [.queued, .running, .paused, .failed]
-        case .remove: applicable = Set(TaskState.allCases)
-        }
-        var affected: [UUID] = []
-        for id in ids {
-            guard let state = states[id] else { continue }
-            guard applicable.contains(state) else {
-                if explicit {
-                    throw HaulError(
-                        .invalidArgument,
-                        "Cannot \(operation.rawValue) task \(id): it is \(state.rawValue)"
-                    )
-                }
-                continue
-            }
-            switch operation {
-            case .pause: try await manager.pause(id)
-            case .resume: try await manager.resume(id)
-            case .cancel: try await manager.cancel(id)
-            case .remove: try await manager.remove(id, deleteFile: selector.deleteFiles ?? false)
-            }
-            affected.append(id)
-        }
-        if operation == .remove { return before.filter { affected.contains($0.id) } }
-        let after = try await manager.tasks()
-        let wanted = Set(affected)
-        return after.filter { wanted.contains($0.id) }
+        let explicit = selector.ids
+        if explicit?.isEmpty == true { throw HaulError(.invalidArgument, "No task ids given") }
+        var tasks = try await manager.tasks(session: selector.session)
+        let ids = explicit ?? tasks.map(\.id)
+        let done = try await manager.perform(
+            operation,
+            on: ids,
+            strict: explicit != nil,
+            deleteFiles: selector.deleteFiles ?? false
+        )
+        if operation != .remove { tasks = try await manager.tasks(session: selector.session) }
+        let byID = Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, $0) })
+        return done.compactMap { byID[$0] }
     }
 
     /// A client that wants its session paused when it goes is attached.
@@ -126,23 +89,15 @@ final class DaemonCore: Sendable {
         pausingClients.withLock { $0[session, default: 0] += 1 }
     }
 
-    /// Such a client's stream ended because the daemon stops: its tasks are checkpointed and
-    /// continue at the next start, as the client asked nothing else of a restart.
-    func clientLeftAtShutdown(pausing session: String) {
-        pausingClients.withLock { clients in
-            let count = (clients[session] ?? 1) - 1
-            clients[session] = count > 0 ? count : nil
-        }
-    }
-
-    /// Such a client went; when it was the last of its session, pause the session's tasks.
-    func clientDetached(pausing session: String) async {
+    /// Such a client's stream ended. When it went away (not because the daemon stops) and it
+    /// was the last of its session, the session's tasks pause, keeping their data.
+    func clientDetached(pausing session: String, clientGone: Bool) async {
         let last = pausingClients.withLock { clients -> Bool in
             let count = (clients[session] ?? 1) - 1
             clients[session] = count > 0 ? count : nil
             return count <= 0
         }
-        guard last else { return }
+        guard last, clientGone else { return }
         logger.info("the last client of session '\(session)' went away: pausing its tasks")
         do {
             _ = try await apply(.pause, to: .session(session))

@@ -51,6 +51,10 @@ final class EventLog: Sendable {
                 // A task removed meanwhile has no session to tell.
                 guard let session else { continue }
                 let record = EventRecord(event, session: session)
+                if record.kind == .completed || record.kind == .failed || record.to == .cancelled {
+                    // Its last event: a later one (after a re-add) looks the session up again.
+                    sessions[event.taskID] = nil
+                }
                 if record.kind == .progress {
                     broadcast(.progress(record))
                 } else {

@@ -142,4 +142,47 @@ import Testing
             _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }
     }
+
+    @Test("the task commands print what they did: list, set, status, pause by id prefix, remove")
+    func taskCommands() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/slow", .init(size: 8_000_000, seed: 1, bytesPerSecond: 500_000))
+            let added = try await HaulProcess.run(
+                ["add", "--session", "cli", "-d", out, server.url("/slow").absoluteString],
+                home: home
+            )
+            #expect(added.status == 0, "\(added.stderr)")
+            let id = try #require(UUID(uuidString: added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+            let prefix = String(id.uuidString.prefix(8)).lowercased()
+
+            let set = try await HaulProcess.run(["set", "-j", "2"], home: home)
+            #expect(set.stdout == "max-concurrent: 2\nmax-per-host: 8\n", "\(set.stderr)")
+            let status = try await HaulProcess.run(["status", "--json"], home: home)
+            #expect(status.status == 0)
+            #expect(status.stdout.contains("\"maxConcurrentDownloads\" : 2"), "\(status.stdout)")
+
+            let paused = try await HaulProcess.run(["pause", prefix], home: home)
+            #expect(paused.status == 0 && paused.stderr == "Paused 1 task.\n", "\(paused.stderr)")
+            let again = try await HaulProcess.run(["pause", prefix], home: home)
+            #expect(again.status == 1)
+            #expect(again.stderr.contains("Cannot pause task \(id): it is paused"), "\(again.stderr)")
+            let list = try await HaulProcess.run(["list", "--session", "cli"], home: home)
+            let lines = list.stdout.split(separator: "\n")
+            #expect(lines.first?.hasPrefix("ID ") == true)
+            #expect(lines.count == 2 && lines[1].hasPrefix("\(prefix)  paused"), "\(list.stdout)")
+            #expect(lines.last?.hasSuffix("slow") == true)
+
+            let removed = try await HaulProcess.run(["remove", "--session", "cli"], home: home)
+            #expect(removed.stderr == "Removed 1 task.\n", "\(removed.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: out + "/slow.part"))
+            let empty = try await HaulProcess.run(["list"], home: home)
+            #expect(empty.stderr == "No tasks.\n")
+            let unknown = try await HaulProcess.run(["resume", "ffffffff"], home: home)
+            #expect(unknown.status == 1 && unknown.stderr.contains("No task 'ffffffff'"), "\(unknown.stderr)")
+            _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        }
+    }
 }

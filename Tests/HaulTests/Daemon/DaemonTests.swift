@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import Haul
 import HaulDaemon
@@ -152,7 +153,7 @@ func withDaemon(
         #expect(!FileManager.default.fileExists(atPath: home + "/daemon.sock"), "a clean stop removes the socket")
     }
 
-    @Test("TCP listener: loopback only with the token")
+    @Test("the TCP listener answers only requests with the token")
     func tcpNeedsToken() async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
@@ -226,8 +227,53 @@ func withDaemon(
                 let other = try await client.loggedEvents(session: "other")
                 #expect(other.map(\.kind) == [.added, .state, .state, .completed])
                 #expect(other.allSatisfy { $0.session == "other" })
+                // Tasks finished under the previous daemon can still be removed, files too.
+                let removed = try await client.remove(.session("other"), deleteFiles: true)
+                #expect(removed.map(\.state) == [.completed])
+                #expect(!FileManager.default.fileExists(atPath: out + "/b"))
+                #expect(FileManager.default.fileExists(atPath: out + "/a0"))
             }
             for index in 0..<3 { #expect(sha256(file: out + "/a\(index)") == server.sha256("/a\(index)")) }
+        }
+    }
+}
+
+extension DaemonTests {
+    @Test("Last-Event-ID acknowledges up to that id and the stream goes on after it")
+    func lastEventIDHeader() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/f", .init(size: 50_000, seed: 4))
+            try await withDaemon(home: home) { client, _ in
+                let task = try await client.add([DownloadRequest(url: server.url("/f"), destination: .directory(out))])[
+                    0
+                ]
+                #expect(try await waitUntil { try await client.info(task.id).state == .completed })
+                let logged = try await client.loggedEvents(session: "default")
+                #expect(logged.map(\.kind) == [.added, .state, .state, .completed])
+                let ids = logged.compactMap(\.eventID)
+
+                let http = HTTPClient(eventLoopGroupProvider: .singleton)
+                let socket = (home + "/daemon.sock").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+                var request = HTTPClientRequest(url: "http+unix://\(socket)/v1/sessions/default/events")
+                request.headers.add(name: "Last-Event-ID", value: "\(ids[1])")
+                let response = try await http.execute(request, timeout: .seconds(10))
+                #expect(response.status == .ok)
+                #expect(response.headers.first(name: "Content-Type") == "text/event-stream")
+                var text = ""
+                for try await buffer in response.body {
+                    text += String(buffer: buffer)
+                    if text.components(separatedBy: "\n\n").filter({ $0.hasPrefix("id: ") }).count == 2 { break }
+                }
+                try await http.shutdown()
+                let received = text.components(separatedBy: "\n").filter { $0.hasPrefix("id: ") }
+                #expect(received == ["id: \(ids[2])", "id: \(ids[3])"])
+                #expect(text.contains("event: completed\ndata: {"))
+                // Acknowledged through ids[1]: those two are gone for every later client.
+                #expect(try await client.loggedEvents(session: "default").compactMap(\.eventID) == Array(ids[2...]))
+            }
         }
     }
 }

@@ -1,0 +1,98 @@
+import Foundation
+import HaulTesting
+import Logging
+import Testing
+
+@testable import Haul
+@testable import HaulDaemon
+
+/// The session event log on its own: ids, acknowledgement, the bound, and the repair of
+/// final states a killed daemon never told.
+@Suite("Event log") struct EventLogTests {
+    private func backgroundTask(_ store: Store, state: TaskState, session: String = "s") async throws -> UUID {
+        let temp = try TemporaryDirectory()
+        var record = TaskRecord(
+            id: UUID(),
+            url: "http://127.0.0.1/x",
+            destination: .file(temp.file("x")),
+            explicitName: true,
+            requestHeaders: "[]",
+            checksum: nil,
+            overwrite: false,
+            session: session,
+            background: true,
+            now: Date()
+        )
+        record.state = state.rawValue
+        record.totalLength = 1234
+        try await store.insertMany([record])
+        return record.id
+    }
+
+    private func event(_ id: UUID, _ kind: EventRecord.Kind, to: TaskState? = nil, session: String = "s") -> EventRecord
+    {
+        var record = EventRecord(taskID: id, kind: kind, session: session)
+        record.to = to
+        return record
+    }
+
+    @Test("a final state is told once: by the live event or by the repair after a crash, never both")
+    func finalStatesToldOnce() async throws {
+        let temp = try TemporaryDirectory()
+        let store = try Store(path: temp.file("s.sqlite"))
+        let log = EventLog(store: store, limitPerSession: 100, logger: Logger(label: "test"))
+
+        // Completed in the store, never told (the daemon died in between).
+        let crashed = try await backgroundTask(store, state: .completed)
+        #expect(try await store.unannouncedTasks().map(\.id) == [crashed])
+        await log.repair()
+        let repaired = try await store.loggedEvents(session: "s", after: 0)
+        #expect(repaired.map(\.kind) == [.completed])
+        #expect(repaired.first?.taskID == crashed && repaired.first?.bytes == 1234)
+        #expect(try await store.unannouncedTasks().isEmpty)
+        // The late live event and a second repair add nothing.
+        #expect(try await store.appendEvents([event(crashed, .completed)]).isEmpty)
+        await log.repair()
+        #expect(try await store.loggedEvents(session: "s", after: 0).count == 1)
+
+        // Paused twice in a row is told once; paused again after a resume is told again.
+        let task = try await backgroundTask(store, state: .paused)
+        #expect(try await store.appendEvents([event(task, .state, to: .paused)]).count == 1)
+        #expect(try await store.appendEvents([event(task, .state, to: .paused)]).isEmpty)
+        #expect(
+            try await store.appendEvents([event(task, .state, to: .queued), event(task, .state, to: .paused)]).count
+                == 2
+        )
+        // Progress and resumed events tell no state and are always logged.
+        #expect(try await store.appendEvents([event(task, .resumed), event(task, .resumed)]).count == 2)
+        let ids = try await store.loggedEvents(session: "s", after: 0).compactMap(\.eventID)
+        #expect(ids == ids.sorted() && Set(ids).count == ids.count)
+    }
+
+    @Test("acknowledged events go, ids never repeat, acknowledgements never move back, the log is bounded")
+    func acknowledgeAndBound() async throws {
+        let temp = try TemporaryDirectory()
+        let store = try Store(path: temp.file("s.sqlite"))
+        let x = try await backgroundTask(store, state: .running, session: "x")
+        let y = try await backgroundTask(store, state: .running, session: "y")
+        let logged = try await store.appendEvents((0..<15).map { _ in event(x, .resumed, session: "x") })
+        _ = try await store.appendEvents((0..<3).map { _ in event(y, .resumed, session: "y") })
+        let xIDs = logged.compactMap(\.eventID)
+
+        try await store.acknowledgeEvents(session: "x", through: xIDs[4])
+        #expect(try await store.acknowledgedEventID(session: "x") == xIDs[4])
+        #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[5...]))
+        try await store.acknowledgeEvents(session: "x", through: xIDs[1])
+        #expect(try await store.acknowledgedEventID(session: "x") == xIDs[4], "an older acknowledgement is ignored")
+
+        // 10 left in x, 3 in y; keep 4 per session.
+        #expect(try await store.pruneEventLog(keepingPerSession: 4) == 6)
+        #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[11...]))
+        #expect(try await store.loggedEvents(session: "y", after: 0).count == 3)
+
+        // Deleted ids are not reused.
+        let next = try await store.appendEvents([event(x, .resumed, session: "x")])
+        #expect((next.first?.eventID ?? 0) > xIDs.last!)
+        #expect(try await store.lastEventID() == next.first?.eventID)
+    }
+}
