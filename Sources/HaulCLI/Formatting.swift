@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 
 /// Human-readable sizes, speeds and durations for the terminal.
@@ -32,4 +33,29 @@ enum Format {
         let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
         return String(format: "%.1f s", value)
     }
+}
+
+/// A byte count typed on the command line: `500K`, `10M`, `1.5G`, or plain bytes.
+/// Suffixes are binary (K = 1024), as in curl, wget and aria2; a trailing `B` or `iB` is allowed.
+struct ByteCount: ExpressibleByArgument, Equatable {
+    var bytes: Int64
+
+    init(bytes: Int64) { self.bytes = bytes }
+
+    init?(argument: String) {
+        var text = argument.trimmingCharacters(in: .whitespaces)
+        for suffix in ["iB", "ib", "B", "b"] where text.hasSuffix(suffix) && text.count > suffix.count {
+            text.removeLast(suffix.count)
+            break
+        }
+        var multiplier: Double = 1
+        if let last = text.last, let power = ["k": 1, "m": 2, "g": 3, "t": 4][last.lowercased()] {
+            multiplier = pow(1024, Double(power))
+            text.removeLast()
+        }
+        guard let value = Double(text), value.isFinite, value >= 0, value * multiplier < 9e18 else { return nil }
+        bytes = Int64(value * multiplier)
+    }
+
+    static var defaultValueDescription: String { "a size such as 500K, 10M or 1G" }
 }

@@ -24,6 +24,12 @@ extension HaulCommand {
         @Flag(help: "Print events as newline-delimited JSON on stdout instead of progress.")
         var json = false
 
+        @Option(
+            name: .customLong("total-limit-rate"),
+            help: "Limit the speed of all files together, e.g. 20M (bytes per second)."
+        )
+        var totalLimitRate: ByteCount?
+
         @Option(help: "Retries in a row without progress before giving up.")
         var retries: Int = 5
 
@@ -44,6 +50,9 @@ extension HaulCommand {
 
         func validate() throws {
             guard maxConcurrent >= 1 else { throw ValidationError("-j/--max-concurrent must be 1 or more") }
+            if let totalLimitRate, totalLimitRate.bytes < 1 {
+                throw ValidationError("--total-limit-rate must be at least 1 byte per second")
+            }
             guard retries >= 0 else { throw ValidationError("--retries must be 0 or more") }
             guard connectTimeout > 0, timeout > 0 else { throw ValidationError("Timeouts must be positive") }
             if let checkpointInterval, checkpointInterval <= 0 {
@@ -58,7 +67,8 @@ extension HaulCommand {
                     store: .sqlite(at: HaulHome.resolve().storePath),
                     connectTimeout: .milliseconds(Int64(connectTimeout * 1000)),
                     readTimeout: .milliseconds(Int64(timeout * 1000)),
-                    retry: RetryPolicy(maxRetries: retries)
+                    retry: RetryPolicy(maxRetries: retries),
+                    overallRateLimit: totalLimitRate?.bytes
                 )
                 if let checkpointInterval {
                     downloader.checkpointInterval = .milliseconds(Int64(checkpointInterval * 1000))
@@ -73,7 +83,11 @@ extension HaulCommand {
                 let configuration = DownloadManager.Configuration(
                     store: downloader.store,
                     maxConcurrentDownloads: maxConcurrent,
-                    maxConnectionsPerHost: maxConcurrent,
+                    // Each of the -j files may open its -x connections to the same host.
+                    maxConnectionsPerHost: max(
+                        maxConcurrent,
+                        downloads.connections ?? downloader.connectionsPerDownload
+                    ),
                     recoversTasks: false,
                     downloader: downloader
                 )

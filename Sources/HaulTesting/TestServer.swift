@@ -66,6 +66,9 @@ public final class TestServer: Sendable {
         public var contentDisposition: String?
         /// Throttle each response to this many bytes per second.
         public var bytesPerSecond: Int?
+        /// Throttle only responses to requests without a Range header (a download's first
+        /// connection) to this many bytes per second: a slow connection among fast ones.
+        public var unrangedBytesPerSecond: Int?
         /// Close the connection after this many body bytes.
         public var cutAfter: Int?
         /// How many responses get the `cutAfter`, `lengthLie` and `contentRangeFault` faults
@@ -91,6 +94,7 @@ public final class TestServer: Sendable {
             ranges: Bool = true,
             contentDisposition: String? = nil,
             bytesPerSecond: Int? = nil,
+            unrangedBytesPerSecond: Int? = nil,
             cutAfter: Int? = nil,
             faultyResponses: Int = .max,
             contentRangeFault: ContentRangeFault? = nil,
@@ -110,6 +114,7 @@ public final class TestServer: Sendable {
             self.ranges = ranges
             self.contentDisposition = contentDisposition
             self.bytesPerSecond = bytesPerSecond
+            self.unrangedBytesPerSecond = unrangedBytesPerSecond
             self.cutAfter = cutAfter
             self.faultyResponses = faultyResponses
             self.contentRangeFault = contentRangeFault
@@ -467,7 +472,8 @@ public final class TestServer: Sendable {
             declared: declaredLength,
             cutAfter: cutAfter,
             chunked: chunked,
-            bytesPerSecond: resource.bytesPerSecond
+            bytesPerSecond: head.headers.first(name: "Range") == nil
+                ? resource.unrangedBytesPerSecond ?? resource.bytesPerSecond : resource.bytesPerSecond
         )
     }
 

@@ -75,6 +75,14 @@ public struct DownloadRequest: Sendable {
     /// The session the task belongs to: a client of the daemon attaches to it to receive
     /// the task's events, including those it missed.
     public var session: String
+    /// How many connections may share the download (segments with work stealing); nil for
+    /// the downloader's default. Only a file of known length whose server honours ranges
+    /// and gives a validator is split.
+    public var connections: Int?
+    /// The smallest segment worth its own connection, in bytes; nil for the downloader's default.
+    public var minSplitSize: Int64?
+    /// This download's rate limit in bytes per second; nil for none.
+    public var rateLimit: Int64?
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"
@@ -85,7 +93,10 @@ public struct DownloadRequest: Sendable {
         headers: [HTTPHeaderField] = [],
         checksum: Checksum? = nil,
         overwrite: Bool = false,
-        session: String = DownloadRequest.defaultSession
+        session: String = DownloadRequest.defaultSession,
+        connections: Int? = nil,
+        minSplitSize: Int64? = nil,
+        rateLimit: Int64? = nil
     ) {
         self.url = url
         self.destination = destination
@@ -93,6 +104,31 @@ public struct DownloadRequest: Sendable {
         self.checksum = checksum
         self.overwrite = overwrite
         self.session = session
+        self.connections = connections
+        self.minSplitSize = minSplitSize
+        self.rateLimit = rateLimit
+    }
+
+    /// The most connections one download may use.
+    public static let maxConnections = 64
+    /// The smallest minimum split size.
+    public static let smallestSplit: Int64 = 64 * 1024
+
+    /// Rejects connection counts, split sizes and rates that cannot work.
+    func validateTuning() throws {
+        if let connections, !(1...DownloadRequest.maxConnections).contains(connections) {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid number of connections \(connections)",
+                hint: "Use 1 to \(DownloadRequest.maxConnections)"
+            )
+        }
+        if let minSplitSize, minSplitSize < DownloadRequest.smallestSplit {
+            throw HaulError(.invalidArgument, "The minimum split size must be at least 64 KiB")
+        }
+        if let rateLimit, rateLimit < 1 {
+            throw HaulError(.invalidArgument, "The rate limit must be at least 1 byte per second")
+        }
     }
 
     /// Checks a session name: 1 to 128 letters, digits, `.`, `_` or `-`.

@@ -42,6 +42,13 @@ public final class Downloader: Sendable {
         public var checkpointBytes: Int64
         /// How retryable failures are retried.
         public var retry: RetryPolicy
+        /// Connections per download when the request does not say (see ``DownloadRequest/connections``).
+        public var connectionsPerDownload: Int
+        /// The smallest segment worth its own connection, when the request does not say.
+        public var minSplitSize: Int64
+        /// A limit on all downloads together, in bytes per second; nil for none. Change it
+        /// while running with ``Downloader/setOverallRateLimit(_:)``.
+        public var overallRateLimit: Int64?
         /// Where the library logs; silent by default.
         public var logger: Logger
 
@@ -54,6 +61,9 @@ public final class Downloader: Sendable {
             checkpointInterval: Duration = .seconds(1),
             checkpointBytes: Int64 = 256 << 20,
             retry: RetryPolicy = RetryPolicy(),
+            connectionsPerDownload: Int = 4,
+            minSplitSize: Int64 = 4 << 20,
+            overallRateLimit: Int64? = nil,
             logger: Logger = Logger(label: "haul", factory: { _ in SwiftLogNoOpLogHandler() })
         ) {
             self.store = store
@@ -64,6 +74,9 @@ public final class Downloader: Sendable {
             self.checkpointInterval = checkpointInterval
             self.checkpointBytes = checkpointBytes
             self.retry = retry
+            self.connectionsPerDownload = connectionsPerDownload
+            self.minSplitSize = minSplitSize
+            self.overallRateLimit = overallRateLimit
             self.logger = logger
         }
     }
@@ -92,6 +105,7 @@ public final class Downloader: Sendable {
     public let store: Store
     private let client: HTTPClient
     private let configuration: Configuration
+    private let overallLimiter: RateLimiter
 
     /// Opens the store and creates the HTTP client. Call ``shutdown()`` when done, or use
     /// ``withDownloader(configuration:_:)``.
@@ -110,7 +124,16 @@ public final class Downloader: Sendable {
         )
         self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: http)
         self.configuration = configuration
+        self.overallLimiter = RateLimiter(bytesPerSecond: configuration.overallRateLimit)
     }
+
+    /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
+    public func setOverallRateLimit(_ bytesPerSecond: Int64?) {
+        overallLimiter.setRate(bytesPerSecond)
+    }
+
+    /// The limit on all downloads together now.
+    public var overallRateLimit: Int64? { overallLimiter.bytesPerSecond }
 
     /// Runs `body` with a downloader and shuts it down afterwards, whether `body` throws or not.
     @discardableResult
@@ -156,6 +179,7 @@ public final class Downloader: Sendable {
     ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
         try DownloadRequest.validate(request.url)
         try DownloadRequest.validateSession(request.session)
+        try request.validateTuning()
         try FileOps.checkWritableDirectory(request.destination.directory)
         if let name = request.destination.fileName, !FileNaming.isPlainName(name) {
             throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: request.destination.directory)
@@ -184,6 +208,9 @@ public final class Downloader: Sendable {
             existing.checksum = request.checksum?.description
             existing.overwrite = request.overwrite
             existing.queuedAt = now
+            existing.connections = request.connections
+            existing.minSplitSize = request.minSplitSize
+            existing.rateLimit = request.rateLimit
             var segments = try await store.segments(of: existing.id)
             if segments.isEmpty { segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)] }
             try await store.save(existing, segments: segments)
@@ -200,6 +227,9 @@ public final class Downloader: Sendable {
             overwrite: request.overwrite,
             session: request.session,
             background: background,
+            connections: request.connections,
+            minSplitSize: request.minSplitSize,
+            rateLimit: request.rateLimit,
             now: now
         )
         let segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
@@ -279,19 +309,23 @@ public final class Downloader: Sendable {
             checkpointInterval: configuration.checkpointInterval,
             checkpointBytes: configuration.checkpointBytes,
             retry: configuration.retry,
+            connections: configuration.connectionsPerDownload,
+            minSplitSize: configuration.minSplitSize,
+            globalLimiter: overallLimiter,
             logger: configuration.logger
         )
     }
 
     private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
         let environment = self.environment
-        return DownloadTask(id: record.id) { progress, control in
+        return DownloadTask(id: record.id, rateLimit: record.rateLimit) { progress, control, limiter in
             let transfer = Transfer(
                 task: record,
                 segments: segments,
                 environment: environment,
                 progress: progress,
-                control: control
+                control: control,
+                limiter: limiter
             )
             return try await transfer.run()
         }
@@ -304,15 +338,24 @@ public final class DownloadTask: Sendable {
     public let id: UUID
     private let box = ProgressBox()
     private let control = TransferControl()
+    private let limiter: RateLimiter
     private let runner: Task<DownloadResult, any Error>
 
     init(
         id: UUID,
-        operation: @escaping @Sendable (ProgressBox, TransferControl) async throws -> DownloadResult
+        rateLimit: Int64?,
+        operation: @escaping @Sendable (ProgressBox, TransferControl, RateLimiter) async throws -> DownloadResult
     ) {
         self.id = id
+        let limiter = RateLimiter(bytesPerSecond: rateLimit)
+        self.limiter = limiter
         let (box, control) = (box, control)
-        self.runner = Task { try await operation(box, control) }
+        self.runner = Task { try await operation(box, control, limiter) }
+    }
+
+    /// Changes this download's rate limit (bytes per second; nil for none) while it runs.
+    public func setRateLimit(_ bytesPerSecond: Int64?) {
+        limiter.setRate(bytesPerSecond)
     }
 
     /// Progress now: bytes, total, speed over the last second or more.

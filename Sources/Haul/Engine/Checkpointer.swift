@@ -1,73 +1,54 @@
 import Foundation
 import NIOPosix
-import Synchronization
 
-/// Makes checkpoints in the background while the transfer keeps receiving.
+/// Makes a download's checkpoints while its connections keep receiving.
 ///
-/// A checkpoint is `fdatasync` of the part file (on NIO's blocking-I/O thread pool), then
-/// the committed offset in the store, in that order: the store never claims bytes that are
-/// not on disk. At most one is in flight; bytes written after it started are simply covered
-/// by the next one.
-final class Checkpointer: Sendable {
-    private struct State {
-        var committed: Int64
-        var inFlight = false
-        var lastStart: ContinuousClock.Instant = .now
-        var lastOffset: Int64
-    }
+/// A checkpoint takes what every segment has written, `fdatasync`s the part file (on NIO's
+/// blocking-I/O thread pool), then records the segments with those offsets in the store in
+/// one transaction — in that order, so the store never claims bytes that are not on disk.
+/// ``run()`` makes one every `interval`, or sooner once `bytes` were written, while data
+/// flows; the transfer makes a last one when its connections stop.
+struct Checkpointer: Sendable {
+    let part: PartFile
+    let store: Store
+    let taskID: UUID
+    let plan: SegmentPlan
+    let interval: Duration
+    let bytes: Int64
 
-    private let part: PartFile
-    private let store: Store
-    private let taskID: UUID
-    private let interval: Duration
-    private let bytes: Int64
-    private let state: Mutex<State>
-
-    init(part: PartFile, store: Store, taskID: UUID, committed: Int64, interval: Duration, bytes: Int64) {
-        self.part = part
-        self.store = store
-        self.taskID = taskID
-        self.interval = interval
-        self.bytes = bytes
-        self.state = Mutex(State(committed: committed, lastOffset: committed))
-    }
-
-    /// The offset last recorded in the store.
-    var committed: Int64 { state.withLock { $0.committed } }
-
-    /// Claims the next checkpoint when one is due (a second or `bytes` since the last one
-    /// started) and none is running; the caller must have written everything below `offset`.
-    func claimIfDue(offset: Int64, now: ContinuousClock.Instant) -> Bool {
-        state.withLock { state in
-            guard !state.inFlight, offset > state.lastOffset,
-                now - state.lastStart >= interval || offset - state.lastOffset >= bytes
-            else { return false }
-            state.inFlight = true
-            state.lastStart = now
-            state.lastOffset = offset
-            return true
+    /// Checkpoints until the calling task is cancelled.
+    func run() async throws {
+        var last = ContinuousClock.now
+        var lastWritten = plan.bytesCommitted
+        let tick = min(interval, .milliseconds(250))
+        while true {
+            do {
+                try await Task.sleep(for: tick)
+            } catch {
+                return  // Cancelled: the transfer makes the last checkpoint itself.
+            }
+            let written = plan.bytesWritten
+            let now = ContinuousClock.now
+            guard written > lastWritten, now - last >= interval || written - lastWritten >= bytes else { continue }
+            last = now
+            lastWritten = written
+            // Not cancelled half-way: a sync whose offsets never reach the store is wasted.
+            let checkpointer = self
+            try await uncancellable { try await checkpointer.checkpoint(syncOnPool: true) }
         }
     }
 
-    /// Syncs and records `offset`. Call after a successful ``claimIfDue(offset:now:)``.
-    func run(upTo offset: Int64) async throws {
-        defer { state.withLock { $0.inFlight = false } }
+    /// Syncs and records what is written now.
+    func checkpoint(syncOnPool: Bool = false) async throws {
+        let snapshot = plan.snapshotWritten(taskID: taskID)
         let part = self.part
-        try await NIOThreadPool.singleton.runIfActive { try part.sync() }
-        try await commit(offset)
-    }
-
-    /// Syncs and records `offset` now, on this task; used at the end and after errors,
-    /// when no background checkpoint is running.
-    func checkpointNow(upTo offset: Int64) async throws {
-        guard offset > committed else { return }
-        try part.sync()
-        try await commit(offset)
-    }
-
-    private func commit(_ offset: Int64) async throws {
+        if syncOnPool {
+            try await NIOThreadPool.singleton.runIfActive { try part.sync() }
+        } else {
+            try part.sync()
+        }
         let (store, id) = (store, taskID)
-        try await uncancellable { try await store.checkpoint(id, committed: [(0, offset)]) }
-        state.withLock { $0.committed = max($0.committed, offset) }
+        try await uncancellable { try await store.checkpoint(id, segments: snapshot) }
+        plan.committed(snapshot)
     }
 }

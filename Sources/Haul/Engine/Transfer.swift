@@ -53,6 +53,14 @@ struct TransferEnvironment: Sendable {
     var checkpointInterval: Duration
     var checkpointBytes: Int64
     var retry: RetryPolicy
+    /// Connections per download when the request does not say.
+    var connections: Int
+    /// The smallest segment worth its own connection.
+    var minSplitSize: Int64
+    /// The limit all downloads of the downloader share.
+    var globalLimiter: RateLimiter
+    /// The most connections any one download may open (the manager's per-host cap).
+    var connectionCap = Int.max
     var logger: Logger
 }
 
@@ -70,34 +78,30 @@ final class Transfer {
     private let environment: TransferEnvironment
     private let progress: ProgressBox
     private let control: TransferControl
+    private let limiter: RateLimiter
     private var logger: Logger
     private var part: PartFile?
     private var restarts = 0
-    /// Where the current response's bytes go next; past the last checkpoint while streaming.
-    private var writeOffset: Int64 = 0
 
     /// Restarts from zero allowed (a changed or inconsistent representation) before giving up.
     static let maxRestarts = 3
     /// Bytes re-read before the resume point when the server gives no validator (rule 7).
     static let overlapLength: Int64 = 64 * 1024
 
-    /// A reason to throw away the partial data and start again from byte 0.
-    private struct Restart: Error {
-        var reason: String
-    }
-
     init(
         task: TaskRecord,
         segments: [SegmentRecord],
         environment: TransferEnvironment,
         progress: ProgressBox,
-        control: TransferControl
+        control: TransferControl,
+        limiter: RateLimiter
     ) {
         self.task = task
         self.segments = segments
         self.environment = environment
         self.progress = progress
         self.control = control
+        self.limiter = limiter
         var logger = environment.logger
         logger[metadataKey: "haul.task"] = "\(task.id)"
         self.logger = logger
@@ -109,6 +113,12 @@ final class Transfer {
     }
     private var checksum: Checksum? { task.checksum.flatMap { try? Checksum(parsing: $0) } }
     private var store: Store { environment.store }
+    /// Bytes durably on disk in all segments.
+    private var committedBytes: Int64 { segments.reduce(0) { $0 + ($1.committed - $1.start) } }
+    /// Connections for this download.
+    private var connections: Int {
+        max(1, min(task.connections ?? environment.connections, environment.connectionCap))
+    }
 
     // MARK: Running
 
@@ -125,8 +135,8 @@ final class Transfer {
             progress.update {
                 $0.fileName = task.fileName
                 $0.totalBytes = task.totalLength
-                $0.bytesReceived = segments[0].committed
-                $0.resumedFrom = segments[0].committed > 0 ? segments[0].committed : nil
+                $0.bytesReceived = committedBytes
+                $0.resumedFrom = committedBytes > 0 ? committedBytes : nil
             }
             try await transferWithRetries()
             let result = try await finish(started: started)
@@ -146,7 +156,7 @@ final class Transfer {
         }
         let recorded = task.state == TaskState.completed.rawValue && size == task.totalLength ?? size
         let renamedBeforeCrash =
-            task.totalLength == size && segments.count == 1 && segments[0].committed == size
+            task.totalLength == size && committedBytes == size
             && partPath.map { !FileOps.exists($0) } == true
         guard recorded || renamedBeforeCrash else { return nil }
         if let checksum {
@@ -185,13 +195,15 @@ final class Transfer {
 
     private func transferWithRetries() async throws {
         var failures = 0
+        var given: HTTPTransport.Response?
         while true {
-            let before = segments[0].committed
+            let before = committedBytes
             do {
-                try await attempt()
+                try await attempt(given: given)
                 return
             } catch let restart as Restart {
                 restarts += 1
+                given = restart.response
                 guard restarts <= Transfer.maxRestarts else {
                     throw HaulError(
                         .representationChanged,
@@ -203,7 +215,8 @@ final class Transfer {
                 logger.notice("restarting from 0", metadata: ["reason": "\(restart.reason)"])
                 try await resetToZero(validators: Validators())
             } catch let error as HaulError where error.isRetryable && control.requested == nil {
-                if segments[0].committed > before { failures = 0 }
+                given = nil
+                if committedBytes > before { failures = 0 }
                 failures += 1
                 guard failures <= environment.retry.maxRetries else {
                     var error = error
@@ -221,12 +234,43 @@ final class Transfer {
         }
     }
 
-    // MARK: One request
+    // MARK: One attempt
 
-    private func attempt() async throws {
+    /// One pass over the download: a first request (or the 200 a restart brought), then the
+    /// connections. A download already split into several segments goes straight to its
+    /// connections, each asking for its own range.
+    private func attempt(given: HTTPTransport.Response?) async throws {
+        if given == nil, segments.count > 1, task.totalLength != nil, task.validators.ifRangeValue != nil {
+            if try openPart().size() < segments.map(\.committed).max() ?? 0 {
+                logger.warning("part file shorter than its checkpoints; starting over")
+                try await resetToZero(validators: task.validators)
+            } else {
+                let plan = SegmentPlan(segments, minSplit: minSplitSize)
+                plan.spread(over: connections)
+                try await runConnections(plan: plan, first: nil)
+                return
+            }
+        }
+        let first = try await firstResponse(given: given)
+        guard let first else { return }
+        let plan = SegmentPlan(segments, minSplit: minSplitSize)
+        plan.own(0)
+        if connections > 1, first.overlap.isEmpty, task.validators.ifRangeValue != nil, task.totalLength != nil,
+            first.response.status == 206 || first.response.headers.first(name: "Accept-Ranges") == "bytes"
+        {
+            plan.split(0, into: connections)
+        }
+        try await runConnections(plan: plan, first: first)
+    }
+
+    private var minSplitSize: Int64 { max(64 * 1024, task.minSplitSize ?? environment.minSplitSize) }
+
+    /// Sends the first request of an attempt (open-ended, from the committed offset) and
+    /// applies the single-stream rules to its answer. Returns nil when nothing is left to fetch.
+    private func firstResponse(given: HTTPTransport.Response?) async throws -> SegmentResponse? {
         var offset = segments[0].committed
         progress.update { $0.bytesReceived = offset }
-        if offset > 0, try openPart().size() < offset {
+        if given == nil, offset > 0, try openPart().size() < offset {
             logger.warning("part file shorter than its checkpoint; starting over")
             try await resetToZero(validators: task.validators)
             offset = 0
@@ -234,7 +278,7 @@ final class Transfer {
         var range: String?
         var ifRange: String?
         var overlap: Int64 = 0
-        if offset > 0 {
+        if given == nil, offset > 0 {
             ifRange = task.validators.ifRangeValue
             if ifRange == nil { overlap = min(offset, Transfer.overlapLength) }
             if overlap == offset {
@@ -248,34 +292,62 @@ final class Transfer {
         }
         let requestStart = offset - overlap
 
-        let response = try await environment.transport.get(
-            url,
-            headers: requestHeaders,
-            range: range,
-            ifRange: ifRange,
-            logger: logger
-        )
+        let response: HTTPTransport.Response
+        if let given {
+            response = given
+        } else {
+            response = try await environment.transport.get(
+                url,
+                headers: requestHeaders,
+                range: range,
+                ifRange: ifRange,
+                logger: logger
+            )
+        }
         task.finalURL = response.url.absoluteString
-        let expectedEnd: Int64?
         switch response.status {
         case 200:
-            if offset > 0 {
+            if offset > 0 || given != nil {
                 logger.notice("server sent the whole file (range ignored or file changed); writing it from byte 0")
             }
-            expectedEnd = try await beginFromZero(response)
-            writeOffset = 0
-            overlap = 0  // A 200 starts at byte 0; there is nothing to compare.
+            let expectedEnd = try await beginFromZero(response)
+            return SegmentResponse(
+                response: response,
+                segmentStart: 0,
+                bodyOffset: 0,
+                overlap: [],
+                expectedEnd: expectedEnd
+            )
         case 206 where range != nil:
-            let end = try checkPartialResponse(response, requestStart: requestStart)
-            expectedEnd = end
-            writeOffset = requestStart
+            let contentRange = try SegmentWorker.checkPartial(
+                response.headers,
+                requestStart: requestStart,
+                requestLast: nil,
+                totalLength: task.totalLength,
+                strongETag: task.validators.strongETag
+            )
+            if task.totalLength == nil,
+                let total = ContentRange(parsing: response.headers.first(name: "Content-Range") ?? "")?.completeLength
+            {
+                task.totalLength = total
+                segments[0].end = total
+            }
+            progress.update { $0.totalBytes = self.task.totalLength }
+            let expected = overlap > 0 ? try openPart().read(at: requestStart, count: Int(overlap)) : []
+            return SegmentResponse(
+                response: response,
+                segmentStart: segments[0].start,
+                bodyOffset: requestStart,
+                overlap: expected,
+                expectedEnd: contentRange.upperBound + 1
+            )
         case 416 where range != nil:
             await HTTPTransport.discard(response.head.body)
             let contentRange = response.headers.first(name: "Content-Range").flatMap(ContentRange.init(parsing:))
             if let total = task.totalLength, contentRange?.range == nil, contentRange?.completeLength == total,
                 offset == total
             {
-                return  // rule 6: every byte is on disk already.
+                return nil  // rule 6: every byte is on disk already.
             }
             throw Restart(reason: "416 for a range the file should have")
         default:
@@ -295,7 +367,70 @@ final class Transfer {
                 retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After"))
             )
         }
-        try await stream(response.head.body, overlap: overlap, from: writeOffset, expectedEnd: expectedEnd)
+    }
+
+    /// Runs the connections over the plan with checkpoints beside them, then makes the last
+    /// checkpoint, whether they finished, failed or were stopped.
+    private func runConnections(plan: SegmentPlan, first: SegmentResponse?) async throws {
+        let part = try openPart()
+        let worker = SegmentWorker(
+            plan: plan,
+            part: part,
+            transport: environment.transport,
+            url: url,
+            headers: requestHeaders,
+            ifRange: task.validators.ifRangeValue,
+            strongETag: task.validators.strongETag,
+            totalLength: task.totalLength,
+            limiters: [limiter, environment.globalLimiter],
+            progress: progress,
+            control: control,
+            retry: environment.retry,
+            logger: logger
+        )
+        let checkpointer = Checkpointer(
+            part: part,
+            store: store,
+            taskID: task.id,
+            plan: plan,
+            interval: environment.checkpointInterval,
+            bytes: environment.checkpointBytes
+        )
+        let extra = first == nil ? connections : (plan.count > 1 ? min(connections, plan.count) - 1 : 0)
+        if plan.count > 1 {
+            logger.debug("segmented", metadata: ["segments": "\(plan.count)", "connections": "\(connections)"])
+        }
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await checkpointer.run() }
+                try await withThrowingDiscardingTaskGroup { workers in
+                    if let first { workers.addTask { try await worker.run(first: first) } }
+                    for _ in 0..<extra { workers.addTask { try await worker.run(first: nil) } }
+                }
+                group.cancelAll()
+                try await group.waitForAll()
+            }
+        } catch {
+            try? await checkpointer.checkpoint()
+            segments = plan.records(taskID: task.id)
+            if control.requested != nil { throw CancellationError() }
+            throw error
+        }
+        let lengthLearnt = plan.count == 1 && plan.segment(0).end == nil
+        if lengthLearnt {
+            // A stream of unknown length: its length is what arrived.
+            task.totalLength = plan.close(segmentStart: 0)
+        }
+        try await checkpointer.checkpoint()
+        segments = plan.records(taskID: task.id)
+        guard plan.isComplete else {
+            throw HaulError(
+                .connection,
+                "The connections ended before the whole file arrived for \(task.url)",
+                url: url
+            )
+        }
+        if lengthLearnt { try await store.saveResponse(task, segments: segments) }
     }
 
     /// A 200: the whole representation from byte 0, on this very response (rule 5). Records
@@ -322,127 +457,6 @@ final class Transfer {
         return length
     }
 
-    /// A 206: accepted only if it is exactly the range asked for, of the same representation (rule 4).
-    private func checkPartialResponse(_ response: HTTPTransport.Response, requestStart: Int64) throws -> Int64 {
-        let headers = response.headers
-        guard let header = headers.first(name: "Content-Range"), let contentRange = ContentRange(parsing: header),
-            let range = contentRange.range
-        else {
-            throw Restart(reason: "206 with a missing or malformed Content-Range")
-        }
-        guard range.lowerBound == requestStart else {
-            throw Restart(reason: "206 starts at \(range.lowerBound), asked for \(requestStart)")
-        }
-        if let total = task.totalLength, contentRange.completeLength != total {
-            throw Restart(
-                reason:
-                    "206 says the file is \(contentRange.completeLength.map(String.init) ?? "*") bytes, was \(total)"
-            )
-        }
-        if let length = headers.first(name: "Content-Length").flatMap({ Int64($0) }), length != contentRange.length {
-            throw Restart(reason: "206 Content-Length \(length) disagrees with Content-Range \(header)")
-        }
-        if let stored = task.validators.strongETag, let etag = headers.first(name: "ETag"), etag != stored {
-            throw Restart(reason: "206 carries ETag \(etag), was \(stored)")
-        }
-        if task.totalLength == nil, let total = contentRange.completeLength {
-            task.totalLength = total
-            segments[0].end = total
-        }
-        progress.update { $0.totalBytes = self.task.totalLength }
-        return range.upperBound + 1
-    }
-
-    /// Writes the body at its offset in batches, checkpointing in the background as it goes.
-    /// The first `overlap` bytes (rule 7) are compared with the disk, not written.
-    private func stream(
-        _ body: HTTPClientResponse.Body,
-        overlap: Int64,
-        from start: Int64,
-        expectedEnd: Int64?
-    ) async throws {
-        let part = try openPart()
-        var expectedOverlap = overlap > 0 ? try part.read(at: start, count: Int(overlap)) : []
-        var overlapChecked = 0
-        let checkpointer = Checkpointer(
-            part: part,
-            store: store,
-            taskID: task.id,
-            committed: segments[0].committed,
-            interval: environment.checkpointInterval,
-            bytes: environment.checkpointBytes
-        )
-        var batch = WriteBatch(offset: start + overlap)  // The overlap is compared, not written.
-        do {
-            try await withThrowingDiscardingTaskGroup { group in
-                for try await var buffer in body {
-                    if overlapChecked < expectedOverlap.count {
-                        let n = min(buffer.readableBytes, expectedOverlap.count - overlapChecked)
-                        let matches = buffer.withUnsafeReadableBytes { received in
-                            expectedOverlap.withUnsafeBytes { expected in
-                                memcmp(received.baseAddress!, expected.baseAddress! + overlapChecked, n) == 0
-                            }
-                        }
-                        guard matches else { throw Restart(reason: "the bytes before the resume point changed") }
-                        overlapChecked += n
-                        writeOffset += Int64(n)
-                        buffer.moveReaderIndex(forwardBy: n)
-                        if overlapChecked == expectedOverlap.count { expectedOverlap = [] }
-                    }
-                    let count = buffer.readableBytes
-                    guard count > 0 else { continue }
-                    if let expectedEnd, writeOffset + Int64(count) > expectedEnd {
-                        throw HaulError(
-                            .invalidResponse,
-                            "The server sent more bytes than it promised (\(writeOffset + Int64(count)) > \(expectedEnd)) for \(task.url)",
-                            url: url
-                        )
-                    }
-                    batch.append(buffer)
-                    writeOffset += Int64(count)
-                    progress.add(count)
-                    if batch.isFull { try batch.flush(to: part) }
-                    if checkpointer.claimIfDue(offset: writeOffset, now: .now) {
-                        try batch.flush(to: part)
-                        let offset = writeOffset
-                        group.addTask { try await checkpointer.run(upTo: offset) }
-                    }
-                }
-            }
-        } catch let error as Restart {
-            throw error
-        } catch let error as HaulError where error.code != .connection {
-            segments[0].committed = checkpointer.committed
-            throw error
-        } catch {
-            // The connection broke or we were stopped: keep what arrived, then report.
-            try batch.flush(to: part)
-            try await checkpointer.checkpointNow(upTo: writeOffset)
-            segments[0].committed = checkpointer.committed
-            if control.requested != nil || error is CancellationError { throw CancellationError() }
-            throw HTTPTransport.connectionError(error, url: url)
-        }
-        try batch.flush(to: part)
-        if overlapChecked < expectedOverlap.count {
-            throw HaulError(.connection, "The response ended inside the overlap check for \(task.url)", url: url)
-        }
-        try await checkpointer.checkpointNow(upTo: writeOffset)
-        segments[0].committed = checkpointer.committed
-        if let expectedEnd, writeOffset < expectedEnd {
-            // Rule 8: short is a network failure, never a finished file.
-            throw HaulError(
-                .connection,
-                "The response ended after \(writeOffset) of \(expectedEnd) bytes for \(task.url)",
-                url: url
-            )
-        }
-        if task.totalLength == nil {
-            task.totalLength = writeOffset
-            segments[0].end = writeOffset
-            try await store.saveResponse(task, segments: segments)
-        }
-    }
-
     // MARK: Checkpoints and part file
 
     /// Forgets all partial data: truncates the part file and records offset 0 and the new
@@ -450,7 +464,6 @@ final class Transfer {
     private func resetToZero(validators: Validators) async throws {
         task.validators = validators
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
-        writeOffset = 0
         if let partPath, part != nil || FileOps.exists(partPath) { try openPart().truncate(to: 0) }
         try await store.saveResponse(task, segments: segments)
         progress.update {
@@ -476,7 +489,7 @@ final class Transfer {
     /// Verifies and moves the part file into place.
     private func finish(started: ContinuousClock.Instant) async throws -> DownloadResult {
         let part = try openPart()
-        let total = writeOffset > 0 ? writeOffset : segments[0].committed
+        let total = task.totalLength ?? committedBytes
         guard let destination = task.destinationPath, let partPath else {
             throw HaulError(.invalidResponse, "No file name chosen", url: url)
         }
@@ -534,7 +547,7 @@ final class Transfer {
             switch stop {
             case .pause, .yield:
                 try await record(stop == .pause ? .paused : .queued)
-                var paused = HaulError(.paused, "Paused \(task.url) at \(segments[0].committed) bytes", url: url)
+                var paused = HaulError(.paused, "Paused \(task.url) at \(committedBytes) bytes", url: url)
                 paused.resumeData = resumeData
                 return paused
             case .cancel:
@@ -546,7 +559,7 @@ final class Transfer {
                     error as? HaulError
                     ?? HaulError(.connection, "Download of \(task.url) failed", url: url, underlying: error)
                 if failure.path == nil { failure.path = task.destinationPath }
-                if failure.code != .checksumMismatch, segments[0].committed > 0 { failure.resumeData = resumeData }
+                if failure.code != .checksumMismatch, committedBytes > 0 { failure.resumeData = resumeData }
                 let message = failure.description
                 try await record(.failed, error: message)
                 return failure

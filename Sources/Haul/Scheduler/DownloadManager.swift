@@ -48,9 +48,10 @@ public actor DownloadManager {
         }
     }
 
-    private struct Active {
-        var control: TransferControl
-        var progress: ProgressBox
+    private struct Active: Sendable {
+        var control = TransferControl()
+        var progress = ProgressBox()
+        var limiter = RateLimiter()
     }
 
     private let downloader: Downloader
@@ -62,8 +63,8 @@ public actor DownloadManager {
     private var lastProgress: [UUID: DownloadProgress] = [:]
     private var shuttingDown = false
     private let hub = EventHub()
-    private let starts: AsyncStream<(UUID, TransferControl, ProgressBox)>
-    private let startSink: AsyncStream<(UUID, TransferControl, ProgressBox)>.Continuation
+    private let starts: AsyncStream<(UUID, Active)>
+    private let startSink: AsyncStream<(UUID, Active)>.Continuation
     private let logger: Logger
     private let recoversTasks: Bool
     private let background: Bool
@@ -128,8 +129,8 @@ public actor DownloadManager {
         let starts = self.starts
         await withDiscardingTaskGroup { group in
             group.addTask { await self.publishProgressUntilShutdown() }
-            for await (id, control, progress) in starts {
-                group.addTask { await self.execute(id, control: control, progress: progress) }
+            for await (id, transfer) in starts {
+                group.addTask { await self.execute(id, transfer) }
             }
         }
         hub.finish()
@@ -177,7 +178,8 @@ public actor DownloadManager {
         admitAndStart()
     }
 
-    private nonisolated func execute(_ id: UUID, control: TransferControl, progress: ProgressBox) async {
+    private nonisolated func execute(_ id: UUID, _ transfer: Active) async {
+        let (control, progress, limiter) = (transfer.control, transfer.progress, transfer.limiter)
         let outcome: Result<DownloadResult, HaulError>
         do {
             guard let (record, segments) = try await store.taskWithSegments(id) else {
@@ -185,7 +187,11 @@ public actor DownloadManager {
             }
             let committed = segments.reduce(0) { $0 + ($1.committed - $1.start) }
             if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
-            let environment = downloader.environment
+            limiter.setInitialRate(record.rateLimit)
+            var capped = downloader.environment
+            // One download never opens more connections than the per-host cap allows.
+            capped.connectionCap = await limits.maxConnectionsPerHost
+            let environment = capped
             outcome = await withTaskGroup(of: Result<DownloadResult, HaulError>?.self) { group in
                 group.addTask {
                     let transfer = Transfer(
@@ -193,7 +199,8 @@ public actor DownloadManager {
                         segments: segments,
                         environment: environment,
                         progress: progress,
-                        control: control
+                        control: control,
+                        limiter: limiter
                     )
                     do {
                         return .success(try await transfer.run())
@@ -259,9 +266,9 @@ public actor DownloadManager {
     private func start(_ id: UUID) {
         guard !shuttingDown else { return }
         move(id, .start)
-        let transfer = Active(control: TransferControl(), progress: ProgressBox())
+        let transfer = Active()
         active[id] = transfer
-        startSink.yield((id, transfer.control, transfer.progress))
+        startSink.yield((id, transfer))
     }
 
     /// Applies a state-machine event and publishes the change.
@@ -552,6 +559,30 @@ extension DownloadManager {
         for id in scheduler.setPerHostLimit(limit) { active[id]?.control.request(.yield) }
         admitAndStart()
     }
+
+    /// Changes the rate limit of tasks (bytes per second; nil for none): recorded for their
+    /// next runs and applied at once to those running.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or a rate below 1.
+    public func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
+        try DownloadRequest(url: URL(string: "http://x")!, destination: .directory("/"), rateLimit: bytesPerSecond)
+            .validateTuning()
+        for id in ids where machines[id] == nil {
+            throw HaulError(.invalidArgument, "No task \(id)")
+        }
+        try await store.setRateLimit(bytesPerSecond, for: ids)
+        for id in ids { active[id]?.limiter.setRate(bytesPerSecond) }
+    }
+
+    /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
+    public func setOverallRateLimit(_ bytesPerSecond: Int64?) throws {
+        if let bytesPerSecond, bytesPerSecond < 1 {
+            throw HaulError(.invalidArgument, "The rate limit must be at least 1 byte per second")
+        }
+        downloader.setOverallRateLimit(bytesPerSecond)
+    }
+
+    /// The limit on all downloads together now; nil for none.
+    public nonisolated var overallRateLimit: Int64? { downloader.overallRateLimit }
 
     /// The limits in force.
     public var limits: (maxConcurrentDownloads: Int, maxConnectionsPerHost: Int) {

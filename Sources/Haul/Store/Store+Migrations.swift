@@ -67,6 +67,13 @@ extension Store {
                 t.column("acknowledged", .integer).notNull().defaults(to: 0)
             }
         }
+        migrator.registerMigration("v4: segmented downloads and rate limits") { db in
+            try db.alter(table: "task") { t in
+                t.add(column: "connections", .integer)
+                t.add(column: "minSplitSize", .integer)
+                t.add(column: "rateLimit", .integer)
+            }
+        }
         return migrator
     }
 }

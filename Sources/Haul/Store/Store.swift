@@ -266,17 +266,22 @@ public final class Store: Sendable {
         }
     }
 
-    /// Records the committed offset of each segment, in one transaction. Call only after the
-    /// part file was synced up to those offsets.
-    func checkpoint(_ id: UUID, committed: [(ordinal: Int, offset: Int64)]) async throws {
+    /// Records a download's segments with their committed offsets, in one transaction. Call
+    /// only after the part file was synced up to those offsets.
+    func checkpoint(_ id: UUID, segments: [SegmentRecord]) async throws {
         try await write { db in
-            for (ordinal, offset) in committed {
-                try db.execute(
-                    sql: "UPDATE segment SET committed = ? WHERE taskID = ? AND ordinal = ?",
-                    arguments: [offset, id, ordinal]
-                )
-            }
+            try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).deleteAll(db)
+            for segment in segments { try segment.insert(db) }
             try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [Date(), id])
+        }
+    }
+
+    /// Records the rate limit of tasks.
+    func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
+        try await write { db in
+            for id in ids {
+                try db.execute(sql: "UPDATE task SET rateLimit = ? WHERE id = ?", arguments: [bytesPerSecond, id])
+            }
         }
     }
 

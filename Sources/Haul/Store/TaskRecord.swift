@@ -33,6 +33,12 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
     var queueOrder: Int64
     /// Whether the background daemon owns the task (rather than a `haul get` process).
     var background: Bool
+    /// Connections to split the download over; nil for the downloader's default.
+    var connections: Int?
+    /// The smallest segment worth its own connection; nil for the downloader's default.
+    var minSplitSize: Int64?
+    /// This download's rate limit in bytes per second; nil for none.
+    var rateLimit: Int64?
 
     enum Columns {
         static let id = Column(CodingKeys.id)
@@ -75,6 +81,9 @@ extension TaskRecord {
         overwrite: Bool,
         session: String = DownloadRequest.defaultSession,
         background: Bool = false,
+        connections: Int? = nil,
+        minSplitSize: Int64? = nil,
+        rateLimit: Int64? = nil,
         now: Date
     ) {
         self.init(
@@ -99,7 +108,10 @@ extension TaskRecord {
             updatedAt: now,
             errorMessage: nil,
             queueOrder: 0,
-            background: background
+            background: background,
+            connections: connections,
+            minSplitSize: minSplitSize,
+            rateLimit: rateLimit
         )
     }
 }

@@ -259,7 +259,28 @@ struct DownloadOptions: ParsableArguments {
     @Flag(help: "Replace a file already at the destination.")
     var force = false
 
+    @Option(
+        name: [.customShort("x"), .customLong("connections")],
+        help: "Connections per file: a large file whose server allows ranges is split over them (default 4)."
+    )
+    var connections: Int?
+
+    @Option(name: .customLong("min-split"), help: "Never split a file into pieces smaller than this (default 4M).")
+    var minSplit: ByteCount?
+
+    @Option(name: .customLong("limit-rate"), help: "Limit each file's speed, e.g. 500K or 10M (bytes per second).")
+    var limitRate: ByteCount?
+
     func validate() throws {
+        if let connections, !(1...DownloadRequest.maxConnections).contains(connections) {
+            throw ValidationError("-x/--connections must be 1 to \(DownloadRequest.maxConnections)")
+        }
+        if let minSplit, minSplit.bytes < DownloadRequest.smallestSplit {
+            throw ValidationError("--min-split must be at least 64K")
+        }
+        if let limitRate, limitRate.bytes < 1 {
+            throw ValidationError("--limit-rate must be at least 1 byte per second")
+        }
         guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
         if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
             throw ValidationError("-o names one file; with several URLs use -d (and out= in an input file)")
@@ -293,7 +314,10 @@ struct DownloadOptions: ParsableArguments {
                 headers: headerFields,
                 checksum: checksum,
                 overwrite: force,
-                session: session
+                session: session,
+                connections: connections,
+                minSplitSize: minSplit?.bytes,
+                rateLimit: limitRate?.bytes
             )
         }
         var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }

@@ -27,7 +27,8 @@ struct CrashSafetyTests {
         try await TestServer.withServer { server in
             server.set("/big.bin", .init(size: Self.size, bytesPerSecond: 6 << 20))
             let arguments = [
-                "get", "-q", "-d", out, "--checkpoint-interval", point == .beforeFirstCheckpoint ? "10" : "0.25",
+                "get", "-q", "-x", "1", "-d", out, "--checkpoint-interval",
+                point == .beforeFirstCheckpoint ? "10" : "0.25",
                 server.url("/big.bin").absoluteString,
             ]
             let child = try HaulProcess(arguments, home: home)
@@ -74,6 +75,79 @@ struct CrashSafetyTests {
                 #expect(resumed.first?.header("If-Range") == "\"v1-1\"")
             } else {
                 #expect(resumed.first?.header("Range") == nil)
+            }
+        }
+    }
+
+    /// How far a segmented download gets before the kill.
+    enum SegmentedKillPoint: String, CaseIterable, Sendable {
+        /// Soon after the first checkpoint: most segments barely started.
+        case early
+        /// Several segments well under way, some bytes written past their checkpoints.
+        case midway
+    }
+
+    @Test(
+        "kill -9 during a segmented download: every segment resumes at its committed offset",
+        arguments: SegmentedKillPoint.allCases
+    )
+    func killNineSegmented(point: SegmentedKillPoint) async throws {
+        let temp = try TemporaryDirectory()
+        let home = try temp.directory("home")
+        let out = try temp.directory("out")
+        try await TestServer.withServer { server in
+            server.set("/big.bin", .init(size: Self.size, bytesPerSecond: 2 << 20))
+            let arguments = [
+                "get", "-q", "-x", "4", "--min-split", "1M", "-d", out, "--checkpoint-interval", "0.25",
+                server.url("/big.bin").absoluteString,
+            ]
+            let child = try HaulProcess(arguments, home: home)
+            #expect(try await waitUntil { server.bodyBytesSent("/big.bin") > 0 })
+            let store = try Store(path: (home as NSString).appendingPathComponent("haul.sqlite"))
+            func segments() async throws -> [SegmentRecord] {
+                guard let task = try await store.allTasks().first else { return [] }
+                return try await store.segments(of: task.id)
+            }
+            let started = { (segments: [SegmentRecord]) in segments.filter { $0.committed > $0.start }.count }
+            switch point {
+            case .early:
+                #expect(try await waitUntil { try await started(segments()) >= 1 })
+            case .midway:
+                #expect(try await waitUntil { try await started(segments()) >= 3 })
+                try await Task.sleep(for: .milliseconds(600))
+            }
+            child.kill(SIGKILL)
+            #expect(await child.finish().status == SIGKILL)
+
+            let atKill = try await segments()
+            #expect(atKill.count == 4, "the split was recorded: \(atKill)")
+            let unfinished = atKill.filter { $0.committed < $0.end! }
+            #expect(!unfinished.isEmpty)
+            #expect(!FileManager.default.fileExists(atPath: (out as NSString).appendingPathComponent("big.bin")))
+
+            server.update("/big.bin") { $0.bytesPerSecond = nil }
+            let requestsBefore = server.requests(for: "/big.bin").count
+            let rerun = try await HaulProcess.run(arguments, home: home)
+            #expect(rerun.status == 0, "\(rerun.stderr)")
+            #expect(sha256(file: (out as NSString).appendingPathComponent("big.bin")) == server.sha256("/big.bin"))
+            let resumed = server.requests(for: "/big.bin").dropFirst(requestsBefore)
+            let starts = resumed.compactMap { request -> Int64? in
+                guard let range = request.header("Range"), range.hasPrefix("bytes=") else { return nil }
+                return Int64(range.dropFirst("bytes=".count).prefix { $0 != "-" })
+            }
+            #expect(starts.count == resumed.count, "every resumed request is ranged")
+            for segment in unfinished {
+                #expect(
+                    starts.contains(segment.committed),
+                    "segment at \(segment.start) resumed at \(segment.committed): \(starts)"
+                )
+            }
+            #expect(resumed.allSatisfy { $0.header("If-Range") == "\"v1-1\"" })
+            for segment in atKill where segment.committed == segment.end {
+                #expect(
+                    !starts.contains { $0 >= segment.start && $0 < segment.end! },
+                    "a finished segment is not fetched again"
+                )
             }
         }
     }

@@ -30,14 +30,16 @@ final class TemporaryDirectory: Sendable {
     }
 }
 
-/// Configuration for in-process tests: quick retries and frequent checkpoints.
-func testConfiguration(store: String, retries: Int = 5) -> Downloader.Configuration {
+/// Configuration for in-process tests: quick retries and frequent checkpoints; one
+/// connection per download unless a test asks for segments.
+func testConfiguration(store: String, retries: Int = 5, connections: Int = 1) -> Downloader.Configuration {
     Downloader.Configuration(
         store: .sqlite(at: store),
         connectTimeout: .seconds(5),
         readTimeout: .seconds(10),
         checkpointInterval: .milliseconds(50),
-        retry: RetryPolicy(maxRetries: retries, baseDelay: .milliseconds(10), maxDelay: .milliseconds(50))
+        retry: RetryPolicy(maxRetries: retries, baseDelay: .milliseconds(10), maxDelay: .milliseconds(50)),
+        connectionsPerDownload: connections
     )
 }
 

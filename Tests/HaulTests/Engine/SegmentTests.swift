@@ -1,0 +1,391 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// Segmented downloads: one file over several connections, with work stealing, checked
+/// byte for byte and by the exact requests the server saw.
+@Suite("Segmented downloads")
+struct SegmentTests {
+    static let size = 4 << 20
+
+    /// The `Range` header's first byte and last byte (nil when open-ended).
+    static func range(_ request: TestServer.RecordedRequest) -> (first: Int, last: Int?)? {
+        guard let value = request.header("Range"), value.hasPrefix("bytes=") else { return nil }
+        let parts = value.dropFirst("bytes=".count).split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2, let first = Int(parts[0]) else { return nil }
+        return (first, parts[1].isEmpty ? nil : Int(parts[1]))
+    }
+
+    @Test(
+        "the file is byte-identical for any number of connections and split size",
+        arguments: [(1, 64 << 10), (2, 64 << 10), (3, 1 << 20), (4, 256 << 10), (8, 64 << 10), (16, 512 << 10)]
+    )
+    func identicalAcrossSegmentCounts(connections: Int, minSplit: Int) async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: Self.size, bytesPerSecond: 8 << 20))
+            let task = try await downloader.download(
+                DownloadRequest(
+                    url: server.url("/f.bin"),
+                    destination: .directory(temp.path),
+                    connections: connections,
+                    minSplitSize: Int64(minSplit)
+                )
+            )
+            let result = try await task.result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(result.bytes == Int64(Self.size))
+            #expect(!FileManager.default.fileExists(atPath: result.path + ".part"))
+
+            let requests = server.requests(for: "/f.bin")
+            #expect(requests.first?.header("Range") == nil, "the first request asks for the whole file")
+            let ranged = requests.dropFirst()
+            let expected = min(connections, Self.size / minSplit)
+            #expect(ranged.count >= expected - 1, "one ranged request per extra connection at least")
+            if connections == 1 { #expect(ranged.isEmpty) }
+            for request in ranged {
+                #expect(request.header("If-Range") == "\"v1-1\"", "every ranged request is conditional")
+            }
+            // Ranges never start twice at the same byte: no byte is fetched by two connections.
+            let starts = ranged.compactMap { Self.range($0)?.first }
+            #expect(Set(starts).count == starts.count)
+            #expect(starts.allSatisfy { $0 > 0 && $0 < Self.size })
+            if connections > 1 { #expect(server.maxActiveResponses >= 2, "the connections ran at once") }
+
+            let segments = try await downloader.store.segments(of: task.id)
+            #expect(segments.count >= expected)
+            #expect(segments.allSatisfy { $0.committed == $0.end })
+            let sorted = segments.sorted { $0.start < $1.start }
+            #expect(sorted.first?.start == 0 && sorted.last?.end == Int64(Self.size))
+            for (a, b) in zip(sorted, sorted.dropFirst()) { #expect(a.end == b.start, "segments tile the file") }
+        }
+    }
+
+    @Test("a slow connection's segment is split by the idle ones (work stealing)")
+    func slowConnectionIsStolenFrom() async throws {
+        try await withHarness { server, downloader, temp in
+            // The first connection (no Range header) crawls; the ranged ones are fast.
+            server.set("/f.bin", .init(size: Self.size, unrangedBytesPerSecond: 256 << 10))
+            let result = try await downloader.download(
+                DownloadRequest(
+                    url: server.url("/f.bin"),
+                    destination: .directory(temp.path),
+                    connections: 4,
+                    minSplitSize: 64 << 10
+                )
+            ).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            let starts = server.requests(for: "/f.bin").compactMap(Self.range).map(\.first)
+            // Without stealing, the first quarter alone would take 4 s at 256 KiB/s.
+            #expect(
+                starts.contains { $0 > 0 && $0 < Self.size / 4 },
+                "another connection took part of the first segment: \(starts)"
+            )
+            #expect(starts.count > 3, "more ranged requests than the initial split: \(starts)")
+        }
+    }
+
+    @Test("pause keeps every segment; the resume asks each for its committed offset")
+    func pauseAndResumeSegments() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
+            let request = DownloadRequest(
+                url: server.url("/f.bin"),
+                destination: .directory(temp.path),
+                connections: 4,
+                minSplitSize: 256 << 10
+            )
+            let task = try await downloader.download(request)
+            #expect(try await waitUntil { task.progress.bytesReceived > 1 << 20 })
+            let resumeData = try await task.pause()
+            #expect(resumeData.segments.count == 4)
+            #expect(resumeData.segments.filter { $0.committed > $0.start }.count >= 2)
+            let unfinished = resumeData.segments.filter { $0.committed < $0.end! }
+            let before = server.requests(for: "/f.bin").count
+
+            server.update("/f.bin") { $0.bytesPerSecond = nil }
+            let result = try await downloader.download(resumingFrom: resumeData).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            let resumed = server.requests(for: "/f.bin").dropFirst(before)
+            let starts = Set(resumed.compactMap { Self.range($0)?.first })
+            for segment in unfinished {
+                #expect(starts.contains(Int(segment.committed)), "segment \(segment) resumed at its committed offset")
+            }
+            #expect(resumed.allSatisfy { $0.header("If-Range") == "\"v1-1\"" })
+            #expect(!starts.contains(0), "nothing was fetched from the start again")
+            #expect(
+                result.bytesFetched <= Int64(Self.size) - resumeData.bytesCommitted + Int64(resumed.count) * (256 << 10)
+            )
+        }
+    }
+
+    @Test("a changed file seen on one segment's response restarts everything with it; never mixed")
+    func changedFileOnOneSegmentRestarts() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
+            let task = try await downloader.download(
+                DownloadRequest(
+                    url: server.url("/f.bin"),
+                    destination: .directory(temp.path),
+                    connections: 4,
+                    minSplitSize: 256 << 10
+                )
+            )
+            #expect(try await waitUntil { task.progress.bytesReceived > 1 << 20 })
+            let resumeData = try await task.pause()
+            #expect(resumeData.segments.count > 1)
+            let oldDigest = server.sha256("/f.bin")
+            server.bumpVersion("/f.bin")
+            server.update("/f.bin") { $0.bytesPerSecond = nil }
+            let before = server.requests(for: "/f.bin").count
+
+            let result = try await downloader.download(resumingFrom: resumeData).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(sha256(file: result.path) != oldDigest)
+            let resumed = Array(server.requests(for: "/f.bin").dropFirst(before))
+            // The resumed connections asked with the old ETag (one each, at most); the first
+            // 200 was written from byte 0 and the rest split again under the new ETag.
+            let old = resumed.filter { $0.header("If-Range") == "\"v1-1\"" }
+            #expect(!old.isEmpty && old.count <= 4, "\(resumed.map { $0.header("If-Range") })")
+            #expect(resumed.contains { $0.header("If-Range") == "\"v2-1\"" })
+            #expect(resumed.allSatisfy { $0.header("Range") != nil }, "the 200 was used; no fresh request from 0")
+        }
+    }
+
+    @Test("a changed file seen while the connections run restarts the download; never mixed")
+    func changeDuringSegmentedTransfer() async throws {
+        try await withHarness { server, downloader, temp in
+            // A crawling first connection, so the others steal from it after the change.
+            server.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20, unrangedBytesPerSecond: 128 << 10))
+            let oldDigest = server.sha256("/f.bin")
+            let task = try await downloader.download(
+                DownloadRequest(
+                    url: server.url("/f.bin"),
+                    destination: .directory(temp.path),
+                    connections: 4,
+                    minSplitSize: 64 << 10
+                )
+            )
+            #expect(try await waitUntil { task.progress.bytesReceived > 256 << 10 })
+            // Responses under way keep sending the old bytes; every new request sees version 2,
+            // and the first steal's If-Range fails with a 200 of the new file.
+            server.bumpVersion("/f.bin")
+            server.update("/f.bin") {
+                $0.bytesPerSecond = nil
+                $0.unrangedBytesPerSecond = nil
+            }
+            let result = try await task.result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(sha256(file: result.path) != oldDigest)
+            #expect(server.requests(for: "/f.bin").contains { $0.header("If-Range") == "\"v2-1\"" })
+        }
+    }
+
+    @Test("a 206 with a different total on one segment restarts the whole download")
+    func wrongTotalOnASegment() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: Self.size, bytesPerSecond: 2 << 20))
+            let task = try await downloader.download(
+                DownloadRequest(
+                    url: server.url("/f.bin"),
+                    destination: .directory(temp.path),
+                    connections: 4,
+                    minSplitSize: 256 << 10
+                )
+            )
+            #expect(try await waitUntil { task.progress.bytesReceived > 512 << 10 })
+            let resumeData = try await task.pause()
+            server.update("/f.bin") {
+                $0.contentRangeFault = .wrongTotal(1)
+                $0.faultyResponses = 1
+                $0.bytesPerSecond = nil
+            }
+            let before = server.requests(for: "/f.bin").count
+            let result = try await downloader.download(resumingFrom: resumeData).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            let resumed = Array(server.requests(for: "/f.bin").dropFirst(before))
+            // After the bad 206, the download began again with an unconditional request.
+            #expect(resumed.contains { $0.header("Range") == nil }, "\(resumed.map { $0.header("Range") })")
+        }
+    }
+
+    @Test("without a validator or without ranges the download stays on one connection")
+    func noSplitWithoutValidatorOrRanges() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/a.bin", .init(size: Self.size, etag: .none, lastModified: nil))
+            server.set("/b.bin", .init(size: Self.size, ranges: false))
+            for path in ["/a.bin", "/b.bin"] {
+                let result = try await downloader.download(
+                    DownloadRequest(url: server.url(path), destination: .directory(temp.path), connections: 8)
+                ).result()
+                #expect(sha256(file: result.path) == server.sha256(path))
+                #expect(server.requests(for: path).count == 1, "\(path)")
+            }
+        }
+    }
+}
+
+/// The plan's bookkeeping on its own: splits, claims, steals and the invariants.
+@Suite("Segment plan")
+struct SegmentPlanTests {
+    func plan(_ size: Int64, minSplit: Int64 = 10) -> SegmentPlan {
+        SegmentPlan([SegmentRecord(taskID: UUID(), ordinal: 0, start: 0, end: size, committed: 0)], minSplit: minSplit)
+    }
+
+    @Test("a split gives equal parts, the first to the owner; claims hand out the rest")
+    func splitAndClaim() {
+        let plan = plan(100)
+        plan.own(0)
+        #expect(plan.split(0, into: 4) == 3)
+        let records = plan.records(taskID: UUID())
+        #expect(records.map(\.start) == [0, 25, 50, 75])
+        #expect(records.map(\.end) == [25, 50, 75, 100])
+        #expect([plan.claim(), plan.claim(), plan.claim()] == [1, 2, 3])
+        #expect(plan.owners == 4)
+    }
+
+    @Test("a split never makes pieces below the minimum")
+    func splitRespectsMinimum() {
+        let plan = plan(100, minSplit: 40)
+        plan.own(0)
+        #expect(plan.split(0, into: 8) == 1)
+        #expect(plan.records(taskID: UUID()).map(\.end) == [50, 100])
+    }
+
+    @Test("an idle connection steals the back half of the largest remaining segment, past what was accepted")
+    func stealing() {
+        let plan = plan(100)
+        plan.own(0)
+        #expect(plan.accept(30, segmentStart: 0) == 30)
+        let stolen = plan.claim()
+        #expect(stolen == 1)
+        // 70 left after byte 30: the thief takes the back 35.
+        #expect(plan.records(taskID: UUID()).map(\.start) == [0, 65])
+        #expect(plan.segment(0).end == 65)
+        // The victim may accept only up to its new end.
+        #expect(plan.accept(50, segmentStart: 0) == 35)
+        #expect(plan.accept(1, segmentStart: 0) == 0)
+        #expect(plan.isFullyReceived(segmentStart: 0))
+    }
+
+    @Test("nothing is stolen when the half would be below the minimum")
+    func noTinySteals() {
+        let plan = plan(100, minSplit: 30)
+        plan.own(0)
+        _ = plan.accept(50, segmentStart: 0)
+        #expect(plan.claim() == nil)
+    }
+
+    @Test("a released segment continues from what was written, not what was accepted")
+    func releaseRewindsToWritten() {
+        let plan = plan(100)
+        plan.own(0)
+        _ = plan.accept(40, segmentStart: 0)
+        plan.wrote(upTo: 20, segmentStart: 0)
+        plan.release(segmentStart: 0)
+        #expect(plan.claim() == 0)
+        #expect(plan.segment(0).received == 20)
+    }
+
+    @Test("checkpoints commit what was written when the snapshot was taken")
+    func commitSnapshot() {
+        let plan = plan(100)
+        plan.own(0)
+        _ = plan.accept(60, segmentStart: 0)
+        plan.wrote(upTo: 40, segmentStart: 0)
+        let snapshot = plan.snapshotWritten(taskID: UUID())
+        plan.wrote(upTo: 60, segmentStart: 0)
+        plan.committed(snapshot)
+        #expect(plan.records(taskID: UUID()).first?.committed == 40)
+        #expect(plan.bytesWritten == 60)
+    }
+
+    @Test("spreading a resume halves the largest unfinished segments, one per connection")
+    func spread() {
+        let plan = SegmentPlan(
+            [
+                SegmentRecord(taskID: UUID(), ordinal: 0, start: 0, end: 50, committed: 50),
+                SegmentRecord(taskID: UUID(), ordinal: 1, start: 50, end: 100, committed: 60),
+            ],
+            minSplit: 5
+        )
+        plan.spread(over: 4)
+        #expect(plan.unfinished == 4)
+        let records = plan.records(taskID: UUID())
+        #expect(records.first?.committed == 50)
+        for (a, b) in zip(records, records.dropFirst()) { #expect(a.end == b.start) }
+    }
+}
+
+/// `--limit-rate` and the overall limit: a token bucket, changeable while downloads run.
+@Suite("Rate limits", .serialized)
+struct RateLimitTests {
+    /// Bytes per second between two progress samples.
+    static func rate(_ a: (ContinuousClock.Instant, Int64), _ b: (ContinuousClock.Instant, Int64)) -> Double {
+        let elapsed = b.0 - a.0
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return Double(b.1 - a.1) / seconds
+    }
+
+    func sample(_ task: DownloadTask) -> (ContinuousClock.Instant, Int64) { (.now, task.progress.bytesThisRun) }
+
+    @Test("a download's limit holds within 10 %, over 1 and over 3 connections", arguments: [1, 3])
+    func perDownloadLimit(connections: Int) async throws {
+        try await withHarness { server, downloader, temp in
+            let limit: Int64 = 1 << 20
+            server.set("/f.bin", .init(size: 8 << 20))
+            let task = try await downloader.download(
+                DownloadRequest(
+                    url: server.url("/f.bin"),
+                    destination: .directory(temp.path),
+                    connections: connections,
+                    minSplitSize: 64 << 10,
+                    rateLimit: limit
+                )
+            )
+            // Measure over 3 s once the transfer is under way.
+            #expect(try await waitUntil { task.progress.bytesThisRun > 0 })
+            try await Task.sleep(for: .milliseconds(500))
+            let start = sample(task)
+            try await Task.sleep(for: .seconds(3))
+            let rate = Self.rate(start, sample(task))
+            #expect(abs(rate / Double(limit) - 1) <= 0.10, "measured \(rate) B/s for a limit of \(limit)")
+            await task.cancel()
+        }
+    }
+
+    @Test("changing the limits while running: a download's, then the overall one")
+    func liveChanges() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/a.bin", .init(size: 16 << 20))
+            server.set("/b.bin", .init(size: 16 << 20))
+            let a = try await downloader.download(
+                DownloadRequest(url: server.url("/a.bin"), destination: .directory(temp.path), rateLimit: 512 << 10)
+            )
+            #expect(try await waitUntil { a.progress.bytesThisRun > 0 })
+            a.setRateLimit(2 << 20)
+            try await Task.sleep(for: .milliseconds(300))
+            var start = sample(a)
+            try await Task.sleep(for: .seconds(2))
+            let raised = Self.rate(start, sample(a))
+            #expect(abs(raised / Double(2 << 20) - 1) <= 0.10, "measured \(raised) B/s after raising to 2 MiB/s")
+
+            // Two downloads under an overall limit of 1 MiB/s share it.
+            a.setRateLimit(nil)
+            downloader.setOverallRateLimit(1 << 20)
+            let b = try await downloader.download(
+                DownloadRequest(url: server.url("/b.bin"), destination: .directory(temp.path))
+            )
+            #expect(try await waitUntil { b.progress.bytesThisRun > 0 })
+            try await Task.sleep(for: .milliseconds(300))
+            start = sample(a)
+            let startB = sample(b)
+            try await Task.sleep(for: .seconds(3))
+            let total = Self.rate(start, sample(a)) + Self.rate(startB, sample(b))
+            #expect(abs(total / Double(1 << 20) - 1) <= 0.10, "measured \(total) B/s together for 1 MiB/s overall")
+            await a.cancel()
+            await b.cancel()
+        }
+    }
+}
