@@ -22,6 +22,10 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
     public var errorMessage: String?
     /// The session it belongs to.
     public var session: String
+    /// Its own rate limit in bytes per second, if it has one.
+    public var rateLimit: Int64?
+    /// The connections it may use, when the request said.
+    public var connections: Int?
 
     init(
         id: UUID,
@@ -33,7 +37,9 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         bytesCommitted: Int64,
         totalBytes: Int64?,
         errorMessage: String?,
-        session: String
+        session: String,
+        rateLimit: Int64? = nil,
+        connections: Int? = nil
     ) {
         self.id = id
         self.url = url
@@ -45,5 +51,7 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         self.totalBytes = totalBytes
         self.errorMessage = errorMessage
         self.session = session
+        self.rateLimit = rateLimit
+        self.connections = connections
     }
 }

@@ -187,7 +187,7 @@ public final class Store: Sendable {
             var sql = """
                 SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
                     task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
-                    task.session
+                    task.session, task.rateLimit, task.connections
                 FROM task LEFT JOIN segment ON segment.taskID = task.id
                 """
             var conditions: [String] = []
@@ -223,7 +223,9 @@ public final class Store: Sendable {
                         bytesCommitted: row[8],
                         totalBytes: row[6],
                         errorMessage: row[7],
-                        session: row[9]
+                        session: row[9],
+                        rateLimit: row[10],
+                        connections: row[11]
                     )
                 )
             }

@@ -42,6 +42,12 @@ extension HaulCommand {
             @Option(name: .customLong("max-per-host"), help: "How many downloads run at once against one host.")
             var maxPerHost: Int = 8
 
+            @Option(
+                name: .customLong("total-limit-rate"),
+                help: "Limit all downloads together, e.g. 20M (bytes per second); 'haul set --limit-rate' changes it."
+            )
+            var totalLimitRate: ByteCount?
+
             @Option(help: "Log level: trace, debug, info, notice, warning, error.")
             var logLevel: String = "info"
 
@@ -84,6 +90,7 @@ extension HaulCommand {
                         listen: try listen.map(Start.parseListen),
                         handlesSignals: true,
                         checkpointInterval: checkpointInterval.map { .milliseconds(Int64($0 * 1000)) },
+                        overallRateLimit: totalLimitRate.flatMap { $0.bytes > 0 ? $0.bytes : nil },
                         logger: logger
                     )
                 )
@@ -105,6 +112,7 @@ extension HaulCommand {
                 if let listen { arguments += ["--listen", listen] }
                 arguments += ["--log-level", logLevel]
                 if let checkpointInterval { arguments += ["--checkpoint-interval", "\(checkpointInterval)"] }
+                if let totalLimitRate { arguments += ["--total-limit-rate", "\(totalLimitRate.bytes)"] }
                 let client = HaulClient(home: home)
                 do {
                     let pid = try DaemonConnection.start(paths, arguments: arguments)

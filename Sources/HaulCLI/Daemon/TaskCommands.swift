@@ -172,7 +172,9 @@ extension HaulCommand {
             abstract: "Change the daemon's limits, live.",
             discussion: """
                 Lowering --max-concurrent sends the most recently started downloads back to waiting \
-                (keeping their data); raising it starts the oldest waiting ones.
+                (keeping their data); raising it starts the oldest waiting ones. --limit-rate alone \
+                limits all downloads together; with task ids, --session or --all it limits each of \
+                those downloads. A rate of 0 removes the limit.
                 """
         )
 
@@ -182,16 +184,56 @@ extension HaulCommand {
         @Option(name: .customLong("max-per-host"), help: "How many downloads run at once against one host.")
         var maxPerHost: Int?
 
+        @Option(
+            name: .customLong("limit-rate"),
+            help: "A speed limit such as 500K or 10M (bytes per second); 0 for none."
+        )
+        var limitRate: ByteCount?
+
+        @Argument(help: "Task ids (or unique prefixes) whose own rate limit to change.")
+        var ids: [String] = []
+
+        @Option(help: "Change the rate limit of every task of this session.")
+        var session: String?
+
+        @Flag(help: "Change the rate limit of every unfinished task.")
+        var all = false
+
+        func validate() throws {
+            let selected = !ids.isEmpty || session != nil || all
+            if selected, limitRate == nil { throw ValidationError("Tasks are named only with --limit-rate") }
+            if [!ids.isEmpty, session != nil, all].filter({ $0 }).count > 1 {
+                throw ValidationError("Give task ids, --session NAME, or --all")
+            }
+        }
+
         func run() async throws {
             try await withDaemon { client in
+                if let limitRate, !ids.isEmpty || session != nil || all {
+                    let selector: API.Selector =
+                        if let session { .session(session) } else if all { .everything } else {
+                            .tasks(try await TaskSelection.resolve(ids, client))
+                        }
+                    let changed = try await client.setRateLimit(limitRate.bytes == 0 ? nil : limitRate.bytes, selector)
+                    let what = limitRate.bytes == 0 ? "no limit" : Format.speed(Double(limitRate.bytes))
+                    CLIError.note("\(DaemonOutput.count(changed.count)) now at \(what).")
+                    return
+                }
+                let unchanged = maxConcurrent == nil && maxPerHost == nil && limitRate == nil
                 let settings =
-                    maxConcurrent == nil && maxPerHost == nil
+                    unchanged
                     ? try await client.settings()
                     : try await client.update(
-                        API.Settings(maxConcurrentDownloads: maxConcurrent, maxConnectionsPerHost: maxPerHost)
+                        API.Settings(
+                            maxConcurrentDownloads: maxConcurrent,
+                            maxConnectionsPerHost: maxPerHost,
+                            overallRateLimit: limitRate?.bytes
+                        )
                     )
                 print("max-concurrent: \(settings.maxConcurrentDownloads ?? 0)")
                 print("max-per-host: \(settings.maxConnectionsPerHost ?? 0)")
+                let rate = settings.overallRateLimit ?? 0
+                print("limit-rate: \(rate == 0 ? "none" : Format.speed(Double(rate)))")
             }
         }
     }

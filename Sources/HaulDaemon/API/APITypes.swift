@@ -87,10 +87,29 @@ public enum API {
     public struct Settings: Codable, Sendable, Equatable {
         public var maxConcurrentDownloads: Int?
         public var maxConnectionsPerHost: Int?
+        /// The limit on all downloads together, in bytes per second; 0 for none.
+        public var overallRateLimit: Int64?
 
-        public init(maxConcurrentDownloads: Int? = nil, maxConnectionsPerHost: Int? = nil) {
+        public init(
+            maxConcurrentDownloads: Int? = nil,
+            maxConnectionsPerHost: Int? = nil,
+            overallRateLimit: Int64? = nil
+        ) {
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.overallRateLimit = overallRateLimit
+        }
+    }
+
+    /// `POST /v1/tasks/rate-limit`: change the rate limit of tasks, live.
+    public struct RateLimitChange: Codable, Sendable, Equatable {
+        public var tasks: Selector
+        /// Bytes per second; 0 for none.
+        public var bytesPerSecond: Int64
+
+        public init(tasks: Selector, bytesPerSecond: Int64) {
+            self.tasks = tasks
+            self.bytesPerSecond = bytesPerSecond
         }
     }
 

@@ -37,6 +37,12 @@ enum Routes {
         api.get("tasks/:id") { _, context in
             await respond { try await core.manager.info(try taskID(context)) }
         }
+        api.post("tasks/rate-limit") { request, context in
+            await respond {
+                let body = try await decode(API.RateLimitChange.self, from: request, context: context)
+                return try await core.setRateLimit(body.bytesPerSecond, for: body.tasks)
+            }
+        }
         for operation in TaskOperation.allCases {
             api.post("tasks/\(operation.rawValue)") { request, context in
                 await respond {
@@ -52,6 +58,12 @@ enum Routes {
                 let body = try await decode(API.Settings.self, from: request, context: context)
                 if let limit = body.maxConcurrentDownloads { try await core.manager.setMaxConcurrentDownloads(limit) }
                 if let limit = body.maxConnectionsPerHost { try await core.manager.setMaxConnectionsPerHost(limit) }
+                if let rate = body.overallRateLimit {
+                    guard rate >= 0 else {
+                        throw HaulError(.invalidArgument, "The rate limit must be 0 (none) or more")
+                    }
+                    try await core.manager.setOverallRateLimit(rate == 0 ? nil : rate)
+                }
                 return await settings(core)
             }
         }
@@ -138,7 +150,8 @@ enum Routes {
         let limits = await core.manager.limits
         return API.Settings(
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
-            maxConnectionsPerHost: limits.maxConnectionsPerHost
+            maxConnectionsPerHost: limits.maxConnectionsPerHost,
+            overallRateLimit: core.manager.overallRateLimit ?? 0
         )
     }
 

@@ -145,6 +145,16 @@ public final class HaulClient: Sendable {
         try await call("PUT", "/settings", body: settings)
     }
 
+    /// Changes the rate limit of tasks, live (bytes per second; nil for none); returns them.
+    @discardableResult
+    public func setRateLimit(_ bytesPerSecond: Int64?, _ selector: API.Selector) async throws -> [DownloadInfo] {
+        try await call(
+            "POST",
+            "/tasks/rate-limit",
+            body: API.RateLimitChange(tasks: selector, bytesPerSecond: bytesPerSecond ?? 0)
+        )
+    }
+
     /// Sessions with tasks or unacknowledged events.
     public func sessions() async throws -> [API.Session] {
         try await call("GET", "/sessions")

@@ -84,6 +84,24 @@ final class DaemonCore: Sendable {
         return done.compactMap { byID[$0] }
     }
 
+    /// Changes the rate limit (bytes per second, 0 for none) of explicitly named tasks (all
+    /// must exist), or of a session's or all unfinished tasks.
+    /// - Returns: the tasks changed.
+    func setRateLimit(_ bytesPerSecond: Int64, for selector: API.Selector) async throws -> [DownloadInfo] {
+        let given = [selector.ids != nil, selector.session != nil, selector.all == true].filter { $0 }.count
+        guard given == 1 else {
+            throw HaulError(.invalidArgument, "Name the tasks: give exactly one of ids, session, or all")
+        }
+        guard bytesPerSecond >= 0 else { throw HaulError(.invalidArgument, "The rate limit must be 0 (none) or more") }
+        let tasks = try await manager.tasks(session: selector.session)
+        let ids =
+            selector.ids
+            ?? tasks.filter { ![.completed, .cancelled].contains($0.state) }.map(\.id)
+        try await manager.setRateLimit(bytesPerSecond == 0 ? nil : bytesPerSecond, for: ids)
+        let changed = Set(ids)
+        return try await manager.tasks(session: selector.session).filter { changed.contains($0.id) }
+    }
+
     /// A client that wants its session paused when it goes is attached.
     func clientAttached(pausing session: String) {
         pausingClients.withLock { $0[session, default: 0] += 1 }

@@ -31,6 +31,9 @@ public final class DaemonService: Service, Sendable {
         public var eventsPerSession: Int
         /// How often running downloads checkpoint (nil: the library's default).
         public var checkpointInterval: Duration?
+        /// A limit on all downloads together at start, in bytes per second (nil for none);
+        /// `PUT /v1/settings` changes it live.
+        public var overallRateLimit: Int64?
         public var logger: Logger
 
         public init(
@@ -41,6 +44,7 @@ public final class DaemonService: Service, Sendable {
             handlesSignals: Bool = false,
             eventsPerSession: Int = 10_000,
             checkpointInterval: Duration? = nil,
+            overallRateLimit: Int64? = nil,
             logger: Logger = Logger(label: "haul.daemon")
         ) {
             self.home = home
@@ -50,6 +54,7 @@ public final class DaemonService: Service, Sendable {
             self.handlesSignals = handlesSignals
             self.eventsPerSession = eventsPerSession
             self.checkpointInterval = checkpointInterval
+            self.overallRateLimit = overallRateLimit
             self.logger = logger
         }
     }
@@ -86,6 +91,7 @@ public final class DaemonService: Service, Sendable {
             background: true
         )
         managerConfiguration.downloader.logger = logger
+        managerConfiguration.downloader.overallRateLimit = configuration.overallRateLimit
         if let interval = configuration.checkpointInterval {
             managerConfiguration.downloader.checkpointInterval = interval
         }

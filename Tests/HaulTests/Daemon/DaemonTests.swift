@@ -81,6 +81,15 @@ func withDaemon(
                 #expect(try await waitUntil { try await client.status().running == 1 })
                 #expect(try await client.info(slow[0].id).state == .running)
 
+                // Rate limits change live: the overall one, and each task's.
+                #expect(try await client.update(API.Settings(overallRateLimit: 1 << 20)).overallRateLimit == 1 << 20)
+                #expect(try await client.settings().overallRateLimit == 1 << 20)
+                let limited = try await client.setRateLimit(512 << 10, .session("two"))
+                #expect(Set(limited.map(\.id)) == Set(slow.map(\.id)))
+                #expect(limited.allSatisfy { $0.rateLimit == 512 << 10 })
+                await #expect(throws: HaulError.self) { try await client.setRateLimit(1, .tasks([UUID()])) }
+                #expect(try await client.update(API.Settings(overallRateLimit: 0)).overallRateLimit == 0)
+
                 let paused = try await client.pause(.tasks([slow[0].id]))
                 #expect(paused.map(\.state) == [.paused])
                 #expect(try await waitUntil { try await client.info(slow[1].id).state == .running })
