@@ -43,7 +43,7 @@ extension Store {
                 let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
                 try db.execute(
                     sql: "INSERT INTO event (session, taskID, payload, createdAt) VALUES (?, ?, ?, ?)",
-                    arguments: [session, record.taskID, payload, Date()]
+                    arguments: [session, record.taskID, payload, StoreDate.now]
                 )
                 record.eventID = db.lastInsertedRowID
                 logged.append(record)

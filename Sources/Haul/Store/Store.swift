@@ -154,7 +154,7 @@ public final class Store: Sendable {
             try db.execute(
                 sql:
                     "UPDATE task SET state = ?, queueOrder = ?, queuedAt = ?, errorMessage = NULL, updatedAt = ? WHERE id = ?",
-                arguments: [state, order, Date(), Date(), id]
+                arguments: [state, order, StoreDate.now, StoreDate.now, id]
             )
             return order
         }
@@ -260,7 +260,7 @@ public final class Store: Sendable {
                     """,
                 arguments: [
                     task.finalURL, task.fileName, task.etag, task.lastModified, task.serverDate, task.totalLength,
-                    Date(), task.id,
+                    StoreDate.now, task.id,
                 ]
             )
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
@@ -274,7 +274,7 @@ public final class Store: Sendable {
         try await write { db in
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).deleteAll(db)
             for segment in segments { try segment.insert(db) }
-            try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [Date(), id])
+            try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [StoreDate.now, id])
         }
     }
 
@@ -291,7 +291,7 @@ public final class Store: Sendable {
         try await write { db in
             try db.execute(
                 sql: "UPDATE task SET state = ?, errorMessage = ?, updatedAt = ? WHERE id = ?",
-                arguments: [state, error, Date(), id]
+                arguments: [state, error, StoreDate.now, id]
             )
         }
     }

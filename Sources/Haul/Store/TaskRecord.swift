@@ -54,6 +54,15 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
         static let background = Column(CodingKeys.background)
     }
 
+    /// Dates are written by hand in GRDB's text format (see ``StoreDate``).
+    static func databaseDateEncodingStrategy(for column: String) -> DatabaseDateEncodingStrategy {
+        .custom { StoreDate.text($0) }
+    }
+
+    static func databaseDateDecodingStrategy(for column: String) -> DatabaseDateDecodingStrategy {
+        .custom { StoreDate.date($0) }
+    }
+
     var destinationPath: String? {
         fileName.map { (directory as NSString).appendingPathComponent($0) }
     }
