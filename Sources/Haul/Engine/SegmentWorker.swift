@@ -53,6 +53,9 @@ struct SegmentWorker: Sendable {
     var progress: ProgressBox
     var control: TransferControl
     var retry: RetryPolicy
+    /// Received bytes wait in the batch at most this long before they are written, so a
+    /// slow connection's bytes reach the next checkpoint too.
+    var flushInterval: Duration
     var logger: Logger
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
@@ -241,6 +244,7 @@ struct SegmentWorker: Sendable {
         var overlap = segment.overlap
         var overlapChecked = 0
         var batch = WriteBatch(offset: position + Int64(overlap.count))
+        var lastFlush = ContinuousClock.now
         do {
             for try await var buffer in segment.response.head.body {
                 if overlapChecked < overlap.count {
@@ -272,9 +276,10 @@ struct SegmentWorker: Sendable {
                     batch.append(buffer)
                     position += Int64(allowed)
                     progress.add(allowed)
-                    if batch.isFull {
+                    if batch.isFull || ContinuousClock.now - lastFlush >= flushInterval {
                         try batch.flush(to: part)
                         plan.wrote(upTo: batch.offset, segmentStart: start)
+                        lastFlush = .now
                     }
                 }
                 if allowed < count

@@ -386,6 +386,7 @@ final class Transfer {
             progress: progress,
             control: control,
             retry: environment.retry,
+            flushInterval: min(environment.checkpointInterval / 2, .milliseconds(200)),
             logger: logger
         )
         let checkpointer = Checkpointer(

@@ -127,11 +127,16 @@ public actor DownloadManager {
             throw error
         }
         let starts = self.starts
-        await withDiscardingTaskGroup { group in
-            group.addTask { await self.publishProgressUntilShutdown() }
-            for await (id, transfer) in starts {
-                group.addTask { await self.execute(id, transfer) }
+        await withTaskGroup(of: Void.self) { outer in
+            outer.addTask { await self.publishProgressUntilShutdown() }
+            await withDiscardingTaskGroup { group in
+                for await (id, transfer) in starts {
+                    group.addTask { await self.execute(id, transfer) }
+                }
             }
+            // Every transfer has ended: wake the progress publisher from its sleep, so that
+            // stopping does not wait out its tick.
+            outer.cancelAll()
         }
         hub.finish()
         try await downloader.shutdown()
