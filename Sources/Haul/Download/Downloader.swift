@@ -278,7 +278,8 @@ public final class Downloader: Sendable {
         record.queuedAt = now
         record.background = background
         if let session = resumeData.session { record.session = session }
-        // Resume data is only as good as the part file beside it: without the file, start over.
+        // Resume data is only as good as the part file beside it: without the file, start
+        // over. (A segment that has nothing yet may start beyond the file's end.)
         var segments = resumeData.segments.enumerated().map { index, segment in
             SegmentRecord(
                 taskID: resumeData.taskID,
@@ -289,7 +290,7 @@ public final class Downloader: Sendable {
             )
         }
         let partSize = record.destinationPath.flatMap { FileOps.size($0 + ".part") } ?? 0
-        if segments.contains(where: { $0.committed > partSize }) {
+        if segments.contains(where: { $0.committed > $0.start && $0.committed > partSize }) {
             segments = [SegmentRecord(taskID: resumeData.taskID, ordinal: 0, start: 0, end: nil, committed: 0)]
             record.validators = Validators()
         }

@@ -12,7 +12,7 @@ struct HTTPTransport: Sendable {
     let maxRedirects: Int
     let userAgent: String
 
-    struct Response {
+    struct Response: Sendable {
         var head: HTTPClientResponse
         var url: URL
         var status: Int { Int(head.status.code) }

@@ -267,11 +267,4 @@ final class SegmentPlan: Sendable {
             return state.segments[index].written
         }
     }
-
-    /// Sets the file's length on the open-ended segment (learnt from a response).
-    func setLength(_ total: Int64) {
-        state.withLock { state in
-            if let index = state.segments.firstIndex(where: { $0.end == nil }) { state.segments[index].end = total }
-        }
-    }
 }

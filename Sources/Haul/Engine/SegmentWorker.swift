@@ -7,7 +7,7 @@ import NIOHTTP1
 /// A reason to throw away the partial data and start again from byte 0. When the sign of
 /// the change was a 200 (the whole new representation), it comes along, so the restart
 /// writes that body from byte 0 without asking again (rule 5).
-struct Restart: Error, @unchecked Sendable {
+struct Restart: Error, Sendable {
     var reason: String
     var response: HTTPTransport.Response?
 
@@ -18,7 +18,7 @@ struct Restart: Error, @unchecked Sendable {
 }
 
 /// A response already received for a segment, with what the transfer checked about it.
-struct SegmentResponse: @unchecked Sendable {
+struct SegmentResponse: Sendable {
     var response: HTTPTransport.Response
     /// The segment it feeds (identified by its start).
     var segmentStart: Int64

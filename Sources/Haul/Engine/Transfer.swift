@@ -241,7 +241,8 @@ final class Transfer {
     /// connections, each asking for its own range.
     private func attempt(given: HTTPTransport.Response?) async throws {
         if given == nil, segments.count > 1, task.totalLength != nil, task.validators.ifRangeValue != nil {
-            if try openPart().size() < segments.map(\.committed).max() ?? 0 {
+            // Segments with nothing committed may start beyond the part file's end.
+            if try openPart().size() < segments.filter({ $0.committed > $0.start }).map(\.committed).max() ?? 0 {
                 logger.warning("part file shorter than its checkpoints; starting over")
                 try await resetToZero(validators: task.validators)
             } else {
