@@ -103,6 +103,26 @@ struct HTTPTransport: Sendable {
         } catch {}
     }
 
+    /// The error for a response that is neither the content nor a redirect: an HTTP error
+    /// status (retryable or not, with `Retry-After`), or a 2xx Haul cannot use. Drops its body.
+    static func failure(_ response: Response, url: URL) async -> HaulError {
+        await discard(response.head.body)
+        if (200..<300).contains(response.status) {
+            return HaulError(
+                .invalidResponse,
+                "Unexpected HTTP \(response.status) for \(response.url.absoluteString)",
+                url: url,
+                status: response.status
+            )
+        }
+        return HaulError.httpStatus(
+            response.status,
+            reason: response.head.status.reasonPhrase,
+            url: response.url,
+            retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After"))
+        )
+    }
+
     /// Wraps a transport failure as a retryable ``HaulError``.
     static func connectionError(_ error: any Error, url: URL) -> HaulError {
         if let error = error as? HaulError { return error }

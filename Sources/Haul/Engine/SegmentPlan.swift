@@ -49,22 +49,12 @@ final class SegmentPlan: Sendable {
     }
 
     /// The segments as the store records them, with what is committed.
-    func records(taskID: UUID) -> [SegmentRecord] {
-        state.withLock { state in
-            state.segments.enumerated().map { index, segment in
-                SegmentRecord(
-                    taskID: taskID,
-                    ordinal: index,
-                    start: segment.start,
-                    end: segment.end,
-                    committed: segment.committed
-                )
-            }
-        }
-    }
+    func records(taskID: UUID) -> [SegmentRecord] { layout(taskID: taskID, offset: \.committed) }
 
     /// The layout with what is written so far, for a checkpoint about to sync the file.
-    func snapshotWritten(taskID: UUID) -> [SegmentRecord] {
+    func snapshotWritten(taskID: UUID) -> [SegmentRecord] { layout(taskID: taskID, offset: \.written) }
+
+    private func layout(taskID: UUID, offset: KeyPath<Segment, Int64>) -> [SegmentRecord] {
         state.withLock { state in
             state.segments.enumerated().map { index, segment in
                 SegmentRecord(
@@ -72,7 +62,7 @@ final class SegmentPlan: Sendable {
                     ordinal: index,
                     start: segment.start,
                     end: segment.end,
-                    committed: segment.written
+                    committed: segment[keyPath: offset]
                 )
             }
         }

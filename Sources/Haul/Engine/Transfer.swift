@@ -352,21 +352,7 @@ final class Transfer {
             }
             throw Restart(reason: "416 for a range the file should have")
         default:
-            await HTTPTransport.discard(response.head.body)
-            if (200..<300).contains(response.status) {
-                throw HaulError(
-                    .invalidResponse,
-                    "Unexpected HTTP \(response.status) for \(response.url.absoluteString)",
-                    url: url,
-                    status: response.status
-                )
-            }
-            throw HaulError.httpStatus(
-                response.status,
-                reason: response.head.status.reasonPhrase,
-                url: response.url,
-                retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After"))
-            )
+            throw await HTTPTransport.failure(response, url: url)
         }
     }
 
