@@ -29,6 +29,12 @@ public enum API {
             public var headers: [HTTPHeaderField]?
             public var overwrite: Bool?
             public var session: String?
+            /// Connections to split the file over (see ``DownloadRequest/connections``).
+            public var connections: Int?
+            /// The smallest segment, in bytes.
+            public var minSplitSize: Int64?
+            /// The task's own rate limit, in bytes per second.
+            public var rateLimit: Int64?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -38,6 +44,9 @@ public enum API {
                 headers = request.headers.isEmpty ? nil : request.headers
                 overwrite = request.overwrite ? true : nil
                 session = request.session
+                connections = request.connections
+                minSplitSize = request.minSplitSize
+                rateLimit = request.rateLimit
             }
 
             /// The request it describes.
@@ -57,7 +66,10 @@ public enum API {
                     headers: headers ?? [],
                     checksum: try checksum.map { try Checksum(parsing: $0) },
                     overwrite: overwrite ?? false,
-                    session: session
+                    session: session,
+                    connections: connections,
+                    minSplitSize: minSplitSize,
+                    rateLimit: rateLimit
                 )
             }
         }

@@ -329,99 +329,101 @@ struct SegmentPlanTests {
 
 /// `--limit-rate` and the overall limit: a token bucket, changeable while downloads run.
 ///
-/// The files come from nginx, a process of its own: the in-process test server shares its
-/// threads with every suite running at once and, on a busy machine, sends slower than the
-/// limits measured here. A missing nginx skips these locally and fails them in CI.
+/// Measured on `haul` processes fetching from nginx, by the bytes their part files hold over
+/// several seconds: inside the test process the downloads would share threads with every
+/// suite running at once, and on a busy machine fall short of the limit for that reason
+/// alone. A missing nginx skips these locally and fails them in CI.
 @Suite("Rate limits", .serialized)
 struct RateLimitTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
 
-    /// Bytes per second between two progress samples.
-    static func rate(_ a: (ContinuousClock.Instant, Int64), _ b: (ContinuousClock.Instant, Int64)) -> Double {
-        let elapsed = b.0 - a.0
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        return Double(b.1 - a.1) / seconds
+    /// Bytes the files hold on disk (allocated blocks: segments leave holes between them).
+    static func written(_ paths: [String]) -> Int64 {
+        paths.reduce(0) { total, path in
+            var info = stat()
+            return total + (stat(path, &info) == 0 ? Int64(info.st_blocks) * 512 : 0)
+        }
     }
 
-    func sample(_ tasks: [DownloadTask]) -> (ContinuousClock.Instant, Int64) {
-        (.now, tasks.reduce(0) { $0 + $1.progress.bytesThisRun })
-    }
-
-    /// The rate of `tasks` together over one window of `seconds`: long enough that counting
-    /// whole 64 KiB chunks moves it by under 2 %.
-    func rate(_ tasks: [DownloadTask], over seconds: Int) async throws -> Double {
-        let start = sample(tasks)
+    /// Bytes per second written to `paths` together over `seconds`; connections write at
+    /// least every 200 ms, so a window of several seconds is within a few percent.
+    static func rate(of paths: [String], over seconds: Int) async throws -> Double {
+        let (start, before) = (ContinuousClock.now, written(paths))
         try await Task.sleep(for: .seconds(seconds))
-        return Self.rate(start, sample(tasks))
+        let (end, after) = (ContinuousClock.now, written(paths))
+        let elapsed = end - start
+        return Double(after - before)
+            / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
     }
 
-    /// nginx serving `names` (24 MiB each) and a downloader with a fresh store.
+    /// nginx serving `names` (24 MiB each), an output directory and a home.
     func withNginx(
         _ names: [String],
-        _ body: (ExternalServer, Downloader, TemporaryDirectory) async throws -> Void
+        _ body: (ExternalServer, _ out: String, _ home: String) async throws -> Void
     ) async throws {
         let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
         try await ExternalServer.with({ try await ExternalServer.startNginx() }) { server in
             for (index, name) in names.enumerated() {
                 let bytes = TestContent.bytes(count: 24 << 20, seed: UInt64(index + 1))
                 try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/" + name))
             }
-            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
-                downloader in
-                try await body(server, downloader, temp)
-            }
+            try await body(server, out, temp.file("home"))
         }
     }
 
     @Test(
-        "a download's limit holds within 10 %, over 1 and over 3 connections",
+        "haul get --limit-rate 1M holds within 10 %, over 1 and over 3 connections",
         .enabled(if: nginxUsable),
         arguments: [1, 3]
     )
     func perDownloadLimit(connections: Int) async throws {
-        try await withNginx(["f.bin"]) { server, downloader, temp in
-            let limit: Int64 = 1 << 20
-            let task = try await downloader.download(
-                DownloadRequest(
-                    url: server.url("/f.bin"),
-                    destination: .directory(temp.path),
-                    connections: connections,
-                    minSplitSize: 64 << 10,
-                    rateLimit: limit
-                )
+        try await withNginx(["f.bin"]) { server, out, home in
+            let child = try HaulProcess(
+                [
+                    "get", "-q", "-x", "\(connections)", "--min-split", "64K", "--limit-rate", "1M", "-d", out,
+                    server.url("/f.bin").absoluteString,
+                ],
+                home: home
             )
-            #expect(try await waitUntil { task.progress.bytesThisRun > 0 })
-            try await Task.sleep(for: .milliseconds(300))
-            let rate = try await rate([task], over: 4)
-            #expect(abs(rate / Double(limit) - 1) <= 0.10, "measured \(rate) B/s for a limit of \(limit)")
-            await task.cancel()
+            let part = [out + "/f.bin.part"]
+            #expect(try await waitUntil { Self.written(part) > 0 })
+            try await Task.sleep(for: .milliseconds(500))
+            let rate = try await Self.rate(of: part, over: 6)
+            #expect(abs(rate / Double(1 << 20) - 1) <= 0.10, "measured \(rate) B/s for a limit of 1 MiB/s")
+            child.kill(SIGTERM)
+            _ = await child.finish()
         }
     }
 
-    @Test("changing the limits while running: a download's, then the overall one", .enabled(if: nginxUsable))
+    @Test("the daemon's limits change while running: a task's own, then the overall one", .enabled(if: nginxUsable))
     func liveChanges() async throws {
-        try await withNginx(["a.bin", "b.bin"]) { server, downloader, temp in
-            let a = try await downloader.download(
-                DownloadRequest(url: server.url("/a.bin"), destination: .directory(temp.path), rateLimit: 512 << 10)
+        try await withNginx(["a.bin", "b.bin"]) { server, out, home in
+            let added = try await HaulProcess.run(
+                ["add", "--limit-rate", "512K", "-d", out, server.url("/a.bin").absoluteString],
+                home: home
             )
-            #expect(try await waitUntil { a.progress.bytesThisRun > 0 })
-            a.setRateLimit(2 << 20)
-            try await Task.sleep(for: .milliseconds(300))
-            let raised = try await rate([a], over: 3)
+            #expect(added.status == 0, "\(added.stderr)")
+            let id = added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let a = [out + "/a.bin.part"]
+            #expect(try await waitUntil { Self.written(a) > 0 })
+
+            #expect(try await HaulProcess.run(["set", "--limit-rate", "2M", id], home: home).status == 0)
+            try await Task.sleep(for: .milliseconds(500))
+            let raised = try await Self.rate(of: a, over: 4)
             #expect(abs(raised / Double(2 << 20) - 1) <= 0.10, "measured \(raised) B/s after raising to 2 MiB/s")
 
             // Two downloads under an overall limit of 1 MiB/s share it.
-            downloader.setOverallRateLimit(1 << 20)
-            a.setRateLimit(nil)
-            let b = try await downloader.download(
-                DownloadRequest(url: server.url("/b.bin"), destination: .directory(temp.path))
-            )
-            #expect(try await waitUntil { b.progress.bytesThisRun > 0 })
-            try await Task.sleep(for: .milliseconds(300))
-            let total = try await rate([a, b], over: 4)
+            #expect(try await HaulProcess.run(["set", "--limit-rate", "1M"], home: home).status == 0)
+            #expect(try await HaulProcess.run(["set", "--limit-rate", "0", id], home: home).status == 0)
+            let second = try await HaulProcess.run(["add", "-d", out, server.url("/b.bin").absoluteString], home: home)
+            #expect(second.status == 0, "\(second.stderr)")
+            let both = a + [out + "/b.bin.part"]
+            #expect(try await waitUntil { Self.written([both[1]]) > 0 })
+            try await Task.sleep(for: .milliseconds(500))
+            let total = try await Self.rate(of: both, over: 5)
             #expect(abs(total / Double(1 << 20) - 1) <= 0.10, "measured \(total) B/s together for 1 MiB/s overall")
-            await a.cancel()
-            await b.cancel()
+            _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }
     }
 }
