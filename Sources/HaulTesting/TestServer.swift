@@ -78,6 +78,9 @@ public final class TestServer: Sendable {
         public var lengthLie: LengthLie?
         /// Answer the first `failFirst` requests with `failStatus` (and `Retry-After` when set).
         public var failFirst: Int
+        /// Answer this many requests that carry a Range header with `failStatus`: a server
+        /// that refuses a client's extra connections.
+        public var failRanged: Int
         public var failStatus: Int
         public var retryAfter: String?
         /// Answer with a redirect to this location instead of content.
@@ -100,6 +103,7 @@ public final class TestServer: Sendable {
             contentRangeFault: ContentRangeFault? = nil,
             lengthLie: LengthLie? = nil,
             failFirst: Int = 0,
+            failRanged: Int = 0,
             failStatus: Int = 503,
             retryAfter: String? = nil,
             redirectTo: String? = nil,
@@ -120,6 +124,7 @@ public final class TestServer: Sendable {
             self.contentRangeFault = contentRangeFault
             self.lengthLie = lengthLie
             self.failFirst = failFirst
+            self.failRanged = failRanged
             self.failStatus = failStatus
             self.retryAfter = retryAfter
             self.redirectTo = redirectTo
@@ -415,6 +420,10 @@ public final class TestServer: Sendable {
             var headers: [(String, String)] = []
             if let retryAfter = resource.retryAfter { headers.append(("Retry-After", retryAfter)) }
             return .status(resource.failStatus, headers: headers)
+        }
+        if resource.failRanged > 0, head.headers.first(name: "Range") != nil {
+            entry.resource.failRanged -= 1
+            return .status(resource.failStatus, headers: [])
         }
         if let location = resource.redirectTo {
             return .status(resource.redirectStatus, headers: [("Location", location)])

@@ -126,7 +126,12 @@ public struct DownloadRequest: Sendable {
         if let minSplitSize, minSplitSize < DownloadRequest.smallestSplit {
             throw HaulError(.invalidArgument, "The minimum split size must be at least 64 KiB")
         }
-        if let rateLimit, rateLimit < 1 {
+        try DownloadRequest.validateRateLimit(rateLimit)
+    }
+
+    /// Rejects a rate limit below 1 byte per second (nil, no limit, is fine).
+    static func validateRateLimit(_ bytesPerSecond: Int64?) throws {
+        if let bytesPerSecond, bytesPerSecond < 1 {
             throw HaulError(.invalidArgument, "The rate limit must be at least 1 byte per second")
         }
     }

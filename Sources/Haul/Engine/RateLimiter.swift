@@ -48,9 +48,9 @@ public final class RateLimiter: Sendable {
 
     /// Takes `count` tokens, sleeping as long as the rate requires.
     func take(_ count: Int) async throws {
-        let now = ContinuousClock.now
         let wait: Double = state.withLock { state in
-            guard let rate = state.rate, rate > 0 else { return 0 }
+            guard let rate = state.rate, rate > 0 else { return 0 }  // Unlimited: a lock, nothing more.
+            let now = ContinuousClock.now
             let elapsed = now - state.last
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let capacity = max(rate / 10, 65536)

@@ -195,14 +195,16 @@ final class SegmentPlan: Sendable {
     }
 
     /// Accepts up to `count` bytes for the segment starting at `start`: returns how many fit
-    /// before its end (which another connection may have moved down).
-    func accept(_ count: Int, segmentStart start: Int64) -> Int {
+    /// before its end (which another connection may have moved down), and whether the
+    /// segment has every byte up to that end now. One lock per received chunk.
+    func accept(_ count: Int, segmentStart start: Int64) -> (allowed: Int, complete: Bool) {
         state.withLock { state in
-            guard let index = state.segments.firstIndex(where: { $0.start == start }) else { return 0 }
+            guard let index = state.segments.firstIndex(where: { $0.start == start }) else { return (0, true) }
             let segment = state.segments[index]
             let allowed = segment.end.map { Int(min(Int64(count), max(0, $0 - segment.received))) } ?? count
             state.segments[index].received += Int64(allowed)
-            return allowed
+            let complete = segment.end.map { segment.received + Int64(allowed) >= $0 } ?? false
+            return (allowed, complete)
         }
     }
 
@@ -211,16 +213,6 @@ final class SegmentPlan: Sendable {
         state.withLock { state in
             guard let index = state.segments.firstIndex(where: { $0.start == start }) else { return }
             state.segments[index].written = max(state.segments[index].written, offset)
-        }
-    }
-
-    /// Whether the segment has every byte up to its (current) end accepted.
-    func isFullyReceived(segmentStart start: Int64) -> Bool {
-        state.withLock { state in
-            guard let segment = state.segments.first(where: { $0.start == start }), let end = segment.end else {
-                return false
-            }
-            return segment.received >= end
         }
     }
 

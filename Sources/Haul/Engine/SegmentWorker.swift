@@ -158,7 +158,7 @@ struct SegmentWorker: Sendable {
         )
         switch response.status {
         case 206:
-            let range = try SegmentWorker.checkPartial(
+            let contentRange = try SegmentWorker.checkPartial(
                 response.headers,
                 requestStart: from,
                 requestLast: last,
@@ -170,7 +170,7 @@ struct SegmentWorker: Sendable {
                 segmentStart: start,
                 bodyOffset: from,
                 overlap: [],
-                expectedEnd: range.upperBound + 1
+                expectedEnd: contentRange.range!.upperBound + 1
             )
         case 200:
             // The validator no longer holds, or the server stopped honouring ranges: either
@@ -184,14 +184,15 @@ struct SegmentWorker: Sendable {
         }
     }
 
-    /// Checks a 206 against what was asked and what is known (rule 4). Returns the range sent.
+    /// Checks a 206 against what was asked and what is known (rule 4). Returns its
+    /// Content-Range, whose range is then known to be present.
     static func checkPartial(
         _ headers: HTTPHeaders,
         requestStart: Int64,
         requestLast: Int64?,
         totalLength: Int64?,
         strongETag: String?
-    ) throws -> ClosedRange<Int64> {
+    ) throws -> ContentRange {
         guard let header = headers.first(name: "Content-Range"), let contentRange = ContentRange(parsing: header),
             let range = contentRange.range
         else {
@@ -215,7 +216,7 @@ struct SegmentWorker: Sendable {
         if let stored = strongETag, let etag = headers.first(name: "ETag"), etag != stored {
             throw Restart(reason: "206 carries ETag \(etag), was \(stored)")
         }
-        return range
+        return contentRange
     }
 
     /// Writes a response's body into its segment in batches, up to the segment's end.
@@ -255,7 +256,7 @@ struct SegmentWorker: Sendable {
                         url: url
                     )
                 }
-                let allowed = plan.accept(count, segmentStart: start)
+                let (allowed, complete) = plan.accept(count, segmentStart: start)
                 if allowed > 0 {
                     if allowed < count { buffer.moveWriterIndex(to: buffer.readerIndex + allowed) }
                     for limiter in limiters { try await limiter.take(allowed) }
@@ -268,9 +269,7 @@ struct SegmentWorker: Sendable {
                         lastFlush = .now
                     }
                 }
-                if allowed < count
-                    || (plan.isFullyReceived(segmentStart: start) && position < (segment.expectedEnd ?? .max))
-                {
+                if allowed < count || (complete && position < (segment.expectedEnd ?? .max)) {
                     // The segment ends before this response does: another connection has the rest.
                     break
                 }

@@ -327,9 +327,7 @@ final class Transfer {
                 totalLength: task.totalLength,
                 strongETag: task.validators.strongETag
             )
-            if task.totalLength == nil,
-                let total = ContentRange(parsing: response.headers.first(name: "Content-Range") ?? "")?.completeLength
-            {
+            if task.totalLength == nil, let total = contentRange.completeLength {
                 task.totalLength = total
                 segments[0].end = total
             }
@@ -340,7 +338,7 @@ final class Transfer {
                 segmentStart: segments[0].start,
                 bodyOffset: requestStart,
                 overlap: expected,
-                expectedEnd: contentRange.upperBound + 1
+                expectedEnd: contentRange.range!.upperBound + 1
             )
         case 416 where range != nil:
             await HTTPTransport.discard(response.head.body)

@@ -569,8 +569,7 @@ extension DownloadManager {
     /// next runs and applied at once to those running.
     /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or a rate below 1.
     public func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
-        try DownloadRequest(url: URL(string: "http://x")!, destination: .directory("/"), rateLimit: bytesPerSecond)
-            .validateTuning()
+        try DownloadRequest.validateRateLimit(bytesPerSecond)
         for id in ids where machines[id] == nil {
             throw HaulError(.invalidArgument, "No task \(id)")
         }
@@ -580,9 +579,7 @@ extension DownloadManager {
 
     /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
     public func setOverallRateLimit(_ bytesPerSecond: Int64?) throws {
-        if let bytesPerSecond, bytesPerSecond < 1 {
-            throw HaulError(.invalidArgument, "The rate limit must be at least 1 byte per second")
-        }
+        try DownloadRequest.validateRateLimit(bytesPerSecond)
         downloader.setOverallRateLimit(bytesPerSecond)
     }
 

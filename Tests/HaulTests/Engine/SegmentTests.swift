@@ -219,6 +219,22 @@ struct SegmentTests {
         }
     }
 
+    @Test("connections the server refuses (503) hand their segments to the others; the file is whole")
+    func refusedConnectionsStepAside() async throws {
+        try await withHarness(retries: 0) { server, downloader, temp in
+            // Two of the three extra connections are refused; with no retries allowed, they
+            // can only finish by handing their segments to the connections that work.
+            server.set("/f.bin", .init(size: Self.size, bytesPerSecond: 4 << 20, failRanged: 2))
+            let result = try await downloader.download(
+                Self.split(server, temp, connections: 4, minSplit: 256 << 10)
+            ).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(result.bytes == Int64(Self.size))
+            let ranged = server.requests(for: "/f.bin").filter { $0.header("Range") != nil }
+            #expect(ranged.count >= 5, "3 first tries (2 refused), then the refused segments again: \(ranged.count)")
+        }
+    }
+
     @Test("without a validator or without ranges the download stays on one connection")
     func noSplitWithoutValidatorOrRanges() async throws {
         try await withHarness { server, downloader, temp in
@@ -266,16 +282,15 @@ struct SegmentPlanTests {
     func stealing() {
         let plan = plan(100)
         plan.own(0)
-        #expect(plan.accept(30, segmentStart: 0) == 30)
+        #expect(plan.accept(30, segmentStart: 0) == (30, false))
         let stolen = plan.claim()
         #expect(stolen == 1)
         // 70 left after byte 30: the thief takes the back 35.
         #expect(plan.records(taskID: UUID()).map(\.start) == [0, 65])
         #expect(plan.segment(0).end == 65)
         // The victim may accept only up to its new end.
-        #expect(plan.accept(50, segmentStart: 0) == 35)
-        #expect(plan.accept(1, segmentStart: 0) == 0)
-        #expect(plan.isFullyReceived(segmentStart: 0))
+        #expect(plan.accept(50, segmentStart: 0) == (35, true))
+        #expect(plan.accept(1, segmentStart: 0) == (0, true))
     }
 
     @Test("nothing is stolen when the half would be below the minimum")

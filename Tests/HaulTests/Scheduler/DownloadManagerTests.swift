@@ -118,7 +118,17 @@ struct DownloadManagerTests {
                 let name = { (id: UUID) in ids.first { $0.value == id }!.key }
                 #expect(await manager.runningTaskIDs.map(name) == ["A", "B", "C", "D", "E"])
                 #expect(try await waitUntil { server.activeResponses == 5 })
-                try await Task.sleep(for: .milliseconds(300))
+                // Data must have reached each download before it can keep it (on a busy
+                // machine the server starts sending well before the client reads).
+                #expect(
+                    try await waitUntil {
+                        var received: [Int64] = []
+                        for id in await manager.runningTaskIDs {
+                            received.append(await manager.progress(of: id)?.bytesReceived ?? 0)
+                        }
+                        return received.count == 5 && received.allSatisfy { $0 > 64 << 10 }
+                    }
+                )
                 try await manager.setMaxConcurrentDownloads(2)
                 #expect(await manager.runningTaskIDs.map(name) == ["A", "B"])
                 #expect(await manager.waitingTaskIDs.map(name) == ["C", "D", "E", "F"])
