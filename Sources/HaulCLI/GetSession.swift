@@ -144,7 +144,11 @@ struct GetSession {
         if let resumedFrom = result.resumedFrom {
             line += "; resumed at \(Format.bytes(resumedFrom)), fetched \(Format.bytes(result.bytesFetched))"
         }
-        return line + ")"
+        line += ")"
+        if !result.lengthConfirmed {
+            line += "; the server gave no length and could not confirm the end: the file may be incomplete"
+        }
+        return line
     }
 }
 

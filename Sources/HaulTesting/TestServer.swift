@@ -88,6 +88,13 @@ public final class TestServer: Sendable {
         public var redirectStatus: Int
         /// Send the body chunked, without Content-Length.
         public var chunked: Bool
+        /// Answer whole-file requests as an HTTP/1.0 server streaming generated content would:
+        /// no Content-Length, the end of the body marked only by closing the connection (so
+        /// a `cutAfter` looks exactly like the end).
+        public var closeDelimited: Bool
+        /// When set, a new version changes only these byte ranges and keeps the rest of
+        /// version 1: a file whose bytes around a resume point stay the same while others change.
+        public var changedBytes: [Range<Int>]?
 
         public init(
             size: Int,
@@ -108,7 +115,9 @@ public final class TestServer: Sendable {
             retryAfter: String? = nil,
             redirectTo: String? = nil,
             redirectStatus: Int = 302,
-            chunked: Bool = false
+            chunked: Bool = false,
+            closeDelimited: Bool = false,
+            changedBytes: [Range<Int>]? = nil
         ) {
             self.size = size
             self.seed = seed
@@ -130,6 +139,8 @@ public final class TestServer: Sendable {
             self.redirectTo = redirectTo
             self.redirectStatus = redirectStatus
             self.chunked = chunked
+            self.closeDelimited = closeDelimited
+            self.changedBytes = changedBytes
         }
 
         /// A redirect to `location`.
@@ -231,8 +242,18 @@ public final class TestServer: Sendable {
 
     /// Serves `resource` at `path`, replacing what was there.
     public func set(_ path: String, _ resource: Resource) {
-        let content = TestContent.bytes(count: resource.size, seed: resource.seed, version: resource.version)
+        let content = TestServer.content(of: resource)
         state.withLock { $0.entries[path] = Entry(resource: resource, content: content) }
+    }
+
+    private static func content(of resource: Resource) -> [UInt8] {
+        let current = TestContent.bytes(count: resource.size, seed: resource.seed, version: resource.version)
+        guard let changed = resource.changedBytes, resource.version > 1 else { return current }
+        var bytes = TestContent.bytes(count: resource.size, seed: resource.seed, version: 1)
+        for range in changed.map({ $0.clamped(to: 0..<resource.size) }) {
+            bytes.replaceSubrange(range, with: current[range])
+        }
+        return bytes
     }
 
     /// Changes the knobs of the resource at `path`; the content is regenerated when its size,
@@ -243,11 +264,7 @@ public final class TestServer: Sendable {
             let before = (entry.resource.size, entry.resource.seed, entry.resource.version)
             change(&entry.resource)
             if before != (entry.resource.size, entry.resource.seed, entry.resource.version) {
-                entry.content = TestContent.bytes(
-                    count: entry.resource.size,
-                    seed: entry.resource.seed,
-                    version: entry.resource.version
-                )
+                entry.content = TestServer.content(of: entry.resource)
             }
             state.entries[path] = entry
         }
@@ -337,6 +354,7 @@ public final class TestServer: Sendable {
             declared: Int?,
             cutAfter: Int?,
             chunked: Bool,
+            closeDelimited: Bool,
             bytesPerSecond: Int?
         )
     }
@@ -374,10 +392,22 @@ public final class TestServer: Sendable {
             text += "\r\n"
             try await outbound.write(ByteBuffer(string: text))
             return true
-        case .body(let status, let headers, let bytes, let declared, let cutAfter, let chunked, let bytesPerSecond):
-            var text = "HTTP/1.1 \(status) \(HTTPResponseStatus(statusCode: status).reasonPhrase)\r\n"
+        case .body(
+            let status,
+            let headers,
+            let bytes,
+            let declared,
+            let cutAfter,
+            let chunked,
+            let closeDelimited,
+            let bytesPerSecond
+        ):
+            let version = closeDelimited ? "HTTP/1.0" : "HTTP/1.1"
+            var text = "\(version) \(status) \(HTTPResponseStatus(statusCode: status).reasonPhrase)\r\n"
             text += "Date: \(TestServer.httpDate(Date()))\r\n"
-            if chunked {
+            if closeDelimited {
+                text += "Connection: close\r\n"
+            } else if chunked {
                 text += "Transfer-Encoding: chunked\r\n"
             } else {
                 text += "Content-Length: \(declared ?? bytes.count)\r\n"
@@ -407,7 +437,7 @@ public final class TestServer: Sendable {
                     try await Task.sleep(until: due, clock: .continuous)
                 }
             }
-            if limit < bytes.count || (declared ?? bytes.count) > bytes.count { return false }
+            if closeDelimited || limit < bytes.count || (declared ?? bytes.count) > bytes.count { return false }
             if chunked { try await outbound.write(ByteBuffer(string: "0\r\n\r\n")) }
             return true
         }
@@ -481,6 +511,7 @@ public final class TestServer: Sendable {
             declared: declaredLength,
             cutAfter: cutAfter,
             chunked: chunked,
+            closeDelimited: resource.closeDelimited && status == 200,
             bytesPerSecond: head.headers.first(name: "Range") == nil
                 ? resource.unrangedBytesPerSecond ?? resource.bytesPerSecond : resource.bytesPerSecond
         )

@@ -16,6 +16,10 @@ public struct DownloadResult: Sendable, Equatable {
     public var alreadyComplete: Bool
     /// Wall time of this run.
     public var elapsed: Duration
+    /// False when the server never said how long the file is and, asked for what follows
+    /// the last byte received, could not confirm that nothing does: the file may be
+    /// truncated. True for every file whose length was known or confirmed.
+    public var lengthConfirmed: Bool
 
     public init(
         taskID: UUID,
@@ -24,7 +28,8 @@ public struct DownloadResult: Sendable, Equatable {
         bytesFetched: Int64,
         resumedFrom: Int64?,
         alreadyComplete: Bool,
-        elapsed: Duration = .zero
+        elapsed: Duration = .zero,
+        lengthConfirmed: Bool = true
     ) {
         self.taskID = taskID
         self.path = path
@@ -33,5 +38,6 @@ public struct DownloadResult: Sendable, Equatable {
         self.resumedFrom = resumedFrom
         self.alreadyComplete = alreadyComplete
         self.elapsed = elapsed
+        self.lengthConfirmed = lengthConfirmed
     }
 }

@@ -47,7 +47,9 @@ struct SegmentWorker: Sendable {
     var headers: [HTTPHeaderField]
     /// `If-Range` for every ranged request: segmented downloads only happen with a validator.
     var ifRange: String?
-    var strongETag: String?
+    /// The validators of the representation being fetched; any response contradicting them
+    /// is another version.
+    var validators: Validators
     var totalLength: Int64?
     var limiters: [RateLimiter]
     var progress: ProgressBox
@@ -163,7 +165,7 @@ struct SegmentWorker: Sendable {
                 requestStart: from,
                 requestLast: last,
                 totalLength: totalLength,
-                strongETag: strongETag
+                validators: validators
             )
             return SegmentResponse(
                 response: response,
@@ -178,7 +180,7 @@ struct SegmentWorker: Sendable {
             throw Restart(reason: "200 to a range request with If-Range", response: response)
         case 416:
             await HTTPTransport.discard(response.head.body)
-            throw Restart(reason: "416 for a range inside the file")
+            throw Restart(reason: "416 for a range inside the file (the file shrank or changed)")
         default:
             throw await HTTPTransport.failure(response, url: url)
         }
@@ -191,7 +193,7 @@ struct SegmentWorker: Sendable {
         requestStart: Int64,
         requestLast: Int64?,
         totalLength: Int64?,
-        strongETag: String?
+        validators: Validators
     ) throws -> ContentRange {
         guard let header = headers.first(name: "Content-Range"), let contentRange = ContentRange(parsing: header),
             let range = contentRange.range
@@ -213,8 +215,8 @@ struct SegmentWorker: Sendable {
         if let length = headers.first(name: "Content-Length").flatMap({ Int64($0) }), length != contentRange.length {
             throw Restart(reason: "206 Content-Length \(length) disagrees with Content-Range \(header)")
         }
-        if let stored = strongETag, let etag = headers.first(name: "ETag"), etag != stored {
-            throw Restart(reason: "206 carries ETag \(etag), was \(stored)")
+        if let change = validators.contradiction(headers) {
+            throw Restart(reason: "206 shows another version of the file: \(change)")
         }
         return contentRange
     }

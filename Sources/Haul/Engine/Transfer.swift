@@ -82,6 +82,8 @@ final class Transfer {
     private var logger: Logger
     private var part: PartFile?
     private var restarts = 0
+    /// False when the server never gave the length and its end could not be confirmed.
+    private var lengthConfirmed = true
 
     /// Restarts from zero allowed (a changed or inconsistent representation) before giving up.
     static let maxRestarts = 3
@@ -252,23 +254,36 @@ final class Transfer {
                 return
             }
         }
-        let first = try await firstResponse(given: given)
-        guard let first else { return }
-        let plan = SegmentPlan(segments, minSplit: minSplitSize)
-        plan.own(0)
-        if connections > 1, first.overlap.isEmpty, task.validators.ifRangeValue != nil, task.totalLength != nil,
-            first.response.status == 206 || first.response.headers.first(name: "Accept-Ranges") == "bytes"
-        {
-            plan.split(0, into: connections)
+        var confirming = false
+        while let first = try await firstResponse(given: confirming ? nil : given, confirming: confirming) {
+            let plan = SegmentPlan(segments, minSplit: minSplitSize)
+            plan.own(0)
+            if connections > 1, first.overlap.isEmpty, task.validators.ifRangeValue != nil, task.totalLength != nil,
+                first.response.status == 206 || first.response.headers.first(name: "Accept-Ranges") == "bytes"
+            {
+                plan.split(0, into: connections)
+            }
+            try await runConnections(plan: plan, first: first)
+            // A body of unknown length ended with its connection: a clean close looks the same
+            // as a cut one, so ask the server whether anything follows (rule 8).
+            guard task.totalLength == nil else { return }
+            confirming = true
         }
-        try await runConnections(plan: plan, first: first)
     }
 
     private var minSplitSize: Int64 { max(64 * 1024, task.minSplitSize ?? environment.minSplitSize) }
 
     /// Sends the first request of an attempt (open-ended, from the committed offset) and
     /// applies the single-stream rules to its answer. Returns nil when nothing is left to fetch.
-    private func firstResponse(given: HTTPTransport.Response?) async throws -> SegmentResponse? {
+    ///
+    /// With `confirming`, the committed offset is where a body of unknown length ended, and
+    /// the request asks whether anything follows: a 416 with `*/offset`, a 206 that brings no
+    /// new byte, or a 200 whose `Content-Length` is the offset confirms the end; a 206 with
+    /// more continues the file; when the server cannot say (no ranges and no length), the
+    /// file is finished unconfirmed and the result says so.
+    private func firstResponse(given: HTTPTransport.Response?, confirming: Bool = false) async throws
+        -> SegmentResponse?
+    {
         var offset = segments[0].committed
         progress.update { $0.bytesReceived = offset }
         if given == nil, offset > 0, try openPart().size() < offset {
@@ -279,10 +294,10 @@ final class Transfer {
         var range: String?
         var ifRange: String?
         var overlap: Int64 = 0
-        if given == nil, offset > 0 {
+        if given == nil, offset > 0 || confirming {
             ifRange = task.validators.ifRangeValue
             if ifRange == nil { overlap = min(offset, Transfer.overlapLength) }
-            if overlap == offset {
+            if overlap == offset, !confirming {
                 // No validator and little done: fetching it again is cheaper than checking it.
                 try await resetToZero(validators: task.validators)
                 offset = 0
@@ -306,6 +321,14 @@ final class Transfer {
             )
         }
         task.finalURL = response.url.absoluteString
+        if confirming, response.status == 200, task.validators.contradiction(response.headers) == nil {
+            let length = Self.contentLength(response.headers)
+            if length == nil || length == offset {
+                await HTTPTransport.discard(response.head.body)
+                try await settleLength(offset, confirmed: length == offset, why: "the server ignores ranges")
+                return nil
+            }
+        }
         switch response.status {
         case 200:
             if offset > 0 || given != nil {
@@ -325,11 +348,17 @@ final class Transfer {
                 requestStart: requestStart,
                 requestLast: nil,
                 totalLength: task.totalLength,
-                strongETag: task.validators.strongETag
+                validators: task.validators
             )
             if task.totalLength == nil, let total = contentRange.completeLength {
                 task.totalLength = total
                 segments[0].end = total
+                try await store.saveResponse(task, segments: segments)
+            } else if task.totalLength == nil, contentRange.range!.upperBound + 1 == offset {
+                // Nothing after the end: the overlap, compared as it streams, confirms it.
+                task.totalLength = offset
+                segments[0].end = offset
+                try await store.saveResponse(task, segments: segments)
             }
             progress.update { $0.totalBytes = self.task.totalLength }
             let expected = overlap > 0 ? try openPart().read(at: requestStart, count: Int(overlap)) : []
@@ -342,16 +371,54 @@ final class Transfer {
             )
         case 416 where range != nil:
             await HTTPTransport.discard(response.head.body)
-            let contentRange = response.headers.first(name: "Content-Range").flatMap(ContentRange.init(parsing:))
-            if let total = task.totalLength, contentRange?.range == nil, contentRange?.completeLength == total,
-                offset == total
-            {
-                return nil  // rule 6: every byte is on disk already.
+            if let change = task.validators.contradiction(response.headers) {
+                throw Restart(reason: "416 from another version of the file: \(change)")
             }
-            throw Restart(reason: "416 for a range the file should have")
+            let contentRange = response.headers.first(name: "Content-Range").flatMap(ContentRange.init(parsing:))
+            // Rule 6: complete only when every byte of the stored length is committed and the
+            // server names exactly that length; a file that shrank or grew starts over.
+            if contentRange?.range == nil, let current = contentRange?.completeLength, current == offset,
+                task.totalLength == nil || task.totalLength == current
+            {
+                if task.totalLength == nil { try await settleLength(offset, confirmed: true, why: "") }
+                return nil
+            }
+            if confirming, contentRange == nil {
+                try await settleLength(offset, confirmed: false, why: "its 416 names no length")
+                return nil
+            }
+            let said = contentRange?.completeLength.map { "\($0) bytes" } ?? "no length"
+            throw Restart(reason: "416 for bytes from \(requestStart) (the server says \(said), \(offset) were committed)")
         default:
-            throw await HTTPTransport.failure(response, url: url)
+            let failure = await HTTPTransport.failure(response, url: url)
+            if confirming, !failure.isRetryable {
+                try await settleLength(offset, confirmed: false, why: "it answered HTTP \(response.status)")
+                return nil
+            }
+            throw failure
         }
+    }
+
+    /// Ends a body of unknown length at `length`: confirmed by the server, or not.
+    private func settleLength(_ length: Int64, confirmed: Bool, why: String) async throws {
+        if !confirmed {
+            lengthConfirmed = false
+            logger.warning(
+                "the end of the file could not be confirmed",
+                metadata: ["bytes": "\(length)", "reason": "\(why)"]
+            )
+        }
+        task.totalLength = length
+        segments[0].end = length
+        try await store.saveResponse(task, segments: segments)
+        progress.update { $0.totalBytes = length }
+    }
+
+    static func contentLength(_ headers: HTTPHeaders) -> Int64? {
+        guard headers.first(name: "Transfer-Encoding") == nil, let text = headers.first(name: "Content-Length"),
+            let value = Int64(text.trimmingCharacters(in: .whitespaces)), value >= 0
+        else { return nil }
+        return value
     }
 
     /// Runs the connections over the plan with checkpoints beside them, then makes the last
@@ -365,7 +432,7 @@ final class Transfer {
             url: url,
             headers: requestHeaders,
             ifRange: task.validators.ifRangeValue,
-            strongETag: task.validators.strongETag,
+            validators: task.validators,
             totalLength: task.totalLength,
             limiters: [limiter, environment.globalLimiter],
             progress: progress,
@@ -402,13 +469,10 @@ final class Transfer {
             if control.requested != nil { throw CancellationError() }
             throw error
         }
-        let lengthLearnt = plan.count == 1 && plan.segment(0).end == nil
-        if lengthLearnt {
-            // A stream of unknown length: its length is what arrived.
-            task.totalLength = plan.close(segmentStart: 0)
-        }
         try await checkpointer.checkpoint()
         segments = plan.records(taskID: task.id)
+        // A stream of unknown length ended: the caller confirms where the file ends.
+        if plan.count == 1, plan.segment(0).end == nil { return }
         guard plan.isComplete else {
             throw HaulError(
                 .connection,
@@ -416,16 +480,13 @@ final class Transfer {
                 url: url
             )
         }
-        if lengthLearnt { try await store.saveResponse(task, segments: segments) }
     }
 
     /// A 200: the whole representation from byte 0, on this very response (rule 5). Records
     /// its validators, length and the file name before a byte is written.
     private func beginFromZero(_ response: HTTPTransport.Response) async throws -> Int64? {
         let headers = response.headers
-        let length: Int64? =
-            headers.first(name: "Transfer-Encoding") == nil
-            ? headers.first(name: "Content-Length").flatMap { Int64($0) } : nil
+        let length = Self.contentLength(headers)
         if task.fileName == nil {
             let name = FileNaming.fileName(
                 contentDisposition: headers.first(name: "Content-Disposition"),
@@ -516,7 +577,8 @@ final class Transfer {
             bytesFetched: fetched,
             resumedFrom: progress.snapshot().resumedFrom,
             alreadyComplete: false,
-            elapsed: ContinuousClock.now - started
+            elapsed: ContinuousClock.now - started,
+            lengthConfirmed: lengthConfirmed
         )
     }
 

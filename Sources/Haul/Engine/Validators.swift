@@ -46,6 +46,41 @@ public struct Validators: Codable, Sendable, Equatable {
         return nil
     }
 
+    /// Why a response's validators prove it describes another representation than these,
+    /// or nil when they do not.
+    ///
+    /// Any validator can prove a change, weak or strong (only `If-Range` needs a strong one):
+    /// ETags are compared weakly (RFC 9110 §8.8.3.2: `W/"x"` and `"x"` are the same tag, so
+    /// Apache's weak ETag of a just-modified file matches the strong one it sends a second
+    /// later), Last-Modified dates by value. A validator the response leaves out proves nothing.
+    func contradiction(_ headers: HTTPHeaders) -> String? {
+        if let stored = etag, let received = headers.first(name: "ETag"),
+            Validators.opaqueTag(stored) != Validators.opaqueTag(received)
+        {
+            return "the ETag changed from \(stored) to \(received)"
+        }
+        if let stored = lastModified, let received = headers.first(name: "Last-Modified") {
+            let changed: Bool
+            if let before = HTTPDate.parse(stored), let after = HTTPDate.parse(received) {
+                changed = before != after
+            } else {
+                changed = stored.trimmingCharacters(in: .whitespaces) != received.trimmingCharacters(in: .whitespaces)
+            }
+            if changed { return "Last-Modified changed from \(stored) to \(received)" }
+        }
+        return nil
+    }
+
+    /// An ETag without its weakness indicator, for weak comparison.
+    static func opaqueTag(_ etag: String) -> Substring {
+        let trimmed = etag.trimmingCharacters(in: .whitespaces)
+        return trimmed.hasPrefix("W/") ? trimmed.dropFirst(2) : Substring(trimmed)
+    }
+
+    /// Whether a resume can rely on `If-Range`; without it, the bytes before the resume point
+    /// are read again and compared (rule 7), whatever weak validators say.
+    var isStrong: Bool { ifRangeValue != nil }
+
     /// Reads the validators of a response.
     init(headers: HTTPHeaders, totalLength: Int64?) {
         self.etag = headers.first(name: "ETag")

@@ -40,6 +40,9 @@ public struct EventRecord: Codable, Sendable, Equatable {
     public var bytes: Int64?
     public var fetched: Int64?
     public var alreadyComplete: Bool?
+    /// `completed`: false when the server gave no length and the end could not be confirmed
+    /// (the file may be truncated); absent otherwise.
+    public var lengthConfirmed: Bool?
     /// `failed`: the reason, the error code, the HTTP status, and whether it can be resumed.
     public var error: String?
     public var code: String?
@@ -51,7 +54,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case taskID = "id"
         case kind = "event"
         case time, url, state, from, to, received, thisRun, total,
-            bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, error, code, status, resumable
+            bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, lengthConfirmed, error, code, status, resumable
     }
 
     public init(taskID: UUID, kind: Kind, session: String? = nil, time: Date? = Date()) {
@@ -91,6 +94,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
             bytes = result.bytes
             fetched = result.bytesFetched
             alreadyComplete = result.alreadyComplete
+            if !result.lengthConfirmed { lengthConfirmed = false }
         case .failed(_, let error):
             kind = .failed
             self.error = error.description
