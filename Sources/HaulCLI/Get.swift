@@ -120,6 +120,7 @@ extension HaulCommand {
                 }
             }
             let unfinished = summary.files.count - ok - failures.count
+            if summary.signal == SIGPIPE { throw ExitCode(128 + SIGPIPE) }  // Quietly: the reader left.
             if !quiet {
                 let seconds =
                     Double(summary.elapsed.components.seconds) + Double(summary.elapsed.components.attoseconds) / 1e18
@@ -132,7 +133,7 @@ extension HaulCommand {
                 if unfinished > 0 { CLIError.note("Run the same command again to continue the unfinished files.") }
             }
             for (url, error) in failures {
-                FileHandle.standardError.write(Data("haul: failed: \(url): \(error.description)\n".utf8))
+                Output.error("haul: failed: \(url): \(error.description)\n")
             }
             if let signal = summary.signal { throw ExitCode(128 + signal) }
             if !failures.isEmpty { throw ExitCode.failure }
@@ -153,6 +154,7 @@ extension HaulCommand {
                 }
                 throw ExitCode.failure
             case nil:
+                if signal == SIGPIPE { throw ExitCode(128 + SIGPIPE) }
                 if !quiet, let info {
                     var position = Format.bytes(info.bytesCommitted)
                     if let total = info.totalBytes { position += " of \(Format.bytes(total))" }

@@ -97,7 +97,13 @@ struct GetSession {
             await withTaskGroup(of: Child.self) { group in
                 group.addTask {
                     for await event in events {
-                        if json { JSONEvents.print(event) }
+                        if json, !JSONEvents.print(event) {
+                            // Nobody reads stdout any more (`| head -1`): stop as on a signal,
+                            // checkpointing every download, and end quietly.
+                            received.record(SIGPIPE)
+                            await manager.shutdown()
+                            break
+                        }
                         if board.apply(event) { break }
                     }
                     return .events
@@ -154,7 +160,8 @@ struct GetSession {
 
 /// `--json`: one JSON object per event on stdout, for scripts.
 enum JSONEvents {
-    static func print(_ event: DownloadEvent) {
-        FileHandle.standardOutput.write(Data((EventRecord(event).jsonLine() + "\n").utf8))
+    /// Prints one event; false when stdout is closed.
+    static func print(_ event: DownloadEvent) -> Bool {
+        Output.standard(EventRecord(event).jsonLine() + "\n")
     }
 }

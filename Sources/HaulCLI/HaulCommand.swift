@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Haul
 
 /// The `haul` command: the root of every subcommand.
@@ -19,4 +20,59 @@ public struct HaulCommand: AsyncParsableCommand {
     )
 
     public init() {}
+
+    /// The `haul` executable's entry point: runs the command line, with argument errors
+    /// told in one line (the option, what was wrong, where to read more) instead of the
+    /// usage dump, and a closed stdout or stderr never fatal.
+    public static func runMain() async {
+        Output.ignoreBrokenPipes()
+        do {
+            var command = try parseAsRoot()
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            guard code == .validationFailure else { exit(withError: error) }
+            Output.error("haul: error: \(ArgumentErrors.line(for: message(for: error)))\n")
+            Foundation.exit(code.rawValue)
+        }
+    }
+}
+
+/// One-line messages for argument errors.
+enum ArgumentErrors {
+    /// What each kind of value looks like, by the option that takes it.
+    static let forms: [String: String] = [
+        "--limit-rate": "a rate such as 500K or 10M (bytes per second)",
+        "--total-limit-rate": "a rate such as 500K or 10M (bytes per second)",
+        "--min-split": "a size such as 1M or 64K",
+        "--timeout": "a number of seconds, such as 30 or 2.5",
+        "--connect-timeout": "a number of seconds, such as 30 or 2.5",
+        "--retry-max-wait": "a number of seconds, such as 600",
+        "--checkpoint-interval": "a number of seconds",
+        "--connections": "a whole number from 1 to \(DownloadRequest.maxConnections)",
+        "--max-concurrent": "a whole number, 1 or more",
+        "--retries": "a whole number, 0 or more",
+        "--priority": "a whole number",
+        "--listen": "an address such as 127.0.0.1:6800",
+    ]
+
+    static let shortNames = ["-x": "--connections", "-j": "--max-concurrent"]
+
+    /// ArgumentParser's message cut to its first line, with the expected form of the value
+    /// when the message names an option that has one.
+    static func line(for message: String) -> String {
+        var line = String(message.split(separator: "\n").first ?? "")
+        if line.isEmpty { line = "Invalid arguments" }
+        let named = line.split(whereSeparator: { $0 == "'" || $0 == " " || $0 == "/" }).map(String.init)
+        if let option = named.lazy.compactMap({ forms[$0] != nil ? $0 : shortNames[$0] }).first,
+            let form = forms[option]
+        {
+            line += "; \(option) takes \(form)"
+        }
+        return line + " (see --help)"
+    }
 }

@@ -54,9 +54,9 @@ struct MultiProgressRenderer {
             let rows = blockLines(snapshot, width: ProgressRenderer.terminalWidth())
             text += rows.joined(separator: "\n")
             drawnLines = rows.count
-            FileHandle.standardError.write(Data(text.utf8))
+            Output.error(text)
         case .lines:
-            if !finished.isEmpty { FileHandle.standardError.write(Data(finished.map { $0 + "\n" }.joined().utf8)) }
+            if !finished.isEmpty { Output.error(finished.map { $0 + "\n" }.joined()) }
             let now = ContinuousClock.now
             guard now - lastLine >= MultiProgressRenderer.lineInterval else { return }
             lastLine = now
@@ -68,7 +68,7 @@ struct MultiProgressRenderer {
             } else {
                 line = totalLine(snapshot)
             }
-            FileHandle.standardError.write(Data((line + "\n").utf8))
+            Output.error((line + "\n"))
         }
     }
 
@@ -81,7 +81,7 @@ struct MultiProgressRenderer {
         }
         var text = mode == .terminal ? clearBlock() : ""
         if !single { for line in finished { text += line + "\n" } }
-        FileHandle.standardError.write(Data(text.utf8))
+        Output.error(text)
         drawnLines = 0
     }
 

@@ -4,6 +4,6 @@ import HaulCLI
 @main
 enum HaulMain {
     static func main() async {
-        await HaulCommand.main()
+        await HaulCommand.runMain()
     }
 }

@@ -171,6 +171,14 @@ public struct DownloadRequest: Sendable {
         guard let host = url.host, !host.isEmpty else {
             throw HaulError.invalidURL(original ?? url.absoluteString, reason: "it has no host")
         }
+        if let port = url.port, !(1...65535).contains(port) {
+            throw HaulError.invalidURL(original ?? url.absoluteString, reason: "port \(port) is not between 1 and 65535")
+        }
+        if url.port == nil, let authority = URLComponents(url: url, resolvingAgainstBaseURL: false)?.percentEncodedHost,
+            authority.isEmpty
+        {
+            throw HaulError.invalidURL(original ?? url.absoluteString, reason: "it has no host")
+        }
     }
 }
 

@@ -289,7 +289,15 @@ public final class Downloader: Sendable {
                 committed: segment.committed
             )
         }
-        let partSize = record.destinationPath.flatMap { FileOps.size($0 + ".part") } ?? 0
+        // The part file must lie beside the destination: resume data from elsewhere cannot
+        // point the download at any other file.
+        if record.partPath == nil, let partPath = resumeData.partPath,
+            (partPath as NSString).deletingLastPathComponent == record.directory,
+            FileNaming.isPlainName((partPath as NSString).lastPathComponent)
+        {
+            record.partPath = partPath
+        }
+        let partSize = record.partPath.flatMap(FileOps.size) ?? 0
         if segments.contains(where: { $0.committed > $0.start && $0.committed > partSize }) {
             segments = [SegmentRecord(taskID: resumeData.taskID, ordinal: 0, start: 0, end: nil, committed: 0)]
             record.validators = Validators()

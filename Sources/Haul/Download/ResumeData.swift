@@ -127,7 +127,7 @@ public struct ResumeData: Codable, Sendable, Equatable {
             destination: Destination(directory: record.directory, fileName: record.fileName),
             checksum: record.checksum.flatMap { try? Checksum(parsing: $0) },
             overwrite: record.overwrite,
-            partPath: record.destinationPath.map { $0 + ".part" },
+            partPath: record.partPath,
             segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) }
         )
         self.session = record.session

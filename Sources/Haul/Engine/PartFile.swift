@@ -1,3 +1,4 @@
+import CHaulSystem
 import Foundation
 import NIOCore
 import Synchronization
@@ -10,7 +11,16 @@ import Musl
 import Darwin
 #endif
 
-/// The `<destination>.part` file a download writes into with positioned writes.
+/// The part file a download writes into with positioned writes (`<destination>.part`, or
+/// another name beside it when that one is taken).
+///
+/// A part file belongs to exactly one task, and Haul writes only into part files it created
+/// itself: ``create(at:owner:)`` makes a new file (never opening an existing one) and marks it
+/// with the task's id in the extended attribute `user.haul.task`; ``openOwned(at:owner:identity:)``
+/// reopens it only when it is still that file — a regular file with one link, not a symbolic
+/// link, carrying the same mark (or, on a file system without extended attributes, the same
+/// device and inode the store recorded). Anything else is another task's or another program's
+/// file and is left alone.
 ///
 /// One transfer owns it; the only call made from elsewhere is ``sync()``, by a background
 /// checkpoint, which is safe alongside writes. Every failure is a ``HaulError`` naming the path.
@@ -18,18 +28,26 @@ final class PartFile: Sendable {
     let path: String
     private let descriptor: Int32
     private let closed = Mutex(false)
+    /// Device and inode, `"dev:ino"`: the file's identity where extended attributes are missing.
+    let identity: String
 
-    /// Opens (creating if needed) the part file for reading and writing.
-    ///
-    /// With `lock`, takes an exclusive advisory lock so two processes never write one part
-    /// file; the kernel drops the lock when the process dies, even by `kill -9`.
-    init(path: String, lock: Bool) throws {
-        self.path = path
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
-        guard fd >= 0 else { throw HaulError.fileSystem("create", path: path, errno: errno) }
-        if lock, flock(fd, LOCK_EX | LOCK_NB) != 0 {
+    /// Why an existing part file cannot be used.
+    enum Claim: Error, Equatable {
+        /// No file at the path.
+        case missing
+        /// A file is at the path (when creating).
+        case exists
+        /// The file is not this task's part file; the reason says why.
+        case foreign(String)
+    }
+
+    /// The extended attribute that names the task a part file belongs to.
+    static let ownerAttribute = "user.haul.task"
+
+    private init(path: String, descriptor: Int32, lock: Bool) throws {
+        if lock, flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
-            _ = systemClose(fd)
+            _ = systemClose(descriptor)
             if code == EWOULDBLOCK {
                 throw HaulError(
                     .busy,
@@ -40,7 +58,100 @@ final class PartFile: Sendable {
             }
             throw HaulError.fileSystem("lock", path: path, errno: code)
         }
-        self.descriptor = fd
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            _ = systemClose(descriptor)
+            throw HaulError.fileSystem("stat", path: path, errno: code)
+        }
+        self.path = path
+        self.descriptor = descriptor
+        self.identity = "\(info.st_dev):\(info.st_ino)"
+    }
+
+    /// Creates a new, empty part file at `path` marked as `owner`'s, and locks it.
+    /// - Throws: ``Claim/exists`` when any file (or link) is already at `path`;
+    ///   ``HaulError`` when the file cannot be created.
+    static func create(at path: String, owner: UUID) throws -> PartFile {
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        guard fd >= 0 else {
+            if errno == EEXIST { throw Claim.exists }
+            throw HaulError.fileSystem("create", path: path, errno: errno)
+        }
+        let file = try PartFile(path: path, descriptor: fd, lock: true)
+        let mark = Array(owner.uuidString.lowercased().utf8)
+        if chaul_fsetxattr(fd, ownerAttribute, mark, mark.count) != 0, !PartFile.unsupported(errno) {
+            let code = errno
+            file.close()
+            unlink(path)
+            throw HaulError.fileSystem("mark", path: path, errno: code)
+        }
+        return file
+    }
+
+    /// Opens `owner`'s existing part file at `path` and locks it.
+    /// - Parameter identity: the device and inode recorded when the file was created, checked
+    ///   where the file system keeps no extended attributes.
+    /// - Throws: ``Claim/missing``, ``Claim/foreign(_:)``, or ``HaulError`` (busy, I/O).
+    static func openOwned(at path: String, owner: UUID, identity: String?) throws -> PartFile {
+        let fd = systemOpen(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: throw Claim.missing
+            case ELOOP: throw Claim.foreign("it is a symbolic link")
+            default: throw HaulError.fileSystem("open", path: path, errno: errno)
+            }
+        }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            let code = errno
+            _ = systemClose(fd)
+            throw HaulError.fileSystem("stat", path: path, errno: code)
+        }
+        func refuse(_ reason: String) -> Claim {
+            _ = systemClose(fd)
+            return Claim.foreign(reason)
+        }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw refuse("it is not a regular file") }
+        guard info.st_nlink == 1 else { throw refuse("it has \(info.st_nlink) hard links") }
+        switch PartFile.owner(of: fd) {
+        case .some(let mark?):
+            guard mark == owner.uuidString.lowercased() else { throw refuse("it belongs to another download (\(mark))") }
+        case .some(nil):
+            throw refuse("Haul did not create it")
+        case nil:
+            // No extended attributes here: the store's record of the file is the proof.
+            guard let identity, identity == "\(info.st_dev):\(info.st_ino)" else {
+                throw refuse("Haul did not create it")
+            }
+        }
+        return try PartFile(path: path, descriptor: fd, lock: true)
+    }
+
+    /// The task id a file is marked with: `.some(nil)` for no mark, nil when the file system
+    /// keeps no extended attributes.
+    private static func owner(of fd: Int32) -> String?? {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let n = chaul_fgetxattr(fd, ownerAttribute, &buffer, buffer.count)
+        if n < 0 {
+            if errno == ENODATA || errno == ERANGE { return .some(nil) }
+            return PartFile.unsupported(errno) ? nil : .some(nil)
+        }
+        return .some(String(decoding: buffer.prefix(n), as: UTF8.self))
+    }
+
+    private static func unsupported(_ code: Int32) -> Bool { code == ENOTSUP || code == EOPNOTSUPP }
+
+    /// Deletes `owner`'s part file at `path`, and nothing that is not it.
+    static func remove(at path: String, owner: UUID, identity: String?) {
+        guard let file = try? PartFile.openOwned(at: path, owner: owner, identity: identity) else { return }
+        unlink(path)
+        file.close()
+    }
+
+    /// Removes the ownership mark, before the finished file is moved into place.
+    func unmark() {
+        _ = chaul_fremovexattr(descriptor, PartFile.ownerAttribute)
     }
 
     /// Opens an existing file read-only (a finished download, to verify it).
@@ -49,6 +160,7 @@ final class PartFile: Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw HaulError.fileSystem("open", path: path, errno: errno) }
         self.descriptor = fd
+        self.identity = ""
     }
 
     deinit {
@@ -210,8 +322,21 @@ enum FileOps {
 
     /// Atomically moves the verified part file into place, then syncs the directory so the
     /// rename itself survives a crash.
-    static func rename(_ from: String, to: String) throws {
-        guard systemRename(from, to) == 0 else { throw HaulError.fileSystem("move into place", path: to, errno: errno) }
+    /// Never replaces a file at `to` unless `replacing`: a file that appeared there since the
+    /// last check stays, and the move fails.
+    static func rename(_ from: String, to: String, replacing: Bool) throws {
+        let moved = replacing ? systemRename(from, to) : chaul_rename_noreplace(from, to)
+        guard moved == 0 else {
+            if errno == EEXIST {
+                throw HaulError(
+                    .destinationExists,
+                    "\(to) already exists",
+                    path: to,
+                    hint: "Use --force to replace it, or -o to choose another name"
+                )
+            }
+            throw HaulError.fileSystem("move into place", path: to, errno: errno)
+        }
         let directory = (to as NSString).deletingLastPathComponent
         let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd >= 0 {
@@ -234,6 +359,14 @@ enum FileOps {
             throw HaulError.fileSystem("write into", path: directory, errno: errno)
         }
     }
+}
+
+private func systemOpen(_ path: String, _ flags: Int32) -> Int32 {
+    #if canImport(Darwin)
+    Darwin.open(path, flags)
+    #else
+    Glibc.open(path, flags)
+    #endif
 }
 
 private func systemClose(_ fd: Int32) -> Int32 {

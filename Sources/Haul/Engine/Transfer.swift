@@ -132,7 +132,7 @@ final class Transfer {
             try checkDestinationFree()
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
-            if task.destinationPath != nil { _ = try openPart() }
+            if task.destinationPath != nil { _ = try await openPart() }
             try await record(.running)
             progress.update {
                 $0.fileName = task.fileName
@@ -159,7 +159,7 @@ final class Transfer {
         let recorded = task.state == TaskState.completed.rawValue && size == task.totalLength ?? size
         let renamedBeforeCrash =
             task.totalLength == size && committedBytes == size
-            && partPath.map { !FileOps.exists($0) } == true
+            && !FileOps.exists(task.partPath ?? destination + ".part")
         guard recorded || renamedBeforeCrash else { return nil }
         if let checksum {
             let file = try PartFile(readingAt: destination)
@@ -244,7 +244,7 @@ final class Transfer {
     private func attempt(given: HTTPTransport.Response?) async throws {
         if given == nil, segments.count > 1, task.totalLength != nil, task.validators.ifRangeValue != nil {
             // Segments with nothing committed may start beyond the part file's end.
-            if try openPart().size() < segments.filter({ $0.committed > $0.start }).map(\.committed).max() ?? 0 {
+            if try await openPart().size() < segments.filter({ $0.committed > $0.start }).map(\.committed).max() ?? 0 {
                 logger.warning("part file shorter than its checkpoints; starting over")
                 try await resetToZero(validators: task.validators)
             } else {
@@ -286,7 +286,7 @@ final class Transfer {
     {
         var offset = segments[0].committed
         progress.update { $0.bytesReceived = offset }
-        if given == nil, offset > 0, try openPart().size() < offset {
+        if given == nil, offset > 0, try await openPart().size() < offset {
             logger.warning("part file shorter than its checkpoint; starting over")
             try await resetToZero(validators: task.validators)
             offset = 0
@@ -361,7 +361,7 @@ final class Transfer {
                 try await store.saveResponse(task, segments: segments)
             }
             progress.update { $0.totalBytes = self.task.totalLength }
-            let expected = overlap > 0 ? try openPart().read(at: requestStart, count: Int(overlap)) : []
+            let expected = overlap > 0 ? try await openPart().read(at: requestStart, count: Int(overlap)) : []
             return SegmentResponse(
                 response: response,
                 segmentStart: segments[0].start,
@@ -424,7 +424,7 @@ final class Transfer {
     /// Runs the connections over the plan with checkpoints beside them, then makes the last
     /// checkpoint, whether they finished, failed or were stopped.
     private func runConnections(plan: SegmentPlan, first: SegmentResponse?) async throws {
-        let part = try openPart()
+        let part = try await openPart()
         let worker = SegmentWorker(
             plan: plan,
             part: part,
@@ -511,7 +511,7 @@ final class Transfer {
     private func resetToZero(validators: Validators) async throws {
         task.validators = validators
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
-        if let partPath, part != nil || FileOps.exists(partPath) { try openPart().truncate(to: 0) }
+        if part != nil || task.partPath.map(FileOps.exists) == true { try await openPart().truncate(to: 0) }
         try await store.saveResponse(task, segments: segments)
         progress.update {
             $0.bytesReceived = 0
@@ -519,25 +519,88 @@ final class Transfer {
         }
     }
 
-    private var partPath: String? { task.destinationPath.map { $0 + ".part" } }
-
-    private func openPart() throws -> PartFile {
+    /// The task's part file, opened and locked: the one it created, when that is still
+    /// there and still its own; else a new one. A file that is not this task's — another
+    /// download's part file, a file Haul did not create, a hard link, a symbolic link — is
+    /// never written into: the download starts over in a part file of its own.
+    private func openPart() async throws -> PartFile {
         if let part { return part }
-        guard let path = partPath else {
+        guard let destination = task.destinationPath else {
             throw HaulError(.invalidResponse, "No file name chosen before writing", url: url)
         }
-        let file = try PartFile(path: path, lock: true)
+        if let path = task.partPath {
+            do {
+                let file = try PartFile.openOwned(at: path, owner: task.id, identity: task.partIdentity)
+                part = file
+                return file
+            } catch PartFile.Claim.missing {
+                if committedBytes > 0 { logger.warning("the part file is gone; starting over", metadata: ["path": "\(path)"]) }
+            } catch let PartFile.Claim.foreign(reason) {
+                logger.warning(
+                    "leaving alone a file that is not this download's part file; starting over in a new one",
+                    metadata: ["path": "\(path)", "reason": "\(reason)"]
+                )
+            }
+        }
+        let file = try await createPart(beside: destination)
         part = file
+        task.partPath = file.path
+        task.partIdentity = file.identity
+        try await store.setPart(task.id, path: file.path, identity: file.identity)
+        if committedBytes > 0 {
+            // The bytes the store counted are not in this new file.
+            segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: task.totalLength, committed: 0)]
+            try await store.saveResponse(task, segments: segments)
+            progress.update {
+                $0.bytesReceived = 0
+                $0.resumedFrom = nil
+            }
+        }
         return file
+    }
+
+    /// Creates a part file beside the destination: `NAME.part`, or `NAME.<id>.part` when a
+    /// file (or another task's record) already has that name.
+    private func createPart(beside destination: String) async throws -> PartFile {
+        let id = task.id.uuidString.lowercased()
+        for candidate in [destination + ".part", destination + ".\(id.prefix(8)).part", destination + ".\(id).part"] {
+            if try await store.isPartPathTaken(candidate, byOtherThan: task.id) { continue }
+            do {
+                return try PartFile.create(at: candidate, owner: task.id)
+            } catch PartFile.Claim.exists {
+                // This task's own, from a run that stopped before recording it: adopt it.
+                do {
+                    let mine = try PartFile.openOwned(at: candidate, owner: task.id, identity: nil)
+                    try mine.truncate(to: 0)
+                    return mine
+                } catch is PartFile.Claim {
+                    continue
+                }
+            }
+        }
+        throw HaulError(
+            .fileSystem,
+            "Every part file name beside \(destination) is taken by other files",
+            path: destination,
+            hint: "Remove the stale \((destination as NSString).lastPathComponent).*.part files or choose another name with -o"
+        )
+    }
+
+    /// Forgets the part file once it is gone (moved into place or deleted).
+    private func forgetPart() async throws {
+        task.partPath = nil
+        task.partIdentity = nil
+        let (store, id) = (store, task.id)
+        try await uncancellable { try await store.setPart(id, path: nil, identity: nil) }
     }
 
     // MARK: Ending
 
     /// Verifies and moves the part file into place.
     private func finish(started: ContinuousClock.Instant) async throws -> DownloadResult {
-        let part = try openPart()
+        let part = try await openPart()
         let total = task.totalLength ?? committedBytes
-        guard let destination = task.destinationPath, let partPath else {
+        guard let destination = task.destinationPath, let partPath = task.partPath else {
             throw HaulError(.invalidResponse, "No file name chosen", url: url)
         }
         if try part.size() != total { try part.truncate(to: total) }
@@ -546,9 +609,10 @@ final class Transfer {
             let actual = try part.digest(checksum.algorithm, length: total)
             guard actual == checksum.hex else {
                 // The bytes are wrong; keeping them would only make a rerun verify them again.
-                part.close()
                 FileOps.remove(partPath)
+                part.close()
                 self.part = nil
+                try await forgetPart()
                 try await resetToZero(validators: Validators())
                 var error = HaulError(
                     .checksumMismatch,
@@ -562,9 +626,11 @@ final class Transfer {
             }
         }
         try checkDestinationFree()
-        try FileOps.rename(partPath, to: destination)
+        try FileOps.rename(partPath, to: destination, replacing: task.overwrite)
+        part.unmark()  // The finished file is the user's, not a part file.
         part.close()
         self.part = nil
+        try await forgetPart()
         // A crash right here leaves the file in place and the task not yet completed; the
         // next run recognises it (see alreadyComplete) instead of calling it a stranger's file.
         try await record(.completed)
@@ -599,7 +665,10 @@ final class Transfer {
                 paused.resumeData = resumeData
                 return paused
             case .cancel:
-                if let partPath { FileOps.remove(partPath) }
+                if let partPath = task.partPath {
+                    PartFile.remove(at: partPath, owner: task.id, identity: task.partIdentity)
+                    try await forgetPart()
+                }
                 try await record(.cancelled)
                 return HaulError(.cancelled, "Cancelled \(task.url)", url: url)
             case nil:

@@ -453,8 +453,9 @@ extension DownloadManager {
         case .queued, .paused, .failed:
             scheduler.remove(id)
             move(id, .cancel)
-            if let record = try await store.task(id: id), let path = record.destinationPath {
-                FileOps.remove(path + ".part")
+            if let record = try await store.task(id: id), let path = record.partPath {
+                PartFile.remove(at: path, owner: id, identity: record.partIdentity)
+                try await store.setPart(id, path: nil, identity: nil)
             }
             try await store.setState(id, TaskState.cancelled.rawValue)
         case .completed, .cancelled:

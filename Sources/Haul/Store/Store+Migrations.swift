@@ -74,6 +74,16 @@ extension Store {
                 t.add(column: "rateLimit", .integer)
             }
         }
+        migrator.registerMigration("v5: part files belong to one task") { db in
+            try db.alter(table: "task") { t in
+                // The part file the task created and owns, and its device:inode; NULL until
+                // the task creates one. Part files of earlier versions carry no owner mark and
+                // are left alone: those tasks start over in a new part file.
+                t.add(column: "partPath", .text)
+                t.add(column: "partIdentity", .text)
+            }
+            try db.create(index: "task_on_partPath", on: "task", columns: ["partPath"])
+        }
         return migrator
     }
 }

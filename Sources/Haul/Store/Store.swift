@@ -278,6 +278,23 @@ public final class Store: Sendable {
         }
     }
 
+    /// Records the part file a task created (the transfer owns these columns).
+    func setPart(_ id: UUID, path: String?, identity: String?) async throws {
+        try await write { db in
+            try db.execute(
+                sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?",
+                arguments: [path, identity, StoreDate.now, id]
+            )
+        }
+    }
+
+    /// Whether another task than `id` records `path` as its part file.
+    func isPartPathTaken(_ path: String, byOtherThan id: UUID) async throws -> Bool {
+        try await read { db in
+            try TaskRecord.filter(TaskRecord.Columns.partPath == path && TaskRecord.Columns.id != id).fetchCount(db) > 0
+        }
+    }
+
     /// Records the rate limit of tasks.
     func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
         try await write { db in

@@ -39,6 +39,10 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
     var minSplitSize: Int64?
     /// This download's rate limit in bytes per second; nil for none.
     var rateLimit: Int64?
+    /// The part file this task created and owns; nil until it creates one.
+    var partPath: String?
+    /// The part file's `device:inode` when it was created.
+    var partIdentity: String?
 
     enum Columns {
         static let id = Column(CodingKeys.id)
@@ -52,6 +56,7 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
         static let queuedAt = Column(CodingKeys.queuedAt)
         static let queueOrder = Column(CodingKeys.queueOrder)
         static let background = Column(CodingKeys.background)
+        static let partPath = Column(CodingKeys.partPath)
     }
 
     /// Dates are written by hand in GRDB's text format (see ``StoreDate``).
@@ -120,7 +125,9 @@ extension TaskRecord {
             background: background,
             connections: connections,
             minSplitSize: minSplitSize,
-            rateLimit: rateLimit
+            rateLimit: rateLimit,
+            partPath: nil,
+            partIdentity: nil
         )
     }
 }

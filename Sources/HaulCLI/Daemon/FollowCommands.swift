@@ -36,7 +36,8 @@ extension HaulCommand {
                 try DownloadRequest.validateSession(session)
                 if !follow {
                     let records = try await client.loggedEvents(session: session, after: after)
-                    for record in records { show(record) }
+                    // Events a closed stdout did not take are not acknowledged: a later run shows them.
+                    for record in records where !show(record) { throw ExitCode(128 + SIGPIPE) }
                     if after == nil, let last = records.last?.eventID {
                         try await client.acknowledge(session: session, through: last)
                     }
@@ -46,7 +47,9 @@ extension HaulCommand {
                 let signals = SignalStream.watch([SIGINT, SIGTERM])
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
-                        for try await record in events where record.kind != .progress { show(record) }
+                        for try await record in events where record.kind != .progress {
+                            guard show(record) else { throw ExitCode(128 + SIGPIPE) }
+                        }
                         throw HaulError(.connection, "The Haul daemon stopped")
                     }
                     group.addTask {
@@ -58,10 +61,11 @@ extension HaulCommand {
             }
         }
 
-        private func show(_ record: EventRecord) {
+        /// Prints one event; false when stdout is closed.
+        private func show(_ record: EventRecord) -> Bool {
             // Unbuffered: a script reading the pipe sees each event as it happens.
             let line = json ? record.jsonLine() : EventText.line(record)
-            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+            return Output.standard(line + "\n")
         }
     }
 
@@ -114,9 +118,7 @@ extension HaulCommand {
             }
             for task in tasks where task.state != .completed {
                 let reason = task.errorMessage ?? task.state.rawValue
-                FileHandle.standardError.write(
-                    Data("haul: \(task.state.rawValue): \(task.url.absoluteString): \(reason)\n".utf8)
-                )
+                Output.error("haul: \(task.state.rawValue): \(task.url.absoluteString): \(reason)\n")
             }
             if completed.count != tasks.count { throw ExitCode.failure }
         }
@@ -151,11 +153,11 @@ extension HaulCommand {
                             if terminal {
                                 var text = drawn > 0 ? "\u{1B}[\(drawn)F\u{1B}[J" : ""
                                 text += lines.joined(separator: "\n") + "\n"
-                                FileHandle.standardError.write(Data(text.utf8))
+                                Output.error(text)
                                 drawn = lines.count
                                 try await Task.sleep(for: .milliseconds(250))
                             } else {
-                                FileHandle.standardError.write(Data(((lines.last ?? "") + "\n").utf8))
+                                Output.error(((lines.last ?? "") + "\n"))
                                 try await Task.sleep(for: .seconds(5))
                             }
                         }

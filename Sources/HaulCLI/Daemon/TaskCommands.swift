@@ -335,10 +335,15 @@ struct DownloadOptions: ParsableArguments {
         let base = directory ?? "."
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))
-        func request(_ text: String, out: String?, checksum: Checksum?) throws -> DownloadRequest {
+        func request(_ text: String, out: String?, checksum: Checksum?, confined: Bool = false) throws
+            -> DownloadRequest
+        {
             let url = try DownloadRequest.parseURL(text)
             let destination: Destination
-            if let out {
+            if let out, confined {
+                // A name from an input file stays inside -d, whoever wrote the file.
+                destination = try InputFile.destination(out, inside: base)
+            } else if let out {
                 guard !out.hasSuffix("/") else {
                     throw HaulError(
                         .invalidArgument,
@@ -366,7 +371,12 @@ struct DownloadOptions: ParsableArguments {
         if let inputFile {
             for entry in try InputFile.read(inputFile).entries {
                 requests.append(
-                    try request(entry.url, out: entry.out, checksum: try entry.checksum.map(Checksum.init(parsing:)))
+                    try request(
+                        entry.url,
+                        out: entry.out,
+                        checksum: try entry.checksum.map(Checksum.init(parsing:)),
+                        confined: true
+                    )
                 )
             }
         }

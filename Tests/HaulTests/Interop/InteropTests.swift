@@ -118,12 +118,10 @@ struct InteropTests {
                 // had served other content before; Python ignores Range, so it must all be replaced.
                 let half = Self.size / 2
                 let destination = temp.file("resumed.bin")
-                _ = FileManager.default.createFile(
-                    atPath: destination + ".part",
-                    contents: Data(repeating: 0xAB, count: half)
-                )
+                let taskID = UUID()
+                try writeOwnedPart(at: destination + ".part", owner: taskID, bytes: [UInt8](repeating: 0xAB, count: half))
                 let resumeData = ResumeData(
-                    taskID: UUID(),
+                    taskID: taskID,
                     url: server.url("/big.bin"),
                     finalURL: nil,
                     headers: [],

@@ -111,9 +111,10 @@ func seedPartial(
 ) throws -> ResumeData {
     let destination = (directory as NSString).appendingPathComponent(name)
     let bytes = partBytes ?? Array(server.content(path).prefix(committed))
-    _ = FileManager.default.createFile(atPath: destination + ".part", contents: Data(bytes))
+    let taskID = UUID()
+    try writeOwnedPart(at: destination + ".part", owner: taskID, bytes: bytes)
     return ResumeData(
-        taskID: UUID(),
+        taskID: taskID,
         url: server.url(path),
         finalURL: nil,
         headers: [],
@@ -138,4 +139,11 @@ func waitUntil(
         try await Task.sleep(for: interval)
     }
     return false
+}
+
+/// Writes a part file as Haul would have created it for `owner` (marked as that task's).
+func writeOwnedPart(at path: String, owner: UUID, bytes: [UInt8]) throws {
+    let file = try PartFile.create(at: path, owner: owner)
+    defer { file.close() }
+    try bytes.withUnsafeBytes { try file.write($0, at: 0) }
 }

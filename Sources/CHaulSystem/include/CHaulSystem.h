@@ -1,0 +1,20 @@
+#ifndef CHAUL_SYSTEM_H
+#define CHAUL_SYSTEM_H
+
+// The few Linux calls the Swift Glibc module does not expose: extended attributes (the
+// owner mark of part files) and rename without replacing (placing a finished file).
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/// fsetxattr(2); -1 with errno ENOTSUP where the platform has no extended attributes.
+int chaul_fsetxattr(int fd, const char *name, const void *value, size_t size);
+/// fgetxattr(2).
+ssize_t chaul_fgetxattr(int fd, const char *name, void *value, size_t size);
+/// fremovexattr(2).
+int chaul_fremovexattr(int fd, const char *name);
+/// rename(2) that fails with EEXIST instead of replacing `to`; falls back to link(2) and
+/// unlink(2) where renameat2 is unsupported (EINVAL/ENOSYS).
+int chaul_rename_noreplace(const char *from, const char *to);
+
+#endif

@@ -1,0 +1,120 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// A part file belongs to exactly one task, and Haul never writes into a file it did not
+/// create: a user's `NAME.part`, a hard or symbolic link, another download's part file, a
+/// finished download that happens to be named `NAME.part`.
+@Suite("Part files belong to one task")
+struct PartOwnershipTests {
+    static let size = 2 << 20
+
+    @Test("a NAME.part Haul did not create is left as it is; the download uses a part file of its own")
+    func foreignPartFileKept() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: Self.size))
+            let users = [UInt8](repeating: 0x42, count: 300_000)
+            try Data(users).write(to: URL(fileURLWithPath: temp.file("f.bin.part")))
+            let result = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(FileManager.default.contents(atPath: temp.file("f.bin.part")) == Data(users))
+            #expect(server.requests(for: "/f.bin").map { $0.header("Range") } == [nil])
+        }
+    }
+
+    @Test("a NAME.part that is a hard link or a symbolic link to another file never changes that file")
+    func linkedPartFiles() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/h.bin", .init(size: Self.size))
+            server.set("/s.bin", .init(size: Self.size))
+            let precious = Data([UInt8](repeating: 0x37, count: 100_000))
+            try precious.write(to: URL(fileURLWithPath: temp.file("precious")))
+            #expect(link(temp.file("precious"), temp.file("h.bin.part")) == 0)
+            #expect(symlink(temp.file("precious"), temp.file("s.bin.part")) == 0)
+            for name in ["h.bin", "s.bin"] {
+                let result = try await fetch(server, "/\(name)", with: downloader, into: temp.path)
+                #expect(sha256(file: result.path) == server.sha256("/\(name)"))
+            }
+            #expect(FileManager.default.contents(atPath: temp.file("precious")) == precious)
+        }
+    }
+
+    @Test("a finished download named y.bin.part is not consumed by the download of y.bin")
+    func finishedFileNamedLikeAPart() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/y.bin.part", .init(size: Self.size, seed: 11))
+            server.set("/y.bin", .init(size: Self.size, seed: 12))
+            let first = try await fetch(server, "/y.bin.part", with: downloader, into: temp.path)
+            #expect(first.path == temp.file("y.bin.part"))
+            let second = try await fetch(server, "/y.bin", with: downloader, into: temp.path)
+            #expect(sha256(file: second.path) == server.sha256("/y.bin"))
+            #expect(sha256(file: temp.file("y.bin.part")) == server.sha256("/y.bin.part"))
+        }
+    }
+
+    @Test(
+        "two URLs saved under one name: each keeps its own part file and neither file is mixed",
+        arguments: [1, 4]
+    )
+    func twoURLsOneName(connections: Int) async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/a.bin", .init(size: 8 << 20, seed: 21, bytesPerSecond: 4 << 20))
+            server.set("/b.bin", .init(size: 8 << 20, seed: 22, bytesPerSecond: 4 << 20))
+            let destination = Destination.file(temp.file("same.bin"))
+            func start(_ path: String) async throws -> DownloadTask {
+                try await downloader.download(
+                    DownloadRequest(
+                        url: server.url(path),
+                        destination: destination,
+                        connections: connections,
+                        minSplitSize: 256 << 10
+                    )
+                )
+            }
+            // A is interrupted, then B runs under the same name and is interrupted too.
+            let a = try await start("/a.bin")
+            #expect(try await waitUntil { a.progress.bytesReceived > 1 << 20 })
+            let resumeA = try await a.pause()
+            let b = try await start("/b.bin")
+            #expect(try await waitUntil { b.progress.bytesReceived > 2 << 20 })
+            let resumeB = try await b.pause()
+            #expect(resumeA.partPath != resumeB.partPath)
+
+            server.update("/a.bin") { $0.bytesPerSecond = nil }
+            server.update("/b.bin") { $0.bytesPerSecond = nil }
+            let finishedA = try await downloader.download(resumingFrom: resumeA).result()
+            #expect(sha256(file: finishedA.path) == server.sha256("/a.bin"))
+            #expect(finishedA.resumedFrom == resumeA.bytesCommitted)
+            // B finds A's finished file in its place and refuses to replace it.
+            let error = await expectHaulError(.destinationExists) {
+                _ = try await downloader.download(resumingFrom: resumeB).result()
+            }
+            #expect(error?.path == temp.file("same.bin"))
+            #expect(sha256(file: temp.file("same.bin")) == server.sha256("/a.bin"))
+        }
+    }
+
+    @Test("a part file replaced by another program is left alone and the download starts over")
+    func partReplacedWhilePaused() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: Self.size))
+            let resumeData = try seedPartial(
+                server,
+                "/f.bin",
+                into: temp.path,
+                name: "f.bin",
+                committed: 1 << 20,
+                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size))
+            )
+            let theirs = Data([UInt8](repeating: 0x99, count: 1 << 20))
+            try FileManager.default.removeItem(atPath: temp.file("f.bin.part"))
+            try theirs.write(to: URL(fileURLWithPath: temp.file("f.bin.part")))
+            let result = try await downloader.download(resumingFrom: resumeData).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(result.bytesFetched == Int64(Self.size))
+            #expect(FileManager.default.contents(atPath: temp.file("f.bin.part")) == theirs)
+        }
+    }
+}
