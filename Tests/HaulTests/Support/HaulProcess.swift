@@ -23,7 +23,18 @@ final class HaulProcess: Sendable {
         return directory.appendingPathComponent("haul").path
     }
 
-    init(_ arguments: [String], home: String, directory: String? = nil, input: String? = nil) throws {
+    /// - Parameters:
+    ///   - stdout: where the child's stdout goes instead of a file this object reads back
+    ///     (a pipe, `/dev/full`).
+    ///   - stderr: the same for stderr.
+    init(
+        _ arguments: [String],
+        home: String,
+        directory: String? = nil,
+        input: String? = nil,
+        stdout: FileHandle? = nil,
+        stderr: FileHandle? = nil
+    ) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: HaulProcess.executable)
         process.arguments = arguments
@@ -34,8 +45,8 @@ final class HaulProcess: Sendable {
         outputDirectory = try TemporaryDirectory()
         _ = FileManager.default.createFile(atPath: outputDirectory.file("stdout"), contents: nil)
         _ = FileManager.default.createFile(atPath: outputDirectory.file("stderr"), contents: nil)
-        process.standardOutput = FileHandle(forWritingAtPath: outputDirectory.file("stdout"))
-        process.standardError = FileHandle(forWritingAtPath: outputDirectory.file("stderr"))
+        process.standardOutput = stdout ?? FileHandle(forWritingAtPath: outputDirectory.file("stdout"))
+        process.standardError = stderr ?? FileHandle(forWritingAtPath: outputDirectory.file("stderr"))
         if let input {
             _ = FileManager.default.createFile(atPath: outputDirectory.file("stdin"), contents: Data(input.utf8))
             process.standardInput = FileHandle(forReadingAtPath: outputDirectory.file("stdin"))
@@ -51,6 +62,8 @@ final class HaulProcess: Sendable {
         try process.run()
         self.process = process
     }
+
+    var pid: Int32 { process.processIdentifier }
 
     func kill(_ signal: Int32) {
         _ = Foundation.kill(process.processIdentifier, signal)

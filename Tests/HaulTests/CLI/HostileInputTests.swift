@@ -1,0 +1,138 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// `haul get` against hostile input and hostile output: names that climb out of `-d`, a
+/// closed stdout, a full stderr, impossible ports and malformed option values. None of
+/// them may crash it, write outside its directory or lose a checkpoint.
+@Suite("haul get: hostile input and output", .serialized)
+struct HostileInputTests {
+    @Test(
+        "an input file's out= cannot leave -d",
+        arguments: ["../../escaped.bin", "sub/../../escaped.bin", "/tmp/escaped.bin", "..", "a/./b.bin"]
+    )
+    func inputFileNamesStayInside(out: String) async throws {
+        let temp = try TemporaryDirectory()
+        let inside = try temp.directory("a/b/downloads")
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 10_000))
+            let list = "\(server.url("/f.bin").absoluteString)\n  out=\(out)\n"
+            let result = try await HaulProcess.run(
+                ["get", "-q", "-d", inside, "-i", "-"],
+                home: temp.file("home"),
+                directory: temp.path,
+                input: list
+            )
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("would leave the download directory"), "\(result.stderr)")
+            #expect(server.requests(for: "/f.bin").isEmpty)
+            #expect(!FileManager.default.fileExists(atPath: temp.file("a/escaped.bin")))
+            #expect(!FileManager.default.fileExists(atPath: "/tmp/escaped.bin"))
+        }
+    }
+
+    @Test("an input file's out= may name a file in a subdirectory of -d")
+    func inputFileSubdirectory() async throws {
+        let temp = try TemporaryDirectory()
+        let inside = try temp.directory("downloads")
+        _ = try temp.directory("downloads/sub")
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 10_000))
+            let result = try await HaulProcess.run(
+                ["get", "-q", "-d", inside, "-i", "-"],
+                home: temp.file("home"),
+                input: "\(server.url("/f.bin").absoluteString)\n  out=sub/g.bin\n"
+            )
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(sha256(file: inside + "/sub/g.bin") == server.sha256("/f.bin"))
+        }
+    }
+
+    @Test("stderr on a full device: success stays success, failure stays a failure, never a crash")
+    func stderrOnAFullDevice() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 500_000))
+            let full = try #require(FileHandle(forWritingAtPath: "/dev/full"))
+            let ok = try await HaulProcess(
+                ["get", server.url("/f.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path,
+                stderr: full
+            ).finish()
+            #expect(ok.status == 0)
+            #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"))
+            let failed = try await HaulProcess(
+                ["get", server.url("/missing.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path,
+                stderr: full
+            ).finish()
+            #expect(failed.status == 1)
+        }
+    }
+
+    @Test("--json into a pipe closed after one line: stops quietly with a checkpoint (exit 141); the rerun resumes")
+    func jsonIntoAClosedPipe() async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 8 << 20, bytesPerSecond: 2 << 20))
+            let pipe = Pipe()
+            let child = try HaulProcess(
+                ["get", "--json", "-x", "1", "--checkpoint-interval", "0.1", server.url("/f.bin").absoluteString],
+                home: home,
+                directory: temp.path,
+                stdout: pipe.fileHandleForWriting
+            )
+            try pipe.fileHandleForWriting.close()
+            // Read until the download has data on disk, then go away like `head` does.
+            #expect(try await waitUntil { server.bodyBytesSent("/f.bin") > 1 << 20 })
+            _ = pipe.fileHandleForReading.availableData
+            try pipe.fileHandleForReading.close()
+            let ended = await child.finish()
+            #expect(ended.status == 141, "\(ended.stderr)")
+            #expect(ended.stderr.isEmpty)
+            let store = try Store(path: home + "/haul.sqlite")
+            let task = try #require(try await store.allTasks().first)
+            #expect(task.state != TaskState.running.rawValue)
+            let committed = try await store.segments(of: task.id).reduce(0) { $0 + $1.committed - $1.start }
+            #expect(committed > 0)
+
+            server.update("/f.bin") { $0.bytesPerSecond = nil }
+            let before = server.requests(for: "/f.bin").count
+            let rerun = try await HaulProcess.run(["get", "-q", server.url("/f.bin").absoluteString], home: home, directory: temp.path)
+            #expect(rerun.status == 0, "\(rerun.stderr)")
+            #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"))
+            #expect(server.requests(for: "/f.bin").dropFirst(before).first?.header("Range") == "bytes=\(committed)-")
+        }
+    }
+
+    @Test("a port out of range fails at once with the reason")
+    func portOutOfRange() async throws {
+        let temp = try TemporaryDirectory()
+        let result = try await HaulProcess.run(["get", "http://127.0.0.1:99999/x"], home: temp.file("home"), directory: temp.path)
+        #expect(result.status == 1)
+        #expect(result.stderr == "haul: error: Invalid URL 'http://127.0.0.1:99999/x': port 99999 is not between 1 and 65535. Give a full http:// or https:// URL\n")
+    }
+
+    @Test(
+        "a malformed option value is one line naming the option and the expected form",
+        arguments: [
+            (["--limit-rate", "abc"], "--limit-rate takes a rate such as 500K or 10M"),
+            (["-x", "-1"], "--connections takes a whole number from 1 to 64"),
+            (["--timeout", "abc"], "--timeout takes a number of seconds"),
+            (["-x", "100"], "--connections takes a whole number from 1 to 64"),
+        ]
+    )
+    func malformedOptionValues(arguments: [String], form: String) async throws {
+        let temp = try TemporaryDirectory()
+        let result = try await HaulProcess.run(["get"] + arguments + ["http://127.0.0.1:1/x"], home: temp.file("home"))
+        #expect(result.status == 64)
+        #expect(result.stderr.hasPrefix("haul: error: "))
+        #expect(result.stderr.filter { $0 == "\n" }.count == 1, "\(result.stderr)")
+        #expect(result.stderr.contains(form), "\(result.stderr)")
+    }
+}
