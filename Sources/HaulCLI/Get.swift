@@ -149,7 +149,7 @@ extension HaulCommand {
                 if !quiet && !json { CLIError.note(GetSession.savedLine(result)) }
             case .failed(let error)?:
                 CLIError.print(error)
-                if error.resumeData != nil, !quiet {
+                if error.resumeData != nil, !quiet, error.hint?.contains("again") != true {
                     CLIError.note("The data so far is kept; run the same command again to resume.")
                 }
                 throw ExitCode.failure

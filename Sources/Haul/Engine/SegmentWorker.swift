@@ -236,7 +236,7 @@ struct SegmentWorker: Sendable {
         var lastFlush = ContinuousClock.now
         do {
             for try await var buffer in segment.response.head.body {
-                if overlapChecked < overlap.count {
+                if overlapChecked < overlap.count, buffer.readableBytes > 0 {
                     let n = min(buffer.readableBytes, overlap.count - overlapChecked)
                     let matches = buffer.withUnsafeReadableBytes { received in
                         overlap.withUnsafeBytes { expected in

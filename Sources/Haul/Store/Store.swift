@@ -323,7 +323,7 @@ public final class Store: Sendable {
         do {
             return try await writer.read(body)
         } catch {
-            throw HaulError(.store, "Reading the Haul store failed", underlying: error)
+            throw Store.failure("Reading", error, path: writer.path)
         }
     }
 
@@ -331,7 +331,37 @@ public final class Store: Sendable {
         do {
             return try await writer.write(body)
         } catch {
-            throw HaulError(.store, "Writing the Haul store failed", underlying: error)
+            throw Store.failure("Writing", error, path: writer.path)
+        }
+    }
+
+    /// One sentence for a failed store access: a full disk or a read-only store said as
+    /// such, anything else with SQLite's own message (never a library type dump).
+    static func failure(_ access: String, _ error: any Error, path: String) -> HaulError {
+        if error is CancellationError { return HaulError(.cancelled, "\(access) the Haul store was cancelled") }
+        guard let sqlite = error as? DatabaseError else {
+            return HaulError(.store, "\(access) the Haul store at \(path) failed", path: path, underlying: error)
+        }
+        switch sqlite.resultCode {
+        case .SQLITE_FULL:
+            return HaulError.fileSystem("update the Haul store", path: path, errno: ENOSPC)
+        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
+            return HaulError(
+                .store,
+                "\(access) the Haul store at \(path) failed: \(sqlite.message ?? "it cannot be written")",
+                path: path,
+                hint: "Check the permissions of HAUL_HOME, or point HAUL_HOME at a writable directory"
+            )
+        default:
+            var failure = HaulError(
+                .store,
+                "\(access) the Haul store at \(path) failed: \(sqlite.message ?? "SQLite error \(sqlite.resultCode.rawValue)")",
+                path: path
+            )
+            if sqlite.resultCode == .SQLITE_BUSY || sqlite.resultCode == .SQLITE_LOCKED {
+                failure.hint = "Another process holds the store; try again"
+            }
+            return failure
         }
     }
 }

@@ -43,6 +43,43 @@ struct DiskFullTests {
         _ = try await Self.run("/bin/umount", [mountPoint])
     }
 
+    @Test(
+        "haul get into a tmpfs that fills: exit 1 with the reason (never a trap), then a resume once there is room",
+        .enabled(if: getuid() == 0),
+        arguments: [1, 4]
+    )
+    func commandIntoAFullDisk(connections: Int) async throws {
+        let temp = try TemporaryDirectory()
+        let mountPoint = try temp.directory("small")
+        guard try await Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint]) == 0 else { return }
+        do {
+            try await TestServer.withServer { server in
+                server.set("/f.bin", .init(size: 6 << 20))
+                let arguments = [
+                    "get", "-x", String(connections), "--min-split", "256K", "-d", mountPoint,
+                    server.url("/f.bin").absoluteString,
+                ]
+                let full = try await HaulProcess.run(arguments, home: temp.file("home"))
+                #expect(full.status == 1, "\(full.stderr)")
+                #expect(full.stderr.contains("No space left on device"), "\(full.stderr)")
+                #expect(full.stderr.split(separator: "\n").last?.hasPrefix("haul: error: ") == true)
+                #expect(!FileManager.default.fileExists(atPath: mountPoint + "/f.bin"))
+
+                #expect(try await Self.run("/bin/mount", ["-o", "remount,size=32m", mountPoint]) == 0)
+                let before = server.requests(for: "/f.bin").count
+                let rerun = try await HaulProcess.run(arguments, home: temp.file("home"))
+                #expect(rerun.status == 0, "\(rerun.stderr)")
+                #expect(sha256(file: mountPoint + "/f.bin") == server.sha256("/f.bin"))
+                // The rerun continued: every request asked for a range.
+                #expect(server.requests(for: "/f.bin").dropFirst(before).allSatisfy { $0.header("Range") != nil })
+            }
+        } catch {
+            _ = try await Self.run("/bin/umount", [mountPoint])
+            throw error
+        }
+        _ = try await Self.run("/bin/umount", [mountPoint])
+    }
+
     static func run(_ tool: String, _ arguments: [String]) async throws -> Int32 {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: tool)
