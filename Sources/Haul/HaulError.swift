@@ -99,6 +99,9 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
     public var resumeData: ResumeData?
     /// How long the server asked us to wait before retrying (`Retry-After`), when it did.
     public var retryAfter: Duration?
+    /// Set when retrying was considered and given up on (a wait longer than allowed):
+    /// the failure is then final whatever its kind.
+    var isFinal = false
 
     /// Creates an error.
     public init(
@@ -122,6 +125,7 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
     /// Whether trying again from the last checkpoint has a chance of succeeding:
     /// connection failures, timeouts, 5xx, 408 and 429.
     public var isRetryable: Bool {
+        if isFinal { return false }
         switch code.base {
         case .connection: return true
         case .httpStatus:

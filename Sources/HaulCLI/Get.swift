@@ -33,6 +33,12 @@ extension HaulCommand {
         @Option(help: "Retries in a row without progress before giving up.")
         var retries: Int = 5
 
+        @Option(
+            name: .customLong("retry-max-wait"),
+            help: "The longest wait a server may ask for (Retry-After) before a retry, in seconds; longer fails at once."
+        )
+        var retryMaxWait: Double = 600
+
         @Option(name: .customLong("connect-timeout"), help: "Seconds to wait for a connection.")
         var connectTimeout: Double = 30
 
@@ -54,8 +60,14 @@ extension HaulCommand {
                 throw ValidationError("--total-limit-rate must be at least 1 byte per second")
             }
             guard retries >= 0 else { throw ValidationError("--retries must be 0 or more") }
-            guard connectTimeout > 0, timeout > 0 else { throw ValidationError("Timeouts must be positive") }
-            if let checkpointInterval, checkpointInterval <= 0 {
+            let year = 365.0 * 86400
+            guard connectTimeout > 0, timeout > 0, connectTimeout <= year, timeout <= year else {
+                throw ValidationError("Timeouts must be positive numbers of seconds, at most a year")
+            }
+            guard retryMaxWait >= 0, retryMaxWait <= 1e9 else {
+                throw ValidationError("--retry-max-wait must be 0 or more seconds")
+            }
+            if let checkpointInterval, !(checkpointInterval > 0 && checkpointInterval <= 3600) {
                 throw ValidationError("--checkpoint-interval must be positive")
             }
         }
@@ -67,7 +79,7 @@ extension HaulCommand {
                     store: .sqlite(at: HaulHome.resolve().storePath),
                     connectTimeout: .milliseconds(Int64(connectTimeout * 1000)),
                     readTimeout: .milliseconds(Int64(timeout * 1000)),
-                    retry: RetryPolicy(maxRetries: retries),
+                    retry: RetryPolicy(maxRetries: retries, maxRetryAfter: .milliseconds(Int64(retryMaxWait * 1000))),
                     overallRateLimit: totalLimitRate?.bytes
                 )
                 if let checkpointInterval {

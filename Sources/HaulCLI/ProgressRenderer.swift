@@ -132,9 +132,16 @@ enum ProgressRenderer {
         } else {
             line += Format.bytes(progress.bytesReceived)
         }
+        if let waiting = progress.waiting { return line + "; " + waitText(waiting) }
         if progress.bytesPerSecond > 0 { line += " at \(Format.speed(progress.bytesPerSecond))" }
         if let eta = progress.estimatedTimeRemaining { line += ", ETA \(Format.duration(eta))" }
         return line
+    }
+
+    /// `retrying in 30 s (the server asked): HTTP 503 …`
+    static func waitText(_ waiting: DownloadProgress.RetryWait) -> String {
+        let who = waiting.serverAsked ? " (the server asked)" : ""
+        return "retrying in \(Format.duration(waiting.delay))\(who): \(waiting.reason)"
     }
 
     static func barLine(_ progress: DownloadProgress, name: String, width: Int) -> String {
@@ -149,6 +156,11 @@ enum ProgressRenderer {
             stats += "  ETA \(Format.duration(eta))"
         }
         let nameWidth = min(max(8, width / 4), 30)
+        if let waiting = progress.waiting {
+            // The reason matters more than the bar while nothing arrives.
+            let padded = String(name.prefix(nameWidth)).padding(toLength: nameWidth, withPad: " ", startingAt: 0)
+            return String("\(padded) \(waitText(waiting))".prefix(max(0, width - 1)))
+        }
         var shortName = name
         if shortName.count > nameWidth { shortName = String(shortName.prefix(nameWidth - 1)) + "…" }
         shortName = shortName.padding(toLength: nameWidth, withPad: " ", startingAt: 0)

@@ -15,6 +15,18 @@ public struct DownloadProgress: Sendable, Equatable {
     public var bytesPerSecond: Double
     /// The file name, once known.
     public var fileName: String?
+    /// While the download waits before trying again: why, and for how long.
+    public var waiting: RetryWait?
+
+    /// A pause between a failure and the next attempt.
+    public struct RetryWait: Sendable, Equatable {
+        /// The failure being retried, in one sentence.
+        public var reason: String
+        /// How long this wait lasts.
+        public var delay: Duration
+        /// Whether the server set the delay (`Retry-After`) rather than Haul's backoff.
+        public var serverAsked: Bool
+    }
 
     /// The fraction done, 0...1, when the total is known.
     public var fractionCompleted: Double? {
@@ -58,6 +70,19 @@ final class ProgressBox: Sendable {
             $0.progress.bytesReceived += Int64(bytes)
             $0.progress.bytesThisRun += Int64(bytes)
         }
+    }
+
+    /// Sleeps `delay` before a retry after `error`, showing the wait in the progress meanwhile.
+    func waiting(_ delay: Duration, after error: HaulError) async throws {
+        update {
+            $0.waiting = DownloadProgress.RetryWait(
+                reason: error.message,
+                delay: delay,
+                serverAsked: error.retryAfter != nil
+            )
+        }
+        defer { update { $0.waiting = nil } }
+        try await Task.sleep(for: delay)
     }
 
     func snapshot(now: ContinuousClock.Instant = .now) -> DownloadProgress {

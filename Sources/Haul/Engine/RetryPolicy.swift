@@ -10,7 +10,8 @@ public struct RetryPolicy: Sendable, Equatable {
     public var baseDelay: Duration
     /// The longest delay backoff may reach.
     public var maxDelay: Duration
-    /// The longest `Retry-After` Haul will honour; longer requests fail instead of hanging.
+    /// The longest `Retry-After` Haul will wait out; a server asking for longer fails the
+    /// download at once, saying what it asked, instead of leaving it silent for hours.
     public var maxRetryAfter: Duration
 
     public init(
@@ -34,13 +35,44 @@ public struct RetryPolicy: Sendable, Equatable {
         return ceiling * (0.5 + 0.5 * random)
     }
 
+    /// The wait before retry number `attempt` (1-based) after `error`.
+    /// - Throws: `error`, no longer retryable and saying why, when the server asked for a
+    ///   longer wait (`Retry-After`) than ``maxRetryAfter``.
+    func delay(retrying error: HaulError, attempt: Int) throws -> Duration {
+        if let asked = error.retryAfter, asked > maxRetryAfter {
+            var failure = error
+            failure.message +=
+                "; the server asked to wait \(asked.spoken) before trying again (Retry-After), longer than the \(maxRetryAfter.spoken) Haul waits"
+            failure.hint = "Try again later, or allow longer waits with --retry-max-wait"
+            failure.isFinal = true
+            throw failure
+        }
+        return delay(attempt: attempt, retryAfter: error.retryAfter)
+    }
+
     /// Parses `Retry-After`: delay-seconds or an HTTP date.
     static func parseRetryAfter(_ value: String?, now: Date = Date()) -> Duration? {
         guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-        if let seconds = Int64(value), seconds >= 0 { return .seconds(seconds) }
+        if value.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            // Any number of digits: one too long for Int64 is still "a very long time".
+            return .seconds(Int64(value) ?? Int64.max / 1_000_000_000_000)
+        }
         if let date = HTTPDate.parse(value) {
             return .milliseconds(Int64(max(0, date.timeIntervalSince(now)) * 1000))
         }
         return nil
+    }
+}
+
+extension Duration {
+    /// A rounded, readable length of time: "45 s", "12 min", "3 h", "11574 days".
+    var spoken: String {
+        let seconds = components.seconds
+        switch seconds {
+        case ..<120: return "\(max(seconds, 0)) s"
+        case ..<7200: return "\(seconds / 60) min"
+        case ..<172_800: return "\(seconds / 3600) h"
+        default: return "\(seconds / 86400) days"
+        }
     }
 }

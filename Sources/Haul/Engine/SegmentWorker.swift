@@ -134,12 +134,12 @@ struct SegmentWorker: Sendable {
                     error.hint = "Gave up after \(retry.maxRetries) retries; run the same command again to resume"
                     throw error
                 }
-                let delay = retry.delay(attempt: failures, retryAfter: error.retryAfter)
+                let delay = try retry.delay(retrying: error, attempt: failures)
                 logger.notice(
                     "retrying segment",
                     metadata: ["start": "\(start)", "attempt": "\(failures)", "error": "\(error.message)"]
                 )
-                try await Task.sleep(for: delay)
+                try await progress.waiting(delay, after: error)
             }
         }
     }

@@ -226,12 +226,12 @@ final class Transfer {
                         "Gave up after \(environment.retry.maxRetries) retries; run the same command again to resume"
                     throw error
                 }
-                let delay = environment.retry.delay(attempt: failures, retryAfter: error.retryAfter)
+                let delay = try environment.retry.delay(retrying: error, attempt: failures)
                 logger.notice(
                     "retrying",
                     metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
                 )
-                try await Task.sleep(for: delay)
+                try await progress.waiting(delay, after: error)
             }
         }
     }
