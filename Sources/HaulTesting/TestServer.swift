@@ -92,6 +92,9 @@ public final class TestServer: Sendable {
         /// no Content-Length, the end of the body marked only by closing the connection (so
         /// a `cutAfter` looks exactly like the end).
         public var closeDelimited: Bool
+        /// Every response goes silent (sends nothing more, keeps the connection open) once it
+        /// reaches this offset of the file: a server that stalls at the same point each time.
+        public var stallAt: Int?
         /// When set, a new version changes only these byte ranges and keeps the rest of
         /// version 1: a file whose bytes around a resume point stay the same while others change.
         public var changedBytes: [Range<Int>]?
@@ -117,6 +120,7 @@ public final class TestServer: Sendable {
             redirectStatus: Int = 302,
             chunked: Bool = false,
             closeDelimited: Bool = false,
+            stallAt: Int? = nil,
             changedBytes: [Range<Int>]? = nil
         ) {
             self.size = size
@@ -140,6 +144,7 @@ public final class TestServer: Sendable {
             self.redirectStatus = redirectStatus
             self.chunked = chunked
             self.closeDelimited = closeDelimited
+            self.stallAt = stallAt
             self.changedBytes = changedBytes
         }
 
@@ -355,6 +360,7 @@ public final class TestServer: Sendable {
             cutAfter: Int?,
             chunked: Bool,
             closeDelimited: Bool,
+            stallAfter: Int?,
             bytesPerSecond: Int?
         )
     }
@@ -400,6 +406,7 @@ public final class TestServer: Sendable {
             let cutAfter,
             let chunked,
             let closeDelimited,
+            let stallAfter,
             let bytesPerSecond
         ):
             let version = closeDelimited ? "HTTP/1.0" : "HTTP/1.1"
@@ -421,7 +428,10 @@ public final class TestServer: Sendable {
             var sent = 0
             let slice = bytesPerSecond.map { max(1024, min(64 * 1024, $0 / 20)) } ?? 64 * 1024
             while sent < limit {
-                let n = min(slice, limit - sent)
+                if let stallAfter, sent >= stallAfter {
+                    try await Task.sleep(for: .seconds(3600))  // Silent until the test ends.
+                }
+                let n = min(slice, limit - sent, (stallAfter ?? .max) - sent)
                 let piece = bytes[bytes.startIndex + sent..<bytes.startIndex + sent + n]
                 var buffer = ByteBuffer()
                 if chunked { buffer.writeString(String(n, radix: 16) + "\r\n") }
@@ -512,6 +522,7 @@ public final class TestServer: Sendable {
             cutAfter: cutAfter,
             chunked: chunked,
             closeDelimited: resource.closeDelimited && status == 200,
+            stallAfter: resource.stallAt.map { max(0, $0 - range.lowerBound) },
             bytesPerSecond: head.headers.first(name: "Range") == nil
                 ? resource.unrangedBytesPerSecond ?? resource.bytesPerSecond : resource.bytesPerSecond
         )

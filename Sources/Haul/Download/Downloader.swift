@@ -312,7 +312,9 @@ public final class Downloader: Sendable {
             transport: HTTPTransport(
                 client: client,
                 maxRedirects: configuration.maxRedirects,
-                userAgent: configuration.userAgent
+                userAgent: configuration.userAgent,
+                connectTimeout: configuration.connectTimeout,
+                readTimeout: configuration.readTimeout
             ),
             store: store,
             checkpointInterval: configuration.checkpointInterval,

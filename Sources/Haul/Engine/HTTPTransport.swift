@@ -11,6 +11,9 @@ struct HTTPTransport: Sendable {
     let client: HTTPClient
     let maxRedirects: Int
     let userAgent: String
+    /// The timeouts the client was built with, to say them in errors.
+    var connectTimeout: Duration = .seconds(30)
+    var readTimeout: Duration = .seconds(60)
 
     struct Response: Sendable {
         var head: HTTPClientResponse
@@ -56,7 +59,7 @@ struct HTTPTransport: Sendable {
             do {
                 head = try await client.execute(request, deadline: .distantFuture, logger: logger)
             } catch {
-                throw HTTPTransport.connectionError(error, url: current)
+                throw connectionError(error, url: current)
             }
             let status = Int(head.status.code)
             guard HTTPTransport.redirectStatuses.contains(status), let location = head.headers.first(name: "Location")
@@ -123,18 +126,46 @@ struct HTTPTransport: Sendable {
         )
     }
 
-    /// Wraps a transport failure as a retryable ``HaulError``.
-    static func connectionError(_ error: any Error, url: URL) -> HaulError {
+    /// Wraps a transport failure as a retryable ``HaulError`` saying what happened in words
+    /// (timed out, closed, refused), never as a library type.
+    func connectionError(_ error: any Error, url: URL) -> HaulError {
         if let error = error as? HaulError { return error }
-        var what = "Connection failed"
         if let error = error as? HTTPClientError {
             switch error {
-            case .readTimeout: what = "The server stopped sending data (read timeout)"
-            case .connectTimeout: what = "Connecting timed out"
-            case .remoteConnectionClosed: what = "The server closed the connection"
+            case .readTimeout:
+                return HaulError(
+                    .connection,
+                    "Timed out: the server sent nothing for \(readTimeout.spoken) (--timeout) while sending \(url.absoluteString)",
+                    url: url
+                )
+            case .connectTimeout:
+                return HaulError(
+                    .connection,
+                    "Timed out connecting to \(url.host ?? "the server") after \(connectTimeout.spoken) (--connect-timeout) for \(url.absoluteString)",
+                    url: url
+                )
+            case .remoteConnectionClosed:
+                return HaulError(.connection, "The server closed the connection early for \(url.absoluteString)", url: url)
             default: break
             }
         }
-        return HaulError(.connection, "\(what) for \(url.absoluteString)", url: url, underlying: error)
+        return HaulError(
+            .connection,
+            "Connection failed for \(url.absoluteString): \(HTTPTransport.describe(error))",
+            url: url
+        )
+    }
+
+    /// A network failure in words: the system's message for an errno, else the error's own
+    /// description without module and type prefixes.
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
+        if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)) }
+        if error is HTTPParserError { return "the server's response is not valid HTTP" }
+        var text = String(describing: error)
+        if let dot = text.firstIndex(of: "."), text[..<dot].allSatisfy({ $0.isLetter || $0.isNumber }) {
+            text = String(text[text.index(after: dot)...])  // "HTTPClientError.x" → "x"
+        }
+        return text
     }
 }

@@ -10,6 +10,8 @@ import NIOHTTP1
 struct Restart: Error, Sendable {
     var reason: String
     var response: HTTPTransport.Response?
+    /// The failure that led to the request this restart answered, when there was one.
+    var after: HaulError?
 
     init(reason: String, response: HTTPTransport.Response? = nil) {
         self.reason = reason
@@ -109,6 +111,7 @@ struct SegmentWorker: Sendable {
     private func fetch(segmentStart start: Int64, after failure: HaulError? = nil) async throws {
         var failures = 0
         var pending = failure
+        var lastFailure = failure
         while let segment = plan.segment(at: start), let end = segment.end, segment.written < end {
             let before = segment.written
             do {
@@ -116,10 +119,17 @@ struct SegmentWorker: Sendable {
                     pending = nil
                     throw failure
                 }
-                let response = try await request(segmentStart: start, from: segment.written, to: end)
+                let response: SegmentResponse
+                do {
+                    response = try await request(segmentStart: start, from: segment.written, to: end)
+                } catch var restart as Restart {
+                    restart.after = lastFailure
+                    throw restart
+                }
                 try await stream(response)
                 return
             } catch let error as HaulError where error.isRetryable && control.requested == nil {
+                lastFailure = error
                 if (plan.segment(at: start)?.written ?? 0) > before { failures = 0 }
                 failures += 1
                 // With other connections still working, a failing one steps aside: its
@@ -148,13 +158,20 @@ struct SegmentWorker: Sendable {
     struct StepAside: Error {}
 
     /// Asks for `from..<to` of the file: `bytes=from-(to-1)`, or `bytes=from-` for the
-    /// file's last segment.
+    /// file's last segment — starting up to 64 KiB earlier when the segment already holds
+    /// bytes, which are compared with the disk before anything is written (rule 7).
     private func request(segmentStart start: Int64, from: Int64, to end: Int64) async throws -> SegmentResponse {
         let last = end == totalLength ? nil : end - 1
+        let overlap = min(from - start, Transfer.overlapLength)
+        let expected = overlap > 0 ? try part.read(at: from - overlap, count: Int(overlap)) : []
+        guard expected.count == Int(overlap) else {
+            throw Restart(reason: "the part file is shorter than the bytes written to it")
+        }
+        let requestStart = from - overlap
         let response = try await transport.get(
             url,
             headers: headers,
-            range: "bytes=\(from)-\(last.map(String.init) ?? "")",
+            range: "bytes=\(requestStart)-\(last.map(String.init) ?? "")",
             ifRange: ifRange,
             logger: logger
         )
@@ -162,7 +179,7 @@ struct SegmentWorker: Sendable {
         case 206:
             let contentRange = try SegmentWorker.checkPartial(
                 response.headers,
-                requestStart: from,
+                requestStart: requestStart,
                 requestLast: last,
                 totalLength: totalLength,
                 validators: validators
@@ -170,8 +187,8 @@ struct SegmentWorker: Sendable {
             return SegmentResponse(
                 response: response,
                 segmentStart: start,
-                bodyOffset: from,
-                overlap: [],
+                bodyOffset: requestStart,
+                overlap: expected,
                 expectedEnd: contentRange.range!.upperBound + 1
             )
         case 200:
@@ -287,7 +304,13 @@ struct SegmentWorker: Sendable {
             try batch.flush(to: part)
             plan.wrote(upTo: batch.offset, segmentStart: start)
             if control.requested != nil || error is CancellationError { throw CancellationError() }
-            throw HTTPTransport.connectionError(error, url: url)
+            let failure = transport.connectionError(error, url: url)
+            if let end = segment.expectedEnd, position < end, failure.message.hasPrefix("Connection failed")
+                || failure.message.hasPrefix("The server closed")
+            {
+                throw endedEarly(segment, at: position, end: end)
+            }
+            throw failure
         }
         try batch.flush(to: part)
         plan.wrote(upTo: batch.offset, segmentStart: start)
@@ -300,12 +323,19 @@ struct SegmentWorker: Sendable {
         }
         if let end = plan.segment(at: start)?.end, position < end {
             // Rule 8: short is a network failure, never a finished file.
-            throw HaulError(
-                .connection,
-                "The response ended after \(position) of \(end) bytes for \(url.absoluteString)",
-                url: url
-            )
+            throw endedEarly(segment, at: position, end: min(end, segment.expectedEnd ?? end))
         }
+    }
+
+    /// Rule 8's failure: the body stopped before the bytes it promised.
+    private func endedEarly(_ segment: SegmentResponse, at position: Int64, end: Int64) -> HaulError {
+        let received = position - segment.bodyOffset
+        let promised = end - segment.bodyOffset
+        return HaulError(
+            .connection,
+            "The response for \(url.absoluteString) ended early: received \(received) of \(promised) bytes",
+            url: url
+        )
     }
 }
 

@@ -67,7 +67,7 @@ struct TransferEnvironment: Sendable {
 /// One download, from the first request to the verified file in place.
 ///
 /// It owns the part file and the task's records while it runs; nothing else touches them.
-/// The flow and the correctness rules are those of design.md: validators remembered from
+/// The flow and the correctness rules are those of docs/design.md: validators remembered from
 /// the first response, `If-Range` on every resume, every 206 checked against what was
 /// asked for, a 200 written from offset 0 on the same response, checkpoints made of
 /// `fdatasync` then the committed offset in the store, verification before the atomic
@@ -87,7 +87,11 @@ final class Transfer {
 
     /// Restarts from zero allowed (a changed or inconsistent representation) before giving up.
     static let maxRestarts = 3
-    /// Bytes re-read before the resume point when the server gives no validator (rule 7).
+    /// Bytes re-read and compared before every resume point (rule 7). Without a validator
+    /// they are the only check; with one they still catch validators that do not change
+    /// when the bytes do — nginx's ETag is the mtime in whole seconds and the size, so a
+    /// same-size file rewritten within the same second keeps it, and `If-Range` alone
+    /// would append the new version's tail to the old head.
     static let overlapLength: Int64 = 64 * 1024
 
     init(
@@ -119,8 +123,12 @@ final class Transfer {
     private var committedBytes: Int64 { segments.reduce(0) { $0 + ($1.committed - $1.start) } }
     /// Connections for this download.
     private var connections: Int {
-        max(1, min(task.connections ?? environment.connections, environment.connectionCap))
+        if rangesDeclined { return 1 }
+        return max(1, min(task.connections ?? environment.connections, environment.connectionCap))
     }
+    /// Set once the server answered a range request with the same file whole: it will not
+    /// serve ranges (to this client, with this `If-Range`), so this run stops splitting.
+    private var rangesDeclined = false
 
     // MARK: Running
 
@@ -198,14 +206,39 @@ final class Transfer {
     private func transferWithRetries() async throws {
         var failures = 0
         var given: HTTPTransport.Response?
+        // Progress is reaching further than ever in this run: a server that breaks off every
+        // whole-file response at the same point makes none, though each one writes bytes.
+        var furthest = committedBytes
+        func progressed() -> Bool {
+            guard committedBytes > furthest else { return false }
+            furthest = committedBytes
+            return true
+        }
         while true {
-            let before = committedBytes
             do {
                 try await attempt(given: given)
                 return
             } catch let restart as Restart {
-                restarts += 1
                 given = restart.response
+                if let response = restart.response, isSameFile(response) {
+                    // Rule 5 without a change: the server ignored the range and sent the same
+                    // file whole. Written from byte 0, but it is a retry, not a new version.
+                    if progressed() { failures = 0 }
+                    failures += 1
+                    guard failures <= environment.retry.maxRetries else {
+                        var error =
+                            restart.after
+                            ?? HaulError(.connection, "The server kept breaking off \(task.url)", url: url)
+                        error.hint =
+                            "Gave up after \(environment.retry.maxRetries) retries (the server ignores ranges, so each starts from 0)"
+                        throw error
+                    }
+                    logger.notice("the server ignored the range; writing its whole response from byte 0 on one connection")
+                    rangesDeclined = true
+                    try await resetToZero(validators: Validators())
+                    continue
+                }
+                restarts += 1
                 guard restarts <= Transfer.maxRestarts else {
                     throw HaulError(
                         .representationChanged,
@@ -218,7 +251,7 @@ final class Transfer {
                 try await resetToZero(validators: Validators())
             } catch let error as HaulError where error.isRetryable && control.requested == nil {
                 given = nil
-                if committedBytes > before { failures = 0 }
+                if progressed() { failures = 0 }
                 failures += 1
                 guard failures <= environment.retry.maxRetries else {
                     var error = error
@@ -234,6 +267,15 @@ final class Transfer {
                 try await progress.waiting(delay, after: error)
             }
         }
+    }
+
+    /// Whether a 200 to a range request shows the same file (validators and length agree),
+    /// so the server merely ignored the range.
+    private func isSameFile(_ response: HTTPTransport.Response) -> Bool {
+        guard response.status == 200, let total = task.totalLength,
+            Self.contentLength(response.headers) == total
+        else { return false }
+        return task.validators.contradiction(response.headers) == nil
     }
 
     // MARK: One attempt
@@ -258,7 +300,7 @@ final class Transfer {
         while let first = try await firstResponse(given: confirming ? nil : given, confirming: confirming) {
             let plan = SegmentPlan(segments, minSplit: minSplitSize)
             plan.own(0)
-            if connections > 1, first.overlap.isEmpty, task.validators.ifRangeValue != nil, task.totalLength != nil,
+            if connections > 1, task.validators.ifRangeValue != nil, task.totalLength != nil,
                 first.response.status == 206 || first.response.headers.first(name: "Accept-Ranges") == "bytes"
             {
                 plan.split(0, into: connections)
@@ -296,8 +338,8 @@ final class Transfer {
         var overlap: Int64 = 0
         if given == nil, offset > 0 || confirming {
             ifRange = task.validators.ifRangeValue
-            if ifRange == nil { overlap = min(offset, Transfer.overlapLength) }
-            if overlap == offset, !confirming {
+            overlap = min(offset, Transfer.overlapLength)
+            if overlap == offset, ifRange == nil, !confirming {
                 // No validator and little done: fetching it again is cheaper than checking it.
                 try await resetToZero(validators: task.validators)
                 offset = 0

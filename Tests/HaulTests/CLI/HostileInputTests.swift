@@ -106,7 +106,7 @@ struct HostileInputTests {
             let rerun = try await HaulProcess.run(["get", "-q", server.url("/f.bin").absoluteString], home: home, directory: temp.path)
             #expect(rerun.status == 0, "\(rerun.stderr)")
             #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"))
-            #expect(server.requests(for: "/f.bin").dropFirst(before).first?.header("Range") == "bytes=\(committed)-")
+            #expect(server.requests(for: "/f.bin").dropFirst(before).first?.header("Range") == resumeRange(from: committed))
         }
     }
 

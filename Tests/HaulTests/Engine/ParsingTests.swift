@@ -44,9 +44,19 @@ struct ValidatorTests {
         let v = Validators(
             etag: "W/\"abc\"",
             lastModified: "Sun, 13 Sep 2020 12:26:40 GMT",
-            date: "Sun, 13 Sep 2020 12:26:41 GMT"
+            date: "Sun, 13 Sep 2020 12:26:42 GMT"
         )
         #expect(v.ifRangeValue == "Sun, 13 Sep 2020 12:26:40 GMT")
+    }
+
+    @Test("one second between rounded headers may be milliseconds: not strong")
+    func lastModifiedOneSecondBeforeDateIsWeak() {
+        let v = Validators(
+            etag: "W/\"abc\"",
+            lastModified: "Sun, 13 Sep 2020 12:26:40 GMT",
+            date: "Sun, 13 Sep 2020 12:26:41 GMT"
+        )
+        #expect(v.ifRangeValue == nil)
     }
 
     @Test func lastModifiedWithinASecondOfDateIsWeak() {

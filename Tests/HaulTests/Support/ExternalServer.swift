@@ -25,6 +25,10 @@ final class ExternalServer: Sendable {
 
     static var nginx: String? { findExecutable("nginx") }
     static var python: String? { findExecutable("python3") }
+    static var apache: String? { findExecutable("apache2") ?? findExecutable("httpd") }
+    static var lighttpd: String? { findExecutable("lighttpd") }
+    /// Where Debian keeps Apache's loadable modules.
+    static let apacheModules = "/usr/lib/apache2/modules"
 
     private init(process: Process, port: Int, root: String, directory: TemporaryDirectory) {
         self.process = process
@@ -100,15 +104,117 @@ final class ExternalServer: Sendable {
         )
     }
 
-    /// Python's http.server: HTTP/1.0, no Range support, Last-Modified but no ETag.
-    static func startPython() async throws -> ExternalServer {
+    /// Apache httpd (Debian's `apache2`) from a minimal config of its own: ETags of size and
+    /// mtime (weak for a file modified within the last second), ranges, If-Range, and
+    /// `/slow/` limited by mod_ratelimit to `slowKiB` KiB/s per connection. As root its
+    /// workers run as www-data, so the document root is made world-readable.
+    static func startApache(slowKiB: Int = 4096) async throws -> ExternalServer {
+        let apache = try #require(ExternalServer.apache, "Apache httpd is not installed (apt-get install apache2)")
+        let directory = try TemporaryDirectory()
+        let root = try directory.directory("www")
+        chmod(directory.path, 0o755)
+        chmod(root, 0o755)
+        let port = try freePort()
+        let user = getuid() == 0 ? "User www-data\nGroup www-data" : ""
+        let modules = ["mpm_event", "authz_core", "alias", "env", "ratelimit", "mime"].map {
+            "LoadModule \($0)_module \(apacheModules)/mod_\($0).so"
+        }.joined(separator: "\n")
+        let config = """
+            ServerRoot \(directory.path)
+            ServerName 127.0.0.1
+            Listen 127.0.0.1:\(port)
+            PidFile \(directory.file("apache.pid"))
+            DefaultRuntimeDir \(directory.path)
+            Mutex file:\(directory.path) default
+            ErrorLog \(directory.file("error.log"))
+            \(modules)
+            \(user)
+            TypesConfig /dev/null
+            LogFormat "%U|%>s|%{Range}i|%{If-Range}i|%B" haul
+            CustomLog \(directory.file("access.log")) haul
+            DocumentRoot \(root)
+            <Directory \(root)>
+                Require all granted
+            </Directory>
+            Alias /slow/ \(root)/
+            <Location /slow/>
+                SetOutputFilter RATE_LIMIT
+                SetEnv rate-limit \(slowKiB)
+            </Location>
+            """
+        try config.write(toFile: directory.file("httpd.conf"), atomically: true, encoding: .utf8)
+        chmod(directory.file("httpd.conf"), 0o644)
+        return try await launch(
+            apache,
+            ["-f", directory.file("httpd.conf"), "-DFOREGROUND"],
+            port: port,
+            root: root,
+            directory: directory
+        )
+    }
+
+    /// lighttpd from a minimal config: ETags and Last-Modified, ranges, and `/slow/` limited
+    /// to `slowKiB` KiB/s per connection.
+    static func startLighttpd(slowKiB: Int = 4096) async throws -> ExternalServer {
+        let lighttpd = try #require(ExternalServer.lighttpd, "lighttpd is not installed (apt-get install lighttpd)")
+        let directory = try TemporaryDirectory()
+        let root = try directory.directory("www")
+        let port = try freePort()
+        let config = """
+            server.document-root = "\(root)"
+            server.bind = "127.0.0.1"
+            server.port = \(port)
+            server.errorlog = "\(directory.file("error.log"))"
+            server.modules = ("mod_alias", "mod_accesslog")
+            accesslog.filename = "\(directory.file("access.log"))"
+            accesslog.format = "%U|%>s|%{Range}i|%{If-Range}i|%b"
+            mimetype.assign = (".bin" => "application/octet-stream")
+            alias.url = ("/slow/" => "\(root)/")
+            $HTTP["url"] =~ "^/slow/" { connection.kbytes-per-second = \(slowKiB) }
+            """
+        try config.write(toFile: directory.file("lighttpd.conf"), atomically: true, encoding: .utf8)
+        return try await launch(
+            lighttpd,
+            ["-D", "-f", directory.file("lighttpd.conf")],
+            port: port,
+            root: root,
+            directory: directory
+        )
+    }
+
+    /// Python's http.server: HTTP/1.0, no Range support, Last-Modified but no ETag. With
+    /// `bytesPerSecond`, its handler's copy loop is throttled (the same server, slower).
+    static func startPython(bytesPerSecond: Int? = nil) async throws -> ExternalServer {
         let python = try #require(ExternalServer.python, "python3 is not installed")
         let directory = try TemporaryDirectory()
         let root = try directory.directory("www")
         let port = try freePort()
+        guard let bytesPerSecond else {
+            return try await launch(
+                python,
+                ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", root],
+                port: port,
+                root: root,
+                directory: directory
+            )
+        }
+        let script = """
+            import functools, http.server, sys, time
+            class Throttled(http.server.SimpleHTTPRequestHandler):
+                def copyfile(self, source, output):
+                    while True:
+                        block = source.read(65536)
+                        if not block:
+                            break
+                        output.write(block)
+                        time.sleep(len(block) / \(bytesPerSecond))
+            handler = functools.partial(Throttled, directory=sys.argv[2])
+            http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_forever()
+            """
+        try script.write(toFile: directory.file("serve.py"), atomically: true, encoding: .utf8)
         return try await launch(
             python,
-            ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", root],
+            [directory.file("serve.py"), String(port), root],
             port: port,
             root: root,
             directory: directory
@@ -133,7 +239,7 @@ final class ExternalServer: Sendable {
         return server
     }
 
-    /// Lines of nginx's access log: uri|status|range|if-range|bytes.
+    /// Lines of the access log (nginx, Apache, lighttpd): uri|status|range|if-range|bytes.
     func accessLog() -> [[String]] {
         let text = (try? String(contentsOfFile: directory.file("access.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").map {

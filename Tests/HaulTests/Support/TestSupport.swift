@@ -147,3 +147,9 @@ func writeOwnedPart(at path: String, owner: UUID, bytes: [UInt8]) throws {
     defer { file.close() }
     try bytes.withUnsafeBytes { try file.write($0, at: 0) }
 }
+
+/// The Range of a resume from `committed`: it starts up to 64 KiB earlier, at the overlap
+/// that is compared with the disk.
+func resumeRange(from committed: Int64) -> String {
+    "bytes=\(committed - min(committed, Transfer.overlapLength))-"
+}

@@ -1,0 +1,50 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// Failures say what happened in words a person uses: "timed out", "ended early".
+@Suite("Failure messages")
+struct MessageTests {
+    func downloader(_ temp: TemporaryDirectory, readTimeout: Duration = .seconds(10)) -> Downloader.Configuration {
+        var configuration = testConfiguration(store: temp.file("home/haul.sqlite"), retries: 1)
+        configuration.readTimeout = readTimeout
+        return configuration
+    }
+
+    @Test("a server that goes silent mid-body: the failure says it timed out and after how long")
+    func silentServerTimesOut() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            // 100 KB, then nothing, every time.
+            server.set("/f.bin", .init(size: 1 << 20, stallAt: 100_000))
+            try await Downloader.withDownloader(configuration: downloader(temp, readTimeout: .seconds(1))) { downloader in
+                let error = await expectHaulError(.connection) {
+                    _ = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
+                }
+                let text = error?.description ?? ""
+                #expect(text.lowercased().contains("timed out"), "\(text)")
+                #expect(text.contains("1 s"), "\(text)")
+                #expect(!text.contains("HTTPClientError"), "\(text)")
+            }
+        }
+    }
+
+    @Test("a body shorter than its Content-Length: the failure says it ended early, with the counts")
+    func shortBodyEndedEarly() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 100_000, ranges: false, lengthLie: .short(5000)))
+            try await Downloader.withDownloader(configuration: downloader(temp)) { downloader in
+                let error = await expectHaulError(.connection) {
+                    _ = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
+                }
+                let text = error?.description ?? ""
+                #expect(text.contains("ended early"), "\(text)")
+                #expect(text.contains(" of 105000 bytes"), "\(text)")
+                #expect(!text.contains("NIOHTTP1") && !text.contains("HTTPParserError"), "\(text)")
+            }
+        }
+    }
+}
