@@ -120,4 +120,55 @@ struct RealServerMatrixTests {
             }
         }
     }
+
+    @Test(
+        "Apache, a file modified just before the first request (weak ETag), changed only away from the resume point while killed: the new version",
+        .enabled(if: Server.apache.installed || ExternalServer.isCI)
+    )
+    func apacheWeakETagChangedAwayFromResumePoint() async throws {
+        try await ExternalServer.with({ try await Server.apache.start() }) { server in
+            let old = TestContent.bytes(count: Self.size, seed: 41)
+            let path = server.root + "/big.bin"
+            try Data(old).write(to: URL(fileURLWithPath: path))
+            chmod(path, 0o644)
+            let temp = try TemporaryDirectory()
+            let home = temp.file("home")
+            let out = try temp.directory("out")
+            let arguments = ["get", "-x", "1", "--checkpoint-interval", "0.2", "-d", out, server.url("/slow/big.bin").absoluteString]
+            let child = try HaulProcess(arguments, home: home)
+            #expect(try await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: home + "/haul.sqlite") })
+            let store = try Store(path: home + "/haul.sqlite")
+            func committed() async throws -> Int64 {
+                guard let task = try await store.allTasks().first else { return 0 }
+                return try await store.segments(of: task.id).reduce(0) { $0 + $1.committed - $1.start }
+            }
+            #expect(try await waitUntil(timeout: .seconds(30)) { try await committed() >= 2 << 20 })
+            child.kill(SIGKILL)
+            _ = await child.finish()
+            let atKill = try await committed()
+            let task = try #require(try await store.allTasks().first)
+            #expect(task.etag?.hasPrefix("W/") == true, "Apache's ETag for a file changed within the second is weak")
+            #expect(atKill < 8 << 20)
+
+            // The same size; the first 512 KiB and everything from 10 MiB on are new, the bytes
+            // around the resume point are not. A resume trusting the bytes alone would keep the
+            // old head and append the new tail.
+            var new = old
+            let fresh = TestContent.bytes(count: Self.size, seed: 42)
+            new.replaceSubrange(0..<(512 << 10), with: fresh[0..<(512 << 10)])
+            new.replaceSubrange((10 << 20)..<Self.size, with: fresh[(10 << 20)..<Self.size])
+            let before = try await Self.validators(server, "/slow/big.bin")
+            try Data(new).write(to: URL(fileURLWithPath: path + ".new"))
+            chmod(path + ".new", 0o644)
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(2)], ofItemAtPath: path + ".new")
+            #expect(rename(path + ".new", path) == 0)
+            #expect(try await waitUntil { try await Self.validators(server, "/slow/big.bin") != before })
+
+            let rerun = try await HaulProcess.run(arguments, home: home)
+            #expect(rerun.status == 0, "\(rerun.stderr)")
+            let result = sha256(file: out + "/big.bin")
+            #expect(result == TestContent.sha256(new), "the new version, not old head + new tail")
+            #expect(result != TestContent.sha256(old))
+        }
+    }
 }
