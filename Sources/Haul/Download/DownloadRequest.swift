@@ -10,6 +10,20 @@ public struct HTTPHeaderField: Sendable, Hashable, Codable {
         self.value = value
     }
 
+    /// Checks HTTP field syntax (RFC 9110 §5.1, §5.5): the name a token, the value free of
+    /// CR, LF and NUL — so no header can smuggle another into the request. (Scalars, not
+    /// Characters: "\r\n" is one Character in Swift and equals neither "\r" nor "\n".)
+    /// - Throws: ``HaulError/Code/invalidArgument`` naming the header.
+    public func validate() throws {
+        let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        guard !name.isEmpty, name.count <= 256, name.allSatisfy({ tokenCharacters.contains($0) }) else {
+            throw HaulError(.invalidArgument, "Invalid header name '\(name.prefix(64))'", hint: "A header name is a token: letters, digits and !#$%&'*+-.^_`|~")
+        }
+        guard value.utf8.count <= 16384, !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+            throw HaulError(.invalidArgument, "Header '\(name)' holds a line break, NUL or more than 16 KiB")
+        }
+    }
+
     /// Parses `Name: value`.
     /// - Throws: ``HaulError/Code/invalidArgument`` when there is no colon, the name is not a
     ///   valid token, or the value holds a line break.
@@ -19,14 +33,8 @@ public struct HTTPHeaderField: Sendable, Hashable, Codable {
         }
         let name = line[..<colon].trimmingCharacters(in: .whitespaces)
         let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        guard !name.isEmpty, name.allSatisfy({ tokenCharacters.contains($0) }) else {
-            throw HaulError(.invalidArgument, "Invalid header name in '\(line)'")
-        }
-        guard !value.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
-            throw HaulError(.invalidArgument, "Header '\(name)' holds a line break")
-        }
         self.init(name: name, value: value)
+        try validate()
     }
 }
 
@@ -129,10 +137,29 @@ public struct DownloadRequest: Sendable {
         try DownloadRequest.validateRateLimit(rateLimit)
     }
 
-    /// Rejects a rate limit below 1 byte per second (nil, no limit, is fine).
-    static func validateRateLimit(_ bytesPerSecond: Int64?) throws {
-        if let bytesPerSecond, bytesPerSecond < 1 {
-            throw HaulError(.invalidArgument, "The rate limit must be at least 1 byte per second")
+    /// Rejects a rate limit outside 1 byte to 1 TiB per second (nil, no limit, is fine).
+    public static func validateRateLimit(_ bytesPerSecond: Int64?) throws {
+        if let bytesPerSecond, !(1...RateLimiter.maxBytesPerSecond).contains(bytesPerSecond) {
+            throw HaulError(
+                .invalidArgument,
+                "The rate limit must be between 1 byte and 1 TiB per second, not \(bytesPerSecond)"
+            )
+        }
+    }
+
+    /// Checks everything about the request that can be checked before it is recorded: the
+    /// URL, the session, the tuning, the headers' syntax, the file name and that the
+    /// directory can be written. A daemon adding several downloads checks them all first,
+    /// so a bad one adds none.
+    /// - Throws: ``HaulError`` saying what is wrong.
+    public func validate() throws {
+        try DownloadRequest.validate(url)
+        try DownloadRequest.validateSession(session)
+        try validateTuning()
+        for header in headers { try header.validate() }
+        try FileOps.checkWritableDirectory(destination.directory)
+        if let name = destination.fileName, !FileNaming.isPlainName(name) {
+            throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: destination.directory)
         }
     }
 

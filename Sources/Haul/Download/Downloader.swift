@@ -177,13 +177,7 @@ public final class Downloader: Sendable {
         _ request: DownloadRequest,
         background: Bool = false
     ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
-        try DownloadRequest.validate(request.url)
-        try DownloadRequest.validateSession(request.session)
-        try request.validateTuning()
-        try FileOps.checkWritableDirectory(request.destination.directory)
-        if let name = request.destination.fileName, !FileNaming.isPlainName(name) {
-            throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: request.destination.directory)
-        }
+        try request.validate()
         let headers = String(decoding: try JSONEncoder().encode(request.headers), as: UTF8.self)
         let now = Date()
         if var existing = try await store.findTask(

@@ -12,28 +12,45 @@ import Synchronization
 public final class RateLimiter: Sendable {
     private struct State {
         var rate: Double?
+        /// The rate as given, so reading it back never converts a Double to Int64.
+        var bytesPerSecond: Int64?
         var changed = false
+        /// Counts changes, so a sleeping connection notices one.
+        var generation = 0
         var level: Double = 0
         var last: ContinuousClock.Instant = .now
+
+        mutating func set(_ value: Int64?) {
+            let bounded = value.map { min($0, RateLimiter.maxBytesPerSecond) }
+            bytesPerSecond = bounded
+            rate = bounded.map(Double.init)
+        }
     }
+
+    /// The highest limit there is (1 TiB/s); higher values mean this.
+    public static let maxBytesPerSecond: Int64 = 1 << 40
 
     private let state: Mutex<State>
 
     /// - Parameter bytesPerSecond: the limit, or nil for none.
     public init(bytesPerSecond: Int64? = nil) {
-        state = Mutex(State(rate: bytesPerSecond.map(Double.init)))
+        var initial = State()
+        initial.set(bytesPerSecond)
+        state = Mutex(initial)
     }
 
     /// The limit now, in bytes per second; nil when there is none.
-    public var bytesPerSecond: Int64? { state.withLock { $0.rate.map { Int64($0) } } }
+    public var bytesPerSecond: Int64? { state.withLock { $0.bytesPerSecond } }
 
-    /// Changes the limit; connections waiting now finish their current wait, the next chunk
-    /// follows the new rate.
+    /// Changes the limit at once: connections waiting on the old rate stop waiting (the debt
+    /// they ran up is forgiven) and the next chunk follows the new rate — so removing a
+    /// 1 B/s limit does not leave a connection asleep for hours.
     public func setRate(_ bytesPerSecond: Int64?) {
         state.withLock { state in
-            state.rate = bytesPerSecond.map(Double.init)
+            state.set(bytesPerSecond)
             state.changed = true
-            state.level = min(state.level, 0)
+            state.generation += 1
+            state.level = 0
             state.last = .now
         }
     }
@@ -42,14 +59,14 @@ public final class RateLimiter: Sendable {
     func setInitialRate(_ bytesPerSecond: Int64?) {
         state.withLock { state in
             guard !state.changed else { return }
-            state.rate = bytesPerSecond.map(Double.init)
+            state.set(bytesPerSecond)
         }
     }
 
     /// Takes `count` tokens, sleeping as long as the rate requires.
     func take(_ count: Int) async throws {
-        let wait: Double = state.withLock { state in
-            guard let rate = state.rate, rate > 0 else { return 0 }  // Unlimited: a lock, nothing more.
+        var (wait, generation): (Double, Int) = state.withLock { state in
+            guard let rate = state.rate, rate > 0 else { return (0, state.generation) }  // Unlimited: a lock, nothing more.
             let now = ContinuousClock.now
             let elapsed = now - state.last
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
@@ -57,8 +74,14 @@ public final class RateLimiter: Sendable {
             state.level = min(capacity, state.level + seconds * rate)
             state.last = now
             state.level -= Double(count)
-            return state.level < 0 ? -state.level / rate : 0
+            return (state.level < 0 ? -state.level / rate : 0, state.generation)
         }
-        if wait > 0 { try await Task.sleep(for: .nanoseconds(Int64(wait * 1e9))) }
+        // Sleep in slices of at most 100 ms, so a changed limit is noticed at once.
+        while wait > 0 {
+            let slice = min(wait, 0.1)
+            try await Task.sleep(for: .nanoseconds(Int64(slice * 1e9)))
+            wait -= slice
+            if state.withLock({ $0.generation }) != generation { return }
+        }
     }
 }

@@ -320,7 +320,8 @@ public actor DownloadManager {
         return Scheduler.Entry(id: record.id, host: host, priority: record.priority, queueOrder: record.queueOrder)
     }
 
-    private static func validateLimit(_ value: Int, _ name: String) throws {
+    /// Rejects a concurrency limit below 1.
+    public static func validateLimit(_ value: Int, _ name: String) throws {
         guard value >= 1 else {
             throw HaulError(.invalidArgument, "\(name) must be 1 or more, not \(value)")
         }

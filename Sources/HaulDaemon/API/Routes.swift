@@ -26,7 +26,20 @@ enum Routes {
         api.post("tasks") { request, context in
             await respond {
                 let body = try await decode(API.AddRequest.self, from: request, context: context)
-                let requests = try body.downloads.map { try $0.request() }
+                guard !body.downloads.isEmpty else {
+                    throw HaulError(.invalidArgument, "downloads is empty: give at least one download")
+                }
+                // All or nothing: every download is checked before any is added.
+                let requests = try body.downloads.enumerated().map { index, download in
+                    do {
+                        let request = try download.request()
+                        try request.validate()
+                        return request
+                    } catch var error as HaulError {
+                        error.message = "downloads[\(index)]: \(error.message)"
+                        throw error
+                    }
+                }
                 var added: [DownloadInfo] = []
                 for download in requests {
                     added.append(try await core.manager.download(download, priority: body.priority ?? 0))
@@ -56,12 +69,24 @@ enum Routes {
         api.put("settings") { request, context in
             await respond {
                 let body = try await decode(API.Settings.self, from: request, context: context)
+                // A rejected request changes nothing: every field is checked before any applies.
+                if let limit = body.maxConcurrentDownloads {
+                    try DownloadManager.validateLimit(limit, "maxConcurrentDownloads")
+                }
+                if let limit = body.maxConnectionsPerHost {
+                    try DownloadManager.validateLimit(limit, "maxConnectionsPerHost")
+                }
+                if let rate = body.overallRateLimit, rate != 0 {
+                    do {
+                        try DownloadRequest.validateRateLimit(rate)
+                    } catch var error as HaulError {
+                        error.message = "overallRateLimit: \(error.message) (0 for none)"
+                        throw error
+                    }
+                }
                 if let limit = body.maxConcurrentDownloads { try await core.manager.setMaxConcurrentDownloads(limit) }
                 if let limit = body.maxConnectionsPerHost { try await core.manager.setMaxConnectionsPerHost(limit) }
                 if let rate = body.overallRateLimit {
-                    guard rate >= 0 else {
-                        throw HaulError(.invalidArgument, "The rate limit must be 0 (none) or more")
-                    }
                     try await core.manager.setOverallRateLimit(rate == 0 ? nil : rate)
                 }
                 return await settings(core)

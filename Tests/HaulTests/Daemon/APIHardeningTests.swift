@@ -1,0 +1,130 @@
+import AsyncHTTPClient
+import Foundation
+import Haul
+import HaulDaemon
+import HaulTesting
+import NIOCore
+import NIOHTTP1
+import Testing
+
+/// Hostile bodies for the daemon's API: nothing reaches a trap, a rejected request changes
+/// nothing, and the daemon keeps answering.
+@Suite("Daemon API: hostile input")
+struct APIHardeningTests {
+    /// Sends `body` to the daemon's socket; returns the status and the answer's text.
+    static func send(_ method: HTTPMethod, _ path: String, _ body: String, home: String) async throws -> (Int, String) {
+        let socket = (home + "/daemon.sock").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        var request = HTTPClientRequest(url: "http+unix://\(socket)/v1\(path)")
+        request.method = method
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.body = .bytes(ByteBuffer(string: body))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let text = String(buffer: try await response.body.collect(upTo: 1 << 20))
+        return (Int(response.status.code), text)
+    }
+
+    @Test(
+        "PUT /v1/settings with an out-of-range or mixed body: 400, nothing applied, the daemon still answers",
+        arguments: [
+            #"{"overallRateLimit": 9223372036854775807}"#,
+            #"{"maxConcurrentDownloads": 7, "overallRateLimit": -1}"#,
+            #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": 0}"#,
+            #"{"maxConcurrentDownloads": 0}"#,
+        ]
+    )
+    func settingsValidatedBeforeApplied(body: String) async throws {
+        let temp = try TemporaryDirectory()
+        try await withDaemon(home: temp.file("home"), maxConcurrent: 3) { client, _ in
+            let before = try await client.settings()
+            let (status, text) = try await Self.send(.PUT, "/settings", body, home: temp.file("home"))
+            #expect(status == 400, "\(text)")
+            #expect(text.contains("\"error\""))
+            #expect(try await client.settings() == before)
+            #expect(before.maxConcurrentDownloads == 3)
+        }
+    }
+
+    @Test("POST /v1/tasks with one good and one bad download adds neither")
+    func addIsAllOrNothing() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        try await TestServer.withServer { server in
+            server.set("/good", .init(size: 10_000))
+            try await withDaemon(home: temp.file("home")) { client, _ in
+                let body = """
+                    {"downloads": [
+                        {"url": "\(server.url("/good"))", "directory": "\(out)"},
+                        {"url": "\(server.url("/good"))", "directory": "\(out)/missing/dir"}
+                    ]}
+                    """
+                let (status, text) = try await Self.send(.POST, "/tasks", body, home: temp.file("home"))
+                #expect(status == 400)
+                #expect(text.contains("downloads[1]"), "\(text)")
+                #expect(try await client.tasks().isEmpty)
+                #expect(server.requests(for: "/good").isEmpty)
+                let (emptyStatus, _) = try await Self.send(.POST, "/tasks", #"{"downloads": []}"#, home: temp.file("home"))
+                #expect(emptyStatus == 400)
+            }
+        }
+    }
+
+    @Test("a header with CR/LF is refused by the API and the library; nothing is added")
+    func headerInjectionRefused() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        try await TestServer.withServer { server in
+            server.set("/f", .init(size: 10_000))
+            try await withDaemon(home: temp.file("home")) { client, _ in
+                let body = """
+                    {"downloads": [{"url": "\(server.url("/f"))", "directory": "\(out)",
+                        "headers": [{"name": "X", "value": "a\\r\\nInjected: b"}]}]}
+                    """
+                let (status, text) = try await Self.send(.POST, "/tasks", body, home: temp.file("home"))
+                #expect(status == 400)
+                #expect(text.contains("Header 'X' holds a line break"), "\(text)")
+                #expect(try await client.tasks().isEmpty)
+            }
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("lib.sqlite"))) { downloader in
+                for header in [HTTPHeaderField(name: "X", value: "a\r\nB: c"), HTTPHeaderField(name: "Bad Name", value: "v")] {
+                    await expectHaulError(.invalidArgument) {
+                        _ = try await downloader.download(
+                            DownloadRequest(url: server.url("/f"), destination: .directory(out), headers: [header])
+                        )
+                    }
+                }
+            }
+            #expect(server.requests(for: "/f").isEmpty)
+        }
+    }
+
+    @Test("a rate limit no Int64 can hold is refused, and the limiter never traps on the largest one")
+    func hugeRates() async throws {
+        #expect(RateLimiter(bytesPerSecond: .max).bytesPerSecond == RateLimiter.maxBytesPerSecond)
+        #expect(throws: HaulError.self) { try DownloadRequest.validateRateLimit(.max) }
+        #expect(throws: HaulError.self) { try DownloadRequest.validateRateLimit(0) }
+        try DownloadRequest.validateRateLimit(RateLimiter.maxBytesPerSecond)
+    }
+
+    @Test("removing a 1 B/s limit wakes the sleeping connection at once")
+    func removingALimitWakes() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: 2 << 20))
+            try await Self.removeLimitThenFinish(server, downloader, temp.path)
+        }
+    }
+
+    static func removeLimitThenFinish(_ server: TestServer, _ downloader: Downloader, _ directory: String) async throws {
+        let task = try await downloader.download(
+            DownloadRequest(url: server.url("/f.bin"), destination: .directory(directory), rateLimit: 1)
+        )
+        // The first chunk put the connection to sleep for hours at 1 B/s.
+        #expect(try await waitUntil { server.bodyBytesSent("/f.bin") > 0 })
+        task.setRateLimit(nil)
+        // Bounded: a connection still asleep fails here instead of hanging the suite.
+        let woke = try await waitUntil(timeout: .seconds(30)) { server.bodyBytesSent("/f.bin") >= 2 << 20 }
+        #expect(woke, "the connection still sleeps on the removed limit")
+        if !woke { await task.cancel() }
+        let path = try await task.result().path
+        #expect(sha256(file: path) == server.sha256("/f.bin"))
+    }
+}
