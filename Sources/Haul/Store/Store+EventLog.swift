@@ -88,9 +88,20 @@ extension Store {
     }
 
     /// Records that a client of `session` has every event up to `eventID`, and deletes them.
-    /// An acknowledgement never moves backwards.
+    /// An acknowledgement never moves backwards, and never beyond the last event written:
+    /// one that did would hide every later event from the session.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for an id no event has had yet.
     package func acknowledgeEvents(session: String, through eventID: Int64) async throws {
         try await write { db in
+            // AUTOINCREMENT keeps the highest id ever given in sqlite_sequence.
+            let last = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'event'") ?? 0
+            guard eventID <= last else {
+                throw HaulError(
+                    .invalidArgument,
+                    "Cannot acknowledge through event \(eventID): the last event is \(last)",
+                    hint: "Acknowledge an id you have received"
+                )
+            }
             try db.execute(
                 sql: """
                     INSERT INTO session (name, acknowledged) VALUES (?, ?)

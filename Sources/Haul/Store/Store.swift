@@ -338,6 +338,7 @@ public final class Store: Sendable {
     /// One sentence for a failed store access: a full disk or a read-only store said as
     /// such, anything else with SQLite's own message (never a library type dump).
     static func failure(_ access: String, _ error: any Error, path: String) -> HaulError {
+        if let error = error as? HaulError { return error }
         if error is CancellationError { return HaulError(.cancelled, "\(access) the Haul store was cancelled") }
         guard let sqlite = error as? DatabaseError else {
             return HaulError(.store, "\(access) the Haul store at \(path) failed", path: path, underlying: error)

@@ -127,4 +127,27 @@ struct APIHardeningTests {
         let path = try await task.result().path
         #expect(sha256(file: path) == server.sha256("/f.bin"))
     }
+
+    @Test("an acknowledgement beyond the last event is refused, and later events stay visible")
+    func ackBeyondLastEvent() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/a", .init(size: 10_000, seed: 1))
+            server.set("/b", .init(size: 10_000, seed: 2))
+            try await withDaemon(home: home) { client, _ in
+                let a = try await client.add([DownloadRequest(url: server.url("/a"), destination: .directory(out), session: "s")])
+                #expect(try await waitUntil { try await client.info(a[0].id).state == .completed })
+                let (status, text) = try await Self.send(.POST, "/sessions/s/ack", #"{"through": 999999999}"#, home: home)
+                #expect(status == 400)
+                #expect(text.contains("the last event is"), "\(text)")
+                let b = try await client.add([DownloadRequest(url: server.url("/b"), destination: .directory(out), session: "s")])
+                #expect(try await waitUntil { try await client.info(b[0].id).state == .completed })
+                let logged = try await client.loggedEvents(session: "s")
+                #expect(logged.contains { $0.kind == .completed && $0.taskID == b[0].id }, "later events are not hidden")
+                #expect(logged.contains { $0.kind == .completed && $0.taskID == a[0].id }, "nothing was acknowledged")
+            }
+        }
+    }
 }
