@@ -3,6 +3,7 @@ import HTTPTypes
 import Haul
 import Hummingbird
 import Logging
+import NIOCore
 
 extension HTTPField.Name {
     static let lastEventID = HTTPField.Name("Last-Event-ID")!
@@ -204,17 +205,62 @@ enum Routes {
         return name
     }
 
+    /// The largest request body the API reads (16 MiB: about 50,000 downloads in one add).
+    static let maxBodySize = 16 << 20
+
+    /// A request body over ``maxBodySize``: answered with 413.
+    struct BodyTooLarge: Error {}
+
     private static func decode<T: Decodable>(
         _ type: T.Type,
         from request: Request,
         context: BasicRequestContext
     ) async throws -> T {
         var request = request
-        let body = try await request.collectBody(upTo: 16 << 20)
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: maxBodySize)
+        } catch is NIOTooManyBytesError {
+            throw BodyTooLarge()
+        }
         do {
             return try HaulJSON.decoder.decode(T.self, from: Data(buffer: body))
+        } catch let error as DecodingError {
+            throw HaulError(.invalidArgument, "Invalid request body: \(describe(error))")
         } catch {
-            throw HaulError(.invalidArgument, "Invalid request body: \(error)")
+            throw HaulError(.invalidArgument, "Invalid request body: it is not JSON")
+        }
+    }
+
+    /// A decoding failure as a sentence naming the field, e.g. `field 'downloads[0].url' is missing`.
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context, _ last: (any CodingKey)? = nil) -> String {
+            let keys = context.codingPath + (last.map { [$0] } ?? [])
+            var text = ""
+            for key in keys {
+                if let index = key.intValue { text += "[\(index)]" } else { text += (text.isEmpty ? "" : ".") + key.stringValue }
+            }
+            return text.isEmpty ? "the body" : "field '\(text)'"
+        }
+        switch error {
+        case .keyNotFound(let key, let context): return "\(path(context, key)) is missing"
+        case .typeMismatch(let type, let context): return "\(path(context)) must be \(typeName(type))"
+        case .valueNotFound(let type, let context): return "\(path(context)) must be \(typeName(type)), not null"
+        case .dataCorrupted(let context):
+            return context.codingPath.isEmpty
+                ? "it is not valid JSON, or a number in it does not fit in 64 bits"
+                : "\(path(context)) has an invalid value"
+        @unknown default: return "it does not match the expected shape"
+        }
+    }
+
+    private static func typeName(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Bool.Type: "true or false"
+        case is Int.Type, is Int64.Type: "a whole number that fits in 64 bits"
+        case is Array<Any>.Type: "an array"
+        default: "a \(String(describing: type).lowercased())"
         }
     }
 
@@ -237,6 +283,15 @@ enum Routes {
     }
 
     static func failure(_ error: any Error) -> Response {
+        if error is BodyTooLarge {
+            return json(
+                API.Failure(
+                    error: "The request body is larger than \(maxBodySize >> 20) MiB; send fewer downloads at once",
+                    code: "tooLarge"
+                ),
+                status: .contentTooLarge
+            )
+        }
         let haul = error as? HaulError ?? HaulError(.store, "\(error)")
         let status: HTTPResponse.Status
         switch haul.code {

@@ -150,4 +150,37 @@ struct APIHardeningTests {
             }
         }
     }
+
+    @Test("a body over 16 MiB is 413 with a sentence; the daemon still answers")
+    func bodyTooLarge() async throws {
+        let temp = try TemporaryDirectory()
+        try await withDaemon(home: temp.file("home")) { client, _ in
+            let huge = "{\"downloads\": [\"" + String(repeating: "x", count: 17 << 20) + "\"]}"
+            let (status, text) = try await Self.send(.POST, "/tasks", huge, home: temp.file("home"))
+            #expect(status == 413)
+            #expect(text.contains("larger than 16 MiB"), "\(text.prefix(300))")
+            #expect(try await client.tasks().isEmpty)
+            #expect(try await client.status().pid > 0)
+        }
+    }
+
+    @Test(
+        "a malformed body is a 400 naming the field and what was expected",
+        arguments: [
+            ("/tasks", #"{"downloads": [{"directory": "/tmp"}]}"#, "field 'downloads[0].url' is missing"),
+            ("/settings", #"{"overallRateLimit": "fast"}"#, "field 'overallRateLimit' must be a whole number"),
+            ("/settings", #"{"maxConcurrentDownloads": true}"#, "field 'maxConcurrentDownloads' must be a whole number"),
+            ("/settings", #"{"maxConcurrentDownloads": 1e99}"#, "a number in it does not fit in 64 bits"),
+            ("/tasks", "not json", "it is not valid JSON"),
+        ]
+    )
+    func malformedBodies(path: String, body: String, expected: String) async throws {
+        let temp = try TemporaryDirectory()
+        try await withDaemon(home: temp.file("home")) { client, _ in
+            let (status, text) = try await Self.send(path == "/settings" ? .PUT : .POST, path, body, home: temp.file("home"))
+            #expect(status == 400)
+            #expect(text.contains(expected), "\(text)")
+            #expect(!text.contains("DecodingError") && !text.contains("CodingKeys"), "\(text)")
+        }
+    }
 }
