@@ -229,8 +229,12 @@ final class ExternalServer: Sendable {
         directory: TemporaryDirectory
     ) async throws -> ExternalServer {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
+        // Through `env --default-signal`: a disposition of SIG_IGN survives exec, and this
+        // test process ignores SIGTERM once a daemon test has run (swift-service-lifecycle
+        // handles it itself) — a server started with it ignored would never stop on SIGTERM
+        // (Python), or be killed before it could stop its workers (Apache).
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["--default-signal=TERM,INT,HUP", executable] + arguments
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
