@@ -13,6 +13,14 @@ import Testing
 struct APIHardeningTests {
     /// Sends `body` to the daemon's socket; returns the status and the answer's text.
     static func send(_ method: HTTPMethod, _ path: String, _ body: String, home: String) async throws -> (Int, String) {
+        let (status, text, _) = try await exchange(method, path, body, home: home)
+        return (status, text)
+    }
+
+    /// Like ``send``, with the answer's `Allow` header.
+    static func exchange(_ method: HTTPMethod, _ path: String, _ body: String, home: String) async throws
+        -> (Int, String, String?)
+    {
         let socket = (home + "/daemon.sock").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
         var request = HTTPClientRequest(url: "http+unix://\(socket)/v1\(path)")
         request.method = method
@@ -20,7 +28,7 @@ struct APIHardeningTests {
         request.body = .bytes(ByteBuffer(string: body))
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
         let text = String(buffer: try await response.body.collect(upTo: 1 << 20))
-        return (Int(response.status.code), text)
+        return (Int(response.status.code), text, response.headers.first(name: "Allow"))
     }
 
     @Test(
@@ -181,6 +189,26 @@ struct APIHardeningTests {
             #expect(status == 400)
             #expect(text.contains(expected), "\(text)")
             #expect(!text.contains("DecodingError") && !text.contains("CodingKeys"), "\(text)")
+        }
+    }
+
+    @Test("unknown paths answer the API's JSON 404; known paths with another method 405 with Allow")
+    func unknownEndpoints() async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        try await withDaemon(home: home) { _, _ in
+            let (missing, missingText, _) = try await Self.exchange(.GET, "/nothing/here", "", home: home)
+            #expect(missing == 404)
+            #expect(missingText.contains("\"code\":\"notFound\"") && missingText.contains("No such endpoint: GET /v1/nothing/here"))
+            let (wrong, wrongText, allow) = try await Self.exchange(.DELETE, "/settings", "", home: home)
+            #expect(wrong == 405, "\(wrongText)")
+            #expect(allow == "GET, PUT")
+            #expect(wrongText.contains("/v1/settings does not take DELETE; it takes GET, PUT"), "\(wrongText)")
+            let (pattern, _, patternAllow) = try await Self.exchange(.PUT, "/tasks/\(UUID())", "", home: home)
+            #expect(pattern == 405)
+            #expect(patternAllow == "GET")
+            let (ok, _, _) = try await Self.exchange(.GET, "/settings", "", home: home)
+            #expect(ok == 200)
         }
     }
 }
