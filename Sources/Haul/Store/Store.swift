@@ -30,16 +30,17 @@ public final class Store: Sendable {
                 // only makes a committed offset older than the data on disk: safe, never a hole.
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
-            let pool = try DatabasePool(path: path, configuration: configuration)
-            // GRDB's migrator is safe within a process, not between processes: two `haul`
-            // commands starting on a new store would both create the tables. A lock file
-            // beside the store serialises migration across processes.
-            let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            // Opening a new store is not safe between processes: switching it to WAL fails with
+            // "database is locked" while another process does the same (no busy timeout
+            // applies there), and GRDB's migrator would let both create the tables. A lock
+            // file beside the store serialises opening and migrating across processes.
+            let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
             guard lock >= 0 else { throw HaulError.fileSystem("create", path: path + ".lock", errno: errno) }
             defer { close(lock) }
             while flock(lock, LOCK_EX) != 0 {
                 guard errno == EINTR else { throw HaulError.fileSystem("lock", path: path + ".lock", errno: errno) }
             }
+            let pool = try DatabasePool(path: path, configuration: configuration)
             try self.init(writer: pool)
         } catch let error as HaulError {
             throw error

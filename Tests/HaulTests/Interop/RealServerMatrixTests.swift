@@ -81,25 +81,33 @@ struct RealServerMatrixTests {
             // the last second.
             let first = try Self.publish(server.root, seed: 31, age: 0)
             let temp = try TemporaryDirectory()
-            let home = temp.file("home")
-            let out = try temp.directory("out")
-            let arguments = [
-                "get", "-x", String(test.connections), "--min-split", "1M", "--checkpoint-interval", "0.2",
-                "-d", out, server.url(test.server.path).absoluteString,
-            ]
-            let child = try HaulProcess(arguments, home: home)
-            #expect(try await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: home + "/haul.sqlite") })
-            let store = try Store(path: home + "/haul.sqlite")
-            func committed() async throws -> Int64 {
-                guard let task = try await store.allTasks().first else { return 0 }
-                return try await store.segments(of: task.id).reduce(0) { $0 + $1.committed - $1.start }
+            // On a loaded machine the whole file can arrive before the kill lands; such a run
+            // tests no resume, so the first phase starts over in a fresh home (three tries).
+            var home = "", out = "", arguments: [String] = []
+            var atKill: Int64 = 0
+            for attempt in 1...3 {
+                home = temp.file("home\(attempt)")
+                out = try temp.directory("out\(attempt)")
+                arguments = [
+                    "get", "-x", String(test.connections), "--min-split", "1M", "--checkpoint-interval", "0.2",
+                    "-d", out, server.url(test.server.path).absoluteString,
+                ]
+                let child = try HaulProcess(arguments, home: home)
+                let storePath = home + "/haul.sqlite"
+                #expect(try await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: storePath) })
+                let store = try Store(path: storePath)
+                func committed() async throws -> Int64 {
+                    guard let task = try await store.allTasks().first else { return 0 }
+                    return try await store.segments(of: task.id).reduce(0) { $0 + $1.committed - $1.start }
+                }
+                let reached = try await waitUntil(timeout: .seconds(30)) { try await committed() >= 2 << 20 }
+                child.kill(SIGKILL)
+                let killed = await child.finish()
+                atKill = try await committed()
+                if killed.status == SIGKILL, atKill < Int64(Self.size) { break }
+                #expect(attempt < 3 && (reached || killed.status == 0), "\(killed.status): \(killed.stderr)")
             }
-            let reached = try await waitUntil(timeout: .seconds(30)) { try await committed() >= 2 << 20 }
-            child.kill(SIGKILL)
-            let killed = await child.finish()
-            #expect(reached && killed.status == SIGKILL, "\(killed.status): \(killed.stderr)")
-            let atKill = try await committed()
-            #expect(atKill < Int64(Self.size), "the kill came too late to test a resume")
+            #expect(atKill < Int64(Self.size), "the kill came too late to test a resume, three times")
 
             // A new version, two seconds newer, so every server's validators change; wait until
             // the server shows it (lighttpd's stat cache serves the old file for a moment).
