@@ -170,6 +170,17 @@ extension HaulError {
         )
     }
 
+    /// A file is already where a download would place its own, and replacing it was not asked for.
+    static func destinationExists(_ path: String, url: URL? = nil) -> HaulError {
+        HaulError(
+            .destinationExists,
+            "\(path) already exists",
+            url: url,
+            path: path,
+            hint: "Use --force to replace it, or -o to choose another name"
+        )
+    }
+
     static func httpStatus(_ status: Int, reason: String, url: URL, retryAfter: Duration? = nil) -> HaulError {
         var error = HaulError(
             .httpStatus,

@@ -52,27 +52,6 @@ struct InputFile {
         }
     }
 
-    /// The destination of an `out=` name, confined to `directory`: a relative path whose
-    /// components are plain names (subdirectories allowed, `..`, `.` and absolute paths not).
-    /// - Throws: ``HaulError/Code/invalidArgument`` for a name that would leave the directory.
-    static func destination(_ out: String, inside directory: String) throws -> Destination {
-        let components = out.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard !out.hasPrefix("/"), !out.hasSuffix("/"), components.allSatisfy(FileNamingRules.isPlainComponent)
-        else {
-            throw HaulError(
-                .invalidArgument,
-                "The input file's out=\(out) would leave the download directory",
-                hint: "Use a name or a relative path without '..' (the directory itself comes from -d)"
-            )
-        }
-        let base = Destination.directory(directory).directory
-        let destination = Destination.file((base as NSString).appendingPathComponent(out))
-        guard destination.directory == base || destination.directory.hasPrefix(base + "/") else {
-            throw HaulError(.invalidArgument, "The input file's out=\(out) would leave the download directory")
-        }
-        return destination
-    }
-
     /// Reads a file, or standard input for `-`.
     static func read(_ path: String) throws -> InputFile {
         let data: Data?
@@ -88,11 +67,3 @@ struct InputFile {
     }
 }
 
-/// What a name from an input file may hold.
-enum FileNamingRules {
-    /// One path component that names a file: not empty, not `.` or `..`, no NUL or control characters.
-    static func isPlainComponent(_ component: String) -> Bool {
-        !component.isEmpty && component != "." && component != ".."
-            && !component.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
-    }
-}

@@ -15,14 +15,15 @@ public struct HTTPHeaderField: Sendable, Hashable, Codable {
     /// Characters: "\r\n" is one Character in Swift and equals neither "\r" nor "\n".)
     /// - Throws: ``HaulError/Code/invalidArgument`` naming the header.
     public func validate() throws {
-        let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        guard !name.isEmpty, name.count <= 256, name.allSatisfy({ tokenCharacters.contains($0) }) else {
+        guard !name.isEmpty, name.count <= 256, name.allSatisfy({ HTTPHeaderField.tokenCharacters.contains($0) }) else {
             throw HaulError(.invalidArgument, "Invalid header name '\(name.prefix(64))'", hint: "A header name is a token: letters, digits and !#$%&'*+-.^_`|~")
         }
         guard value.utf8.count <= 16384, !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
             throw HaulError(.invalidArgument, "Header '\(name)' holds a line break, NUL or more than 16 KiB")
         }
     }
+
+    private static let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
     /// Parses `Name: value`.
     /// - Throws: ``HaulError/Code/invalidArgument`` when there is no colon, the name is not a
@@ -52,6 +53,23 @@ public struct Destination: Sendable, Hashable, Codable {
             directory: (absolute as NSString).deletingLastPathComponent,
             fileName: (absolute as NSString).lastPathComponent
         )
+    }
+
+    /// Into `relative` inside `directory` and never outside it: a name, or a relative path
+    /// whose components are plain names (subdirectories allowed; `..`, `.` and absolute
+    /// paths refused). For names from files and other programs, such as an input file's `out=`.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a name that would leave the directory.
+    public static func file(_ relative: String, confinedTo directory: String) throws -> Destination {
+        guard !relative.hasPrefix("/"), relative.split(separator: "/", omittingEmptySubsequences: false)
+            .allSatisfy({ FileNaming.isPlainName(String($0)) })
+        else {
+            throw HaulError(
+                .invalidArgument,
+                "The name '\(relative)' would leave the download directory",
+                hint: "Use a name or a relative path without '..' (the directory itself comes from -d)"
+            )
+        }
+        return .file((Destination.absolute(directory) as NSString).appendingPathComponent(relative))
     }
 
     /// Into this directory, under a name chosen from the response or the URL.
@@ -200,11 +218,6 @@ public struct DownloadRequest: Sendable {
         }
         if let port = url.port, !(1...65535).contains(port) {
             throw HaulError.invalidURL(original ?? url.absoluteString, reason: "port \(port) is not between 1 and 65535")
-        }
-        if url.port == nil, let authority = URLComponents(url: url, resolvingAgainstBaseURL: false)?.percentEncodedHost,
-            authority.isEmpty
-        {
-            throw HaulError.invalidURL(original ?? url.absoluteString, reason: "it has no host")
         }
     }
 }

@@ -343,7 +343,7 @@ public final class DownloadTask: Sendable {
     public let id: UUID
     private let box = ProgressBox()
     private let control = TransferControl()
-    private let limiter: RateLimiter
+    let limiter: RateLimiter
     private let runner: Task<DownloadResult, any Error>
 
     init(

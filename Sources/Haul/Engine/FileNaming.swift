@@ -33,9 +33,11 @@ enum FileNaming {
         return "download-" + digest.prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 
-    /// Whether a name is one plain file name: not empty, not `.` or `..`, no `/` or NUL.
+    /// Whether a name is one plain file name: not empty, not `.` or `..`, no `/`, NUL or
+    /// other control characters.
     static func isPlainName(_ name: String) -> Bool {
-        !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
+        !name.isEmpty && name != "." && name != ".." && !name.contains("/")
+            && !name.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
     }
 
     /// Makes a server- or URL-supplied name safe, or returns nil when nothing usable is left.

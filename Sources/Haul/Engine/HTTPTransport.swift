@@ -156,6 +156,12 @@ struct HTTPTransport: Sendable {
         )
     }
 
+    /// Whether a transport failure is a connect or read timeout.
+    static func isTimeout(_ error: any Error) -> Bool {
+        guard let error = error as? HTTPClientError else { return false }
+        return error == .readTimeout || error == .connectTimeout
+    }
+
     /// A network failure in words: the system's message for an errno, else the error's own
     /// description without module and type prefixes.
     static func describe(_ error: any Error) -> String {

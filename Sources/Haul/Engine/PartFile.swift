@@ -28,8 +28,6 @@ final class PartFile: Sendable {
     let path: String
     private let descriptor: Int32
     private let closed = Mutex(false)
-    /// Device and inode, `"dev:ino"`: the file's identity where extended attributes are missing.
-    let identity: String
 
     /// Why an existing part file cannot be used.
     enum Claim: Error, Equatable {
@@ -44,8 +42,10 @@ final class PartFile: Sendable {
     /// The extended attribute that names the task a part file belongs to.
     static let ownerAttribute = "user.haul.task"
 
-    private init(path: String, descriptor: Int32, lock: Bool) throws {
-        if lock, flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+    /// Takes an exclusive advisory lock on the open descriptor, so two processes never write
+    /// one part file; the kernel drops it when the process dies, even by `kill -9`.
+    private init(lockingAt path: String, descriptor: Int32) throws {
+        if flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             _ = systemClose(descriptor)
             if code == EWOULDBLOCK {
@@ -58,16 +58,19 @@ final class PartFile: Sendable {
             }
             throw HaulError.fileSystem("lock", path: path, errno: code)
         }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            let code = errno
-            _ = systemClose(descriptor)
-            throw HaulError.fileSystem("stat", path: path, errno: code)
-        }
         self.path = path
         self.descriptor = descriptor
-        self.identity = "\(info.st_dev):\(info.st_ino)"
     }
+
+    /// Device and inode, `"dev:ino"`: the file's identity where extended attributes are
+    /// missing; nil when it cannot be read.
+    var identity: String? {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return nil }
+        return PartFile.identity(info)
+    }
+
+    private static func identity(_ info: stat) -> String { "\(info.st_dev):\(info.st_ino)" }
 
     /// Creates a new, empty part file at `path` marked as `owner`'s, and locks it.
     /// - Throws: ``Claim/exists`` when any file (or link) is already at `path`;
@@ -78,7 +81,7 @@ final class PartFile: Sendable {
             if errno == EEXIST { throw Claim.exists }
             throw HaulError.fileSystem("create", path: path, errno: errno)
         }
-        let file = try PartFile(path: path, descriptor: fd, lock: true)
+        let file = try PartFile(lockingAt: path, descriptor: fd)
         let mark = Array(owner.uuidString.lowercased().utf8)
         if chaul_fsetxattr(fd, ownerAttribute, mark, mark.count) != 0, !PartFile.unsupported(errno) {
             let code = errno
@@ -114,30 +117,31 @@ final class PartFile: Sendable {
         }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw refuse("it is not a regular file") }
         guard info.st_nlink == 1 else { throw refuse("it has \(info.st_nlink) hard links") }
-        switch PartFile.owner(of: fd) {
-        case .some(let mark?):
+        switch PartFile.mark(of: fd) {
+        case .owner(let mark):
             guard mark == owner.uuidString.lowercased() else { throw refuse("it belongs to another download (\(mark))") }
-        case .some(nil):
+        case .none:
             throw refuse("Haul did not create it")
-        case nil:
+        case .unsupported:
             // No extended attributes here: the store's record of the file is the proof.
-            guard let identity, identity == "\(info.st_dev):\(info.st_ino)" else {
-                throw refuse("Haul did not create it")
-            }
+            guard identity == PartFile.identity(info) else { throw refuse("Haul did not create it") }
         }
-        return try PartFile(path: path, descriptor: fd, lock: true)
+        return try PartFile(lockingAt: path, descriptor: fd)
     }
 
-    /// The task id a file is marked with: `.some(nil)` for no mark, nil when the file system
-    /// keeps no extended attributes.
-    private static func owner(of fd: Int32) -> String?? {
+    /// What a file's owner mark says.
+    private enum Mark {
+        case owner(String)
+        case none
+        /// The file system keeps no extended attributes.
+        case unsupported
+    }
+
+    private static func mark(of fd: Int32) -> Mark {
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = chaul_fgetxattr(fd, ownerAttribute, &buffer, buffer.count)
-        if n < 0 {
-            if errno == ENODATA || errno == ERANGE { return .some(nil) }
-            return PartFile.unsupported(errno) ? nil : .some(nil)
-        }
-        return .some(String(decoding: buffer.prefix(n), as: UTF8.self))
+        guard n >= 0 else { return unsupported(errno) ? .unsupported : .none }
+        return .owner(String(decoding: buffer.prefix(n), as: UTF8.self))
     }
 
     private static func unsupported(_ code: Int32) -> Bool { code == ENOTSUP || code == EOPNOTSUPP }
@@ -160,7 +164,6 @@ final class PartFile: Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw HaulError.fileSystem("open", path: path, errno: errno) }
         self.descriptor = fd
-        self.identity = ""
     }
 
     deinit {
@@ -327,14 +330,7 @@ enum FileOps {
     static func rename(_ from: String, to: String, replacing: Bool) throws {
         let moved = replacing ? systemRename(from, to) : chaul_rename_noreplace(from, to)
         guard moved == 0 else {
-            if errno == EEXIST {
-                throw HaulError(
-                    .destinationExists,
-                    "\(to) already exists",
-                    path: to,
-                    hint: "Use --force to replace it, or -o to choose another name"
-                )
-            }
+            if errno == EEXIST { throw HaulError.destinationExists(to) }
             throw HaulError.fileSystem("move into place", path: to, errno: errno)
         }
         let directory = (to as NSString).deletingLastPathComponent

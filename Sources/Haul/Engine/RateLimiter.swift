@@ -17,6 +17,8 @@ public final class RateLimiter: Sendable {
         var changed = false
         /// Counts changes, so a sleeping connection notices one.
         var generation = 0
+        /// Connections waiting for tokens now.
+        var sleepers = 0
         var level: Double = 0
         var last: ContinuousClock.Instant = .now
 
@@ -41,6 +43,9 @@ public final class RateLimiter: Sendable {
 
     /// The limit now, in bytes per second; nil when there is none.
     public var bytesPerSecond: Int64? { state.withLock { $0.bytesPerSecond } }
+
+    /// How many connections are waiting for tokens now.
+    var sleepingConnections: Int { state.withLock { $0.sleepers } }
 
     /// Changes the limit at once: connections waiting on the old rate stop waiting (the debt
     /// they ran up is forgiven) and the next chunk follows the new rate — so removing a
@@ -76,6 +81,9 @@ public final class RateLimiter: Sendable {
             state.level -= Double(count)
             return (state.level < 0 ? -state.level / rate : 0, state.generation)
         }
+        guard wait > 0 else { return }
+        state.withLock { $0.sleepers += 1 }
+        defer { state.withLock { $0.sleepers -= 1 } }
         // Sleep in slices of at most 100 ms, so a changed limit is noticed at once.
         while wait > 0 {
             let slice = min(wait, 0.1)

@@ -304,13 +304,12 @@ struct SegmentWorker: Sendable {
             try batch.flush(to: part)
             plan.wrote(upTo: batch.offset, segmentStart: start)
             if control.requested != nil || error is CancellationError { throw CancellationError() }
-            let failure = transport.connectionError(error, url: url)
-            if let end = segment.expectedEnd, position < end, failure.message.hasPrefix("Connection failed")
-                || failure.message.hasPrefix("The server closed")
-            {
+            // A timeout says more than "ended early"; any other break before the promised end
+            // is rule 8's short body.
+            if let end = segment.expectedEnd, position < end, !HTTPTransport.isTimeout(error) {
                 throw endedEarly(segment, at: position, end: end)
             }
-            throw failure
+            throw transport.connectionError(error, url: url)
         }
         try batch.flush(to: part)
         plan.wrote(upTo: batch.offset, segmentStart: start)

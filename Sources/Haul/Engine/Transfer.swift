@@ -194,13 +194,7 @@ final class Transfer {
     /// Refuses to replace a file that is already at the destination unless asked to.
     private func checkDestinationFree() throws {
         guard !task.overwrite, let destination = task.destinationPath, FileOps.exists(destination) else { return }
-        throw HaulError(
-            .destinationExists,
-            "\(destination) already exists",
-            url: url,
-            path: destination,
-            hint: "Use --force to replace it, or -o to choose another name"
-        )
+        throw HaulError.destinationExists(destination, url: url)
     }
 
     private func transferWithRetries() async throws {
@@ -367,7 +361,7 @@ final class Transfer {
             let length = Self.contentLength(response.headers)
             if length == nil || length == offset {
                 await HTTPTransport.discard(response.head.body)
-                try await settleLength(offset, confirmed: length == offset, why: "the server ignores ranges")
+                try await settleLength(offset, unconfirmed: length == offset ? nil : "the server ignores ranges")
                 return nil
             }
         }
@@ -392,15 +386,12 @@ final class Transfer {
                 totalLength: task.totalLength,
                 validators: task.validators
             )
-            if task.totalLength == nil, let total = contentRange.completeLength {
-                task.totalLength = total
-                segments[0].end = total
-                try await store.saveResponse(task, segments: segments)
-            } else if task.totalLength == nil, contentRange.range!.upperBound + 1 == offset {
-                // Nothing after the end: the overlap, compared as it streams, confirms it.
-                task.totalLength = offset
-                segments[0].end = offset
-                try await store.saveResponse(task, segments: segments)
+            // A length never known is learnt from Content-Range, or confirmed by a 206 that
+            // ends where the file did (its overlap is compared as it streams).
+            if task.totalLength == nil,
+                let total = contentRange.completeLength ?? (contentRange.range!.upperBound + 1 == offset ? offset : nil)
+            {
+                try await settleLength(total)
             }
             progress.update { $0.totalBytes = self.task.totalLength }
             let expected = overlap > 0 ? try await openPart().read(at: requestStart, count: Int(overlap)) : []
@@ -422,11 +413,11 @@ final class Transfer {
             if contentRange?.range == nil, let current = contentRange?.completeLength, current == offset,
                 task.totalLength == nil || task.totalLength == current
             {
-                if task.totalLength == nil { try await settleLength(offset, confirmed: true, why: "") }
+                if task.totalLength == nil { try await settleLength(offset) }
                 return nil
             }
             if confirming, contentRange == nil {
-                try await settleLength(offset, confirmed: false, why: "its 416 names no length")
+                try await settleLength(offset, unconfirmed: "its 416 names no length")
                 return nil
             }
             let said = contentRange?.completeLength.map { "\($0) bytes" } ?? "no length"
@@ -434,16 +425,17 @@ final class Transfer {
         default:
             let failure = await HTTPTransport.failure(response, url: url)
             if confirming, !failure.isRetryable {
-                try await settleLength(offset, confirmed: false, why: "it answered HTTP \(response.status)")
+                try await settleLength(offset, unconfirmed: "it answered HTTP \(response.status)")
                 return nil
             }
             throw failure
         }
     }
 
-    /// Ends a body of unknown length at `length`: confirmed by the server, or not.
-    private func settleLength(_ length: Int64, confirmed: Bool, why: String) async throws {
-        if !confirmed {
+    /// Records the length of a file whose length was unknown: confirmed by the server, or,
+    /// with `unconfirmed`, the reason it could not be.
+    private func settleLength(_ length: Int64, unconfirmed why: String? = nil) async throws {
+        if let why {
             lengthConfirmed = false
             logger.warning(
                 "the end of the file could not be confirmed",
@@ -539,10 +531,7 @@ final class Transfer {
             try checkDestinationFree()
         }
         try await resetToZero(validators: Validators(headers: headers, totalLength: length))
-        progress.update {
-            $0.totalBytes = length
-            $0.resumedFrom = nil
-        }
+        progress.update { $0.totalBytes = length }
         return length
     }
 
@@ -558,6 +547,7 @@ final class Transfer {
         progress.update {
             $0.bytesReceived = 0
             $0.bytesThisRun = 0
+            $0.resumedFrom = nil
         }
     }
 
@@ -589,15 +579,8 @@ final class Transfer {
         task.partPath = file.path
         task.partIdentity = file.identity
         try await store.setPart(task.id, path: file.path, identity: file.identity)
-        if committedBytes > 0 {
-            // The bytes the store counted are not in this new file.
-            segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: task.totalLength, committed: 0)]
-            try await store.saveResponse(task, segments: segments)
-            progress.update {
-                $0.bytesReceived = 0
-                $0.resumedFrom = nil
-            }
-        }
+        // The bytes the store counted are not in this new file.
+        if committedBytes > 0 { try await resetToZero(validators: task.validators) }
         return file
     }
 

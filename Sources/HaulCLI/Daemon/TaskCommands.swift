@@ -342,7 +342,7 @@ struct DownloadOptions: ParsableArguments {
             let destination: Destination
             if let out, confined {
                 // A name from an input file stays inside -d, whoever wrote the file.
-                destination = try InputFile.destination(out, inside: base)
+                destination = try Destination.file(out, confinedTo: base)
             } else if let out {
                 guard !out.hasSuffix("/") else {
                     throw HaulError(

@@ -357,6 +357,32 @@ struct SegmentPlanTests {
 struct RateLimitTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
 
+    @Test("removing a 1 B/s limit wakes the sleeping connection at once")
+    func removingALimitWakes() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: 2 << 20))
+            try await Self.removeLimitThenFinish(server, downloader, temp.path)
+        }
+    }
+
+    static func removeLimitThenFinish(_ server: TestServer, _ downloader: Downloader, _ directory: String) async throws {
+        let task = try await downloader.download(
+            DownloadRequest(url: server.url("/f.bin"), destination: .directory(directory), rateLimit: 1)
+        )
+        // The first chunk puts the connection to sleep for hours at 1 B/s.
+        #expect(try await waitUntil { task.limiter.sleepingConnections > 0 })
+        task.setRateLimit(nil)
+        // Bounded: a connection still asleep fails here instead of hanging the suite. What
+        // the client received counts, not what the server sent: loopback socket buffers
+        // take the whole file while the client sleeps.
+        let woke = try await waitUntil(timeout: .seconds(30)) { task.progress.bytesReceived >= 2 << 20 }
+        #expect(woke, "the connection still sleeps on the removed limit")
+        if !woke { await task.cancel() }
+        let path = try await task.result().path
+        #expect(sha256(file: path) == server.sha256("/f.bin"))
+    }
+
+
     /// Bytes the files hold on disk (allocated blocks: segments leave holes between them).
     static func written(_ paths: [String]) -> Int64 {
         paths.reduce(0) { total, path in
