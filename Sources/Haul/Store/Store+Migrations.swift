@@ -84,6 +84,13 @@ extension Store {
             }
             try db.create(index: "task_on_partPath", on: "task", columns: ["partPath"])
         }
+        migrator.registerMigration("v6: settings kept across restarts") { db in
+            // The daemon's limits as last changed, by name (see `StoredLimits`).
+            try db.create(table: "setting") { t in
+                t.primaryKey("name", .text)
+                t.column("value", .integer).notNull()
+            }
+        }
         return migrator
     }
 }

@@ -20,7 +20,9 @@ extension HaulCommand {
                 discussion: """
                     The API listens on $HAUL_HOME/daemon.sock (0600, in a 0700 directory). SIGTERM or \
                     SIGINT (or 'haul daemon stop') stop it cleanly: running downloads checkpoint and \
-                    continue at the next start.
+                    continue at the next start. The limits (--max-concurrent, --max-per-host, \
+                    --total-limit-rate, and 'haul set') are kept in the store: a start without them \
+                    uses the values last set.
                     """
             )
 
@@ -36,15 +38,21 @@ extension HaulCommand {
             )
             var listen: String?
 
-            @Option(name: [.customShort("j"), .customLong("max-concurrent")], help: "How many downloads run at once.")
-            var maxConcurrent: Int = 3
+            @Option(
+                name: [.customShort("j"), .customLong("max-concurrent")],
+                help: "How many downloads run at once (default: as last set, else 3)."
+            )
+            var maxConcurrent: Int?
 
-            @Option(name: .customLong("max-per-host"), help: "How many downloads run at once against one host.")
-            var maxPerHost: Int = 8
+            @Option(
+                name: .customLong("max-per-host"),
+                help: "How many downloads run at once against one host (default: as last set, else 8)."
+            )
+            var maxPerHost: Int?
 
             @Option(
                 name: .customLong("total-limit-rate"),
-                help: "Limit all downloads together, e.g. 20M (bytes per second); 'haul set --limit-rate' changes it."
+                help: "Limit all downloads together, e.g. 20M (bytes per second), 0 for none (default: as last set); 'haul set --limit-rate' changes it."
             )
             var totalLimitRate: ByteCount?
 
@@ -55,7 +63,7 @@ extension HaulCommand {
             var checkpointInterval: Double?
 
             func validate() throws {
-                guard maxConcurrent >= 1, maxPerHost >= 1 else { throw ValidationError("Limits must be 1 or more") }
+                guard maxConcurrent ?? 1 >= 1, maxPerHost ?? 1 >= 1 else { throw ValidationError("Limits must be 1 or more") }
                 guard Logger.Level(rawValue: logLevel) != nil else {
                     throw ValidationError("Unknown log level '\(logLevel)'")
                 }
@@ -90,7 +98,7 @@ extension HaulCommand {
                         listen: try listen.map(Start.parseListen),
                         handlesSignals: true,
                         checkpointInterval: checkpointInterval.map { .milliseconds(Int64($0 * 1000)) },
-                        overallRateLimit: totalLimitRate.flatMap { $0.bytes > 0 ? $0.bytes : nil },
+                        overallRateLimit: totalLimitRate?.bytes,
                         logger: logger
                     )
                 )
@@ -108,7 +116,9 @@ extension HaulCommand {
                     CLIError.note("The Haul daemon is already running (pid \(pid)).")
                     return
                 }
-                var arguments = ["--max-concurrent", "\(maxConcurrent)", "--max-per-host", "\(maxPerHost)"]
+                var arguments: [String] = []
+                if let maxConcurrent { arguments += ["--max-concurrent", "\(maxConcurrent)"] }
+                if let maxPerHost { arguments += ["--max-per-host", "\(maxPerHost)"] }
                 if let listen { arguments += ["--listen", listen] }
                 arguments += ["--log-level", logLevel]
                 if let checkpointInterval { arguments += ["--checkpoint-interval", "\(checkpointInterval)"] }

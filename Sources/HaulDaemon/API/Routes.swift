@@ -71,26 +71,13 @@ enum Routes {
         api.put("settings") { request, context in
             await respond {
                 let body = try await decode(API.Settings.self, from: request, context: context)
-                // A rejected request changes nothing: every field is checked before any applies.
-                if let limit = body.maxConcurrentDownloads {
-                    try DownloadManager.validateLimit(limit, "maxConcurrentDownloads")
-                }
-                if let limit = body.maxConnectionsPerHost {
-                    try DownloadManager.validateLimit(limit, "maxConnectionsPerHost")
-                }
-                if let rate = body.overallRateLimit, rate != 0 {
-                    do {
-                        try DownloadRequest.validateRateLimit(rate)
-                    } catch var error as HaulError {
-                        error.message = "overallRateLimit: \(error.message) (0 for none)"
-                        throw error
-                    }
-                }
-                if let limit = body.maxConcurrentDownloads { try await core.manager.setMaxConcurrentDownloads(limit) }
-                if let limit = body.maxConnectionsPerHost { try await core.manager.setMaxConnectionsPerHost(limit) }
-                if let rate = body.overallRateLimit {
-                    try await core.manager.setOverallRateLimit(rate == 0 ? nil : rate)
-                }
+                try await core.changeLimits(
+                    StoredLimits(
+                        maxConcurrentDownloads: body.maxConcurrentDownloads,
+                        maxConnectionsPerHost: body.maxConnectionsPerHost,
+                        overallRateLimit: body.overallRateLimit
+                    )
+                )
                 return await settings(core)
             }
         }

@@ -14,6 +14,8 @@ final class DaemonCore: Sendable {
     private let shutdownTrigger = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Clients attached with "pause my session when I disconnect", per session.
     private let pausingClients = Mutex<[String: Int]>([:])
+    /// Settings changes, one at a time.
+    private let settingsChanges = SerialQueue()
 
     init(manager: DownloadManager, eventLog: EventLog, paths: DaemonPaths, logger: Logger) {
         self.manager = manager
@@ -100,6 +102,21 @@ final class DaemonCore: Sendable {
         try await manager.setRateLimit(bytesPerSecond == 0 ? nil : bytesPerSecond, for: ids)
         let changed = Set(ids)
         return try await manager.tasks(session: selector.session).filter { changed.contains($0.id) }
+    }
+
+    /// Changes the daemon's limits and keeps them in the store for the next start. Every
+    /// field is checked before any applies, and changes apply one after another, so what
+    /// the store keeps is what runs.
+    /// - Throws: ``HaulError/Code/invalidArgument`` naming the first bad field; nothing changes then.
+    func changeLimits(_ change: StoredLimits) async throws {
+        try change.validate()
+        let manager = self.manager
+        try await settingsChanges.run {
+            try await manager.store.saveLimits(change)
+            if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
+            if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
+            if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
+        }
     }
 
     /// A client that wants its session paused when it goes is attached.

@@ -20,8 +20,12 @@ public final class DaemonService: Service, Sendable {
     public struct Configuration: Sendable {
         /// The home: store, socket, lock and token live in it.
         public var home: HaulHome
-        public var maxConcurrentDownloads: Int
-        public var maxConnectionsPerHost: Int
+        /// How many downloads run at once. nil: the value last set (by `PUT /v1/settings` or
+        /// an earlier start), kept in the store; 3 when none was. A value given here is kept too.
+        public var maxConcurrentDownloads: Int?
+        /// How many downloads run at once against one host; nil as for
+        /// ``maxConcurrentDownloads``, 8 when never set.
+        public var maxConnectionsPerHost: Int?
         /// A loopback TCP listener (`host`, `port`; port 0 picks a free one). Every request
         /// on it must carry the token of `$HAUL_HOME/daemon.token`.
         public var listen: (host: String, port: Int)?
@@ -31,15 +35,15 @@ public final class DaemonService: Service, Sendable {
         public var eventsPerSession: Int
         /// How often running downloads checkpoint (nil: the library's default).
         public var checkpointInterval: Duration?
-        /// A limit on all downloads together at start, in bytes per second (nil for none);
-        /// `PUT /v1/settings` changes it live.
+        /// A limit on all downloads together, in bytes per second, 0 for none; nil as for
+        /// ``maxConcurrentDownloads``, none when never set. `PUT /v1/settings` changes it live.
         public var overallRateLimit: Int64?
         public var logger: Logger
 
         public init(
             home: HaulHome,
-            maxConcurrentDownloads: Int = 3,
-            maxConnectionsPerHost: Int = 8,
+            maxConcurrentDownloads: Int? = nil,
+            maxConnectionsPerHost: Int? = nil,
             listen: (host: String, port: Int)? = nil,
             handlesSignals: Bool = false,
             eventsPerSession: Int = 10_000,
@@ -83,15 +87,17 @@ public final class DaemonService: Service, Sendable {
             withExtendedLifetime(lock) {}
         }
 
+        let store = try Store(path: paths.home.storePath)
+        let limits = try await DaemonService.startingLimits(configuration, store: store, logger: logger)
         var managerConfiguration = DownloadManager.Configuration(
-            store: .sqlite(at: paths.home.storePath),
-            maxConcurrentDownloads: configuration.maxConcurrentDownloads,
-            maxConnectionsPerHost: configuration.maxConnectionsPerHost,
+            store: .store(store),
+            maxConcurrentDownloads: limits.maxConcurrentDownloads ?? 3,
+            maxConnectionsPerHost: limits.maxConnectionsPerHost ?? 8,
             recoversTasks: true,
             background: true
         )
         managerConfiguration.downloader.logger = logger
-        managerConfiguration.downloader.overallRateLimit = configuration.overallRateLimit
+        managerConfiguration.downloader.overallRateLimit = limits.overallRateLimit.flatMap { $0 > 0 ? $0 : nil }
         if let interval = configuration.checkpointInterval {
             managerConfiguration.downloader.checkpointInterval = interval
         }
@@ -151,6 +157,26 @@ public final class DaemonService: Service, Sendable {
         stopRequested.withLock { $0 = true }
         let group = self.group.withLock { $0 }
         await group?.triggerGracefulShutdown()
+    }
+
+    /// The limits to start with: those given in the configuration over those the store kept
+    /// (which are saved, so the next start keeps them too). A kept value out of range is
+    /// named in the log and ignored.
+    static func startingLimits(_ configuration: Configuration, store: Store, logger: Logger) async throws
+        -> StoredLimits
+    {
+        let given = StoredLimits(
+            maxConcurrentDownloads: configuration.maxConcurrentDownloads,
+            maxConnectionsPerHost: configuration.maxConnectionsPerHost,
+            overallRateLimit: configuration.overallRateLimit
+        )
+        try given.validate()
+        let (kept, rejected) = try await store.storedLimits()
+        for setting in rejected {
+            logger.warning("ignoring a setting kept in the store that is out of range", metadata: ["setting": "\(setting)"])
+        }
+        if given != StoredLimits() { try await store.saveLimits(given) }
+        return kept.merging(given)
     }
 
     /// Creates the home if needed and makes it private to its owner.

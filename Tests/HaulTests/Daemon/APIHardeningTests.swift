@@ -52,6 +52,44 @@ struct APIHardeningTests {
         }
     }
 
+    @Test("limits set live outlive a restart; a start's own flag wins and is kept; a kept value out of range is ignored")
+    func settingsKept() async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        let defaults = API.Settings(maxConcurrentDownloads: 3, maxConnectionsPerHost: 8, overallRateLimit: 0)
+        let changed = API.Settings(maxConcurrentDownloads: 7, maxConnectionsPerHost: 2, overallRateLimit: 5_000_000)
+        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+            let first = try await client.settings()
+            #expect(first == defaults)
+            let answered = try await client.update(changed)
+            #expect(answered == changed)
+        }
+        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+            let kept = try await client.settings()
+            #expect(kept == changed)
+            let status = try await client.status()
+            #expect(status.maxConcurrentDownloads == 7)
+        }
+        // A flag given at start wins over the kept value, and is kept itself.
+        try await withDaemon(home: home, maxConcurrent: 2) { client, _ in
+            let given = try await client.settings()
+            #expect(given.maxConcurrentDownloads == 2)
+        }
+        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+            let kept = try await client.settings()
+            #expect(kept == API.Settings(maxConcurrentDownloads: 2, maxConnectionsPerHost: 2, overallRateLimit: 5_000_000))
+            // Removing the overall limit (0) is kept as well.
+            _ = try await client.update(API.Settings(overallRateLimit: 0))
+        }
+        // A store edited by hand: the bad value is ignored, the good ones kept.
+        try await Store(path: home + "/haul.sqlite")
+            .saveLimits(StoredLimits(maxConcurrentDownloads: 0, maxConnectionsPerHost: 4))
+        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+            let kept = try await client.settings()
+            #expect(kept == API.Settings(maxConcurrentDownloads: 3, maxConnectionsPerHost: 4, overallRateLimit: 0))
+        }
+    }
+
     @Test("POST /v1/tasks with one good and one bad download adds neither")
     func addIsAllOrNothing() async throws {
         let temp = try TemporaryDirectory()

@@ -9,7 +9,7 @@ import Testing
 /// Runs a daemon in this process on a temporary home, and a client of it.
 func withDaemon(
     home: String,
-    maxConcurrent: Int = 3,
+    maxConcurrent: Int? = 3,
     listen: (host: String, port: Int)? = nil,
     _ body: (HaulClient, DaemonService) async throws -> Void
 ) async throws {
