@@ -83,16 +83,24 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
 
     /// What kind of failure this is.
     public var code: Code
-    /// A sentence saying what failed.
-    public var message: String
+    /// A sentence saying what failed. The secrets of URLs in it are hidden (``Redaction``).
+    public var message: String {
+        get { redactedMessage }
+        set { redactedMessage = Redaction.text(newValue) }
+    }
+    private var redactedMessage: String
     /// The URL being downloaded, when known.
     public var url: URL?
     /// The file involved, when known.
     public var path: String?
     /// The HTTP status the server answered with, when the failure is about one.
     public var status: Int?
-    /// What the user can do about it, when there is something.
-    public var hint: String?
+    /// What the user can do about it, when there is something; URL secrets hidden too.
+    public var hint: String? {
+        get { redactedHint }
+        set { redactedHint = newValue.map(Redaction.text) }
+    }
+    private var redactedHint: String?
     /// The error that caused this one.
     public var underlying: (any Error)?
     /// For failures that leave a resumable download behind: the data to continue it.
@@ -114,11 +122,11 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         underlying: (any Error)? = nil
     ) {
         self.code = code
-        self.message = message
+        self.redactedMessage = Redaction.text(message)
         self.url = url
         self.path = path
         self.status = status
-        self.hint = hint
+        self.redactedHint = hint.map(Redaction.text)
         self.underlying = underlying
     }
 
@@ -135,16 +143,18 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         }
     }
 
+    /// One line: the message, the URL and path when it does not name them, the cause, the
+    /// hint; URL secrets hidden throughout.
     public var description: String {
         var line = message
-        if let url, !message.contains(url.absoluteString) { line += " (\(url.absoluteString))" }
+        if let url, !message.contains(Redaction.url(url)) { line += " (\(Redaction.url(url)))" }
         if let path, !message.contains(path) { line += " [\(path)]" }
         if let underlying {
             let cause = HaulError.describe(underlying)
             if !cause.isEmpty, !line.contains(cause) { line += ": \(cause)" }
         }
         if let hint { line += ". \(hint)" }
-        return line
+        return Redaction.text(line)
     }
 
     /// A short readable description of any error, used for causes.

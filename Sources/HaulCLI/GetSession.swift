@@ -81,10 +81,10 @@ struct GetSession {
                     info.id,
                     name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent
                 )
-                files.append((request.url.absoluteString, info.id, nil))
+                files.append((Redaction.url(request.url), info.id, nil))
             } catch let error as HaulError {
                 if requests.count == 1 { throw error }
-                files.append((request.url.absoluteString, nil, .failed(error)))
+                files.append((Redaction.url(request.url), nil, .failed(error)))
             }
         }
         let ids = files.compactMap(\.id)

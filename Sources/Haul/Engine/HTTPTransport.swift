@@ -54,7 +54,7 @@ struct HTTPTransport: Sendable {
             if let range { request.headers.add(name: "Range", value: range) }
             if let ifRange { request.headers.add(name: "If-Range", value: ifRange) }
 
-            logger.debug("GET", metadata: ["url": "\(current)", "range": "\(range ?? "-")"])
+            logger.debug("GET", metadata: ["url": "\(Redaction.url(current))", "range": "\(range ?? "-")"])
             let head: HTTPClientResponse
             do {
                 head = try await client.execute(request, deadline: .distantFuture, logger: logger)
@@ -89,7 +89,7 @@ struct HTTPTransport: Sendable {
             if next.host?.lowercased() != current.host?.lowercased() || next.port != current.port {
                 extra.removeAll { ["authorization", "cookie", "proxy-authorization"].contains($0.name.lowercased()) }
             }
-            logger.debug("redirect", metadata: ["status": "\(status)", "to": "\(next)"])
+            logger.debug("redirect", metadata: ["status": "\(status)", "to": "\(Redaction.url(next))"])
             current = next
         }
     }

@@ -4,7 +4,8 @@ import Foundation
 public struct DownloadInfo: Sendable, Equatable, Codable {
     /// The task's identifier.
     public var id: UUID
-    /// The URL asked for.
+    /// The URL asked for. Encoded (in the API's answers, `--json` output and events) with
+    /// its secrets hidden, see ``Redaction``.
     public var url: URL
     /// The finished file's path, once its name is known.
     public var path: String?
@@ -53,5 +54,27 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         self.session = session
         self.rateLimit = rateLimit
         self.connections = connections
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case id, url, path, directory, state, priority, bytesCommitted, totalBytes, errorMessage, session
+        case rateLimit, connections
+    }
+
+    /// Encodes the fields, the URL with its secrets hidden.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(Redaction.url(url), forKey: .url)
+        try container.encodeIfPresent(path, forKey: .path)
+        try container.encode(directory, forKey: .directory)
+        try container.encode(state, forKey: .state)
+        try container.encode(priority, forKey: .priority)
+        try container.encode(bytesCommitted, forKey: .bytesCommitted)
+        try container.encodeIfPresent(totalBytes, forKey: .totalBytes)
+        try container.encodeIfPresent(errorMessage.map(Redaction.text), forKey: .errorMessage)
+        try container.encode(session, forKey: .session)
+        try container.encodeIfPresent(rateLimit, forKey: .rateLimit)
+        try container.encodeIfPresent(connections, forKey: .connections)
     }
 }

@@ -70,7 +70,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
         switch event {
         case .added(let info):
             kind = .added
-            url = info.url.absoluteString
+            url = Redaction.url(info.url)
             state = info.state
             path = info.path
         case .stateChanged(_, let from, let to):

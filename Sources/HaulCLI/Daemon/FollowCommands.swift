@@ -118,7 +118,7 @@ extension HaulCommand {
             }
             for task in tasks where task.state != .completed {
                 let reason = task.errorMessage ?? task.state.rawValue
-                Output.error("haul: \(task.state.rawValue): \(task.url.absoluteString): \(reason)\n")
+                Output.error("haul: \(task.state.rawValue): \(Redaction.url(task.url)): \(reason)\n")
             }
             if completed.count != tasks.count { throw ExitCode.failure }
         }

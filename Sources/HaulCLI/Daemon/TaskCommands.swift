@@ -398,7 +398,7 @@ enum DaemonOutput {
         var lines = [["ID", "STATE", "DONE", "SIZE", "SESSION", "FILE"]]
         for task in tasks {
             let done = task.totalBytes.map { $0 > 0 ? "\(task.bytesCommitted * 100 / $0)%" : "100%" } ?? "-"
-            let name = task.path.map { ($0 as NSString).lastPathComponent } ?? task.url.absoluteString
+            let name = task.path.map { ($0 as NSString).lastPathComponent } ?? Redaction.url(task.url)
             var state = task.state.rawValue
             if let error = task.errorMessage, task.state == .failed { state += ": " + error.prefix(60) }
             lines.append([
