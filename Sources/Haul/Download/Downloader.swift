@@ -193,7 +193,7 @@ public final class Downloader: Sendable {
                     .busy,
                     "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
                     url: request.url,
-                    hint: "Follow it with 'haul wait \(existing.id)', or give it back with 'haul remove \(existing.id)'"
+                    hint: "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
                 )
             }
             existing.background = background

@@ -118,7 +118,8 @@ public actor DownloadManager {
 
     /// Recovers the store's unfinished tasks, then runs downloads until ``shutdown()``;
     /// then closes the HTTP client. Every manager must be run (``withDownloadManager(configuration:_:)``
-    /// does it), once.
+    /// does it), once. Cancelling the task that runs it is a ``shutdown()``: running
+    /// downloads checkpoint and go back to the queue rather than being cut off and failed.
     public func run() async throws {
         do {
             try await recoverIfNeeded()
@@ -126,6 +127,19 @@ public actor DownloadManager {
             try? await downloader.shutdown()
             throw error
         }
+        // Unstructured, so the caller's cancellation reaches the transfers only as a shutdown.
+        let transfers = Task { await self.runTransfers() }
+        await withTaskCancellationHandler {
+            await transfers.value
+        } onCancel: {
+            Task { await self.shutdown() }
+        }
+        hub.finish()
+        try await downloader.shutdown()
+    }
+
+    /// Runs each download the scheduler starts, until ``shutdown()`` and the last has ended.
+    private func runTransfers() async {
         let starts = self.starts
         await withTaskGroup(of: Void.self) { outer in
             outer.addTask { await self.publishProgressUntilShutdown() }
@@ -138,8 +152,6 @@ public actor DownloadManager {
             // stopping does not wait out its tick.
             outer.cancelAll()
         }
-        hub.finish()
-        try await downloader.shutdown()
     }
 
     /// Stops starting downloads, sends the running ones back to the queue after a last
@@ -292,7 +304,11 @@ public actor DownloadManager {
 
     private nonisolated func publishProgressUntilShutdown() async {
         while await publishProgress() {
-            try? await Task.sleep(for: .milliseconds(100))
+            do {
+                try await Task.sleep(for: .milliseconds(100))
+            } catch {
+                return  // Woken because every transfer has ended.
+            }
         }
     }
 

@@ -91,6 +91,9 @@ extension Store {
                 t.column("value", .integer).notNull()
             }
         }
+        migrator.registerMigration("v7: the file says it is a Haul store") { db in
+            try db.execute(sql: "PRAGMA application_id = \(Store.applicationID)")
+        }
         return migrator
     }
 }

@@ -40,6 +40,14 @@ public final class Store: Sendable {
             while flock(lock, LOCK_EX) != 0 {
                 guard errno == EINTR else { throw HaulError.fileSystem("lock", path: path + ".lock", errno: errno) }
             }
+            // A file that is there must be a Haul store: an empty file or another program's
+            // database is refused, never taken for a new store. A new one is created whole
+            // under another name and renamed into place, so a crash never leaves a half.
+            if FileManager.default.fileExists(atPath: path) {
+                try Store.checkIsHaulStore(at: path)
+            } else {
+                try Store.create(at: path, configuration: configuration)
+            }
             let pool = try DatabasePool(path: path, configuration: configuration)
             try self.init(writer: pool)
         } catch let error as HaulError {
@@ -47,6 +55,61 @@ public final class Store: Sendable {
         } catch {
             throw HaulError(.store, "Cannot open the Haul store at \(path)", path: path, underlying: error)
         }
+    }
+
+    /// `PRAGMA application_id` of a Haul store: "HAUL".
+    static let applicationID: Int32 = 0x4841_554C
+
+    /// Refuses a file that is not a Haul store, saying what it is.
+    private static func checkIsHaulStore(at path: String) throws {
+        func refuse(_ what: String) -> HaulError {
+            HaulError(
+                .store,
+                "\(path) is \(what), not a Haul store; Haul will not use it",
+                path: path,
+                hint: "Move it away (Haul then creates a new store there), or point HAUL_HOME at another directory"
+            )
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw HaulError.fileSystem("stat", path: path, errno: errno) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw refuse("not a regular file") }
+        guard info.st_size > 0 else { throw refuse("an empty file") }
+        var configuration = Configuration()
+        configuration.readonly = true
+        configuration.busyMode = .timeout(30)
+        let isHaul: Bool
+        do {
+            let database = try DatabaseQueue(path: path, configuration: configuration)
+            defer { try? database.close() }
+            isHaul = try database.read { db in
+                if try Int32.fetchOne(db, sql: "PRAGMA application_id") == Store.applicationID { return true }
+                // Stores of versions before the application id: the first migration is recorded.
+                guard try db.tableExists("grdb_migrations") else { return false }
+                return try Bool.fetchOne(
+                    db,
+                    sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = ?)",
+                    arguments: ["v1: tasks and segments"]
+                ) ?? false
+            }
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
+            throw refuse("not a SQLite database")
+        }
+        guard isHaul else { throw refuse("another program's database") }
+    }
+
+    /// Creates a new store at `path`: migrated under a temporary name, synced, then renamed.
+    private static func create(at path: String, configuration: Configuration) throws {
+        let temporary = path + ".new"
+        for leftover in ["", "-journal", "-wal", "-shm"] { unlink(temporary + leftover) }
+        let database = try DatabaseQueue(path: temporary, configuration: configuration)
+        try migrator.migrate(database)
+        try database.close()
+        let descriptor = open(temporary, O_RDONLY | O_CLOEXEC)
+        if descriptor >= 0 {
+            fsync(descriptor)
+            close(descriptor)
+        }
+        guard rename(temporary, path) == 0 else { throw HaulError.fileSystem("rename", path: temporary, errno: errno) }
     }
 
     /// A store that lives in memory only, for tests and throwaway downloads.
@@ -74,6 +137,12 @@ public final class Store: Sendable {
         } catch {
             throw HaulError(.store, "Cannot migrate the Haul store", underlying: error)
         }
+    }
+
+    /// Closes the database (checkpointing its WAL), so nothing is written after this
+    /// returns. Any later use of the store fails.
+    package func closeDatabase() throws {
+        try writer.close()
     }
 
     // MARK: Reading

@@ -38,6 +38,9 @@ extension HaulCommand {
             )
             var listen: String?
 
+            @Flag(help: "Allow --listen on an address other than loopback (reachable from other machines).")
+            var listenPublic = false
+
             @Option(
                 name: [.customShort("j"), .customLong("max-concurrent")],
                 help: "How many downloads run at once (default: as last set, else 3)."
@@ -67,7 +70,15 @@ extension HaulCommand {
                 guard Logger.Level(rawValue: logLevel) != nil else {
                     throw ValidationError("Unknown log level '\(logLevel)'")
                 }
-                if let listen { _ = try Start.parseListen(listen) }
+                if let listen {
+                    let (host, _) = try Start.parseListen(listen)
+                    if !listenPublic, !DaemonService.isLoopback(host) {
+                        throw ValidationError(
+                            "--listen \(host) is not a loopback address: use 127.0.0.1 or ::1, or add --listen-public to mean it"
+                        )
+                    }
+                }
+                if listenPublic, listen == nil { throw ValidationError("--listen-public goes with --listen") }
             }
 
             static func parseListen(_ text: String) throws -> (host: String, port: Int) {
@@ -96,6 +107,7 @@ extension HaulCommand {
                         maxConcurrentDownloads: maxConcurrent,
                         maxConnectionsPerHost: maxPerHost,
                         listen: try listen.map(Start.parseListen),
+                        listenPublicly: listenPublic,
                         handlesSignals: true,
                         checkpointInterval: checkpointInterval.map { .milliseconds(Int64($0 * 1000)) },
                         overallRateLimit: totalLimitRate?.bytes,
@@ -120,6 +132,7 @@ extension HaulCommand {
                 if let maxConcurrent { arguments += ["--max-concurrent", "\(maxConcurrent)"] }
                 if let maxPerHost { arguments += ["--max-per-host", "\(maxPerHost)"] }
                 if let listen { arguments += ["--listen", listen] }
+                if listenPublic { arguments.append("--listen-public") }
                 arguments += ["--log-level", logLevel]
                 if let checkpointInterval { arguments += ["--checkpoint-interval", "\(checkpointInterval)"] }
                 if let totalLimitRate { arguments += ["--total-limit-rate", "\(totalLimitRate.bytes)"] }
@@ -128,7 +141,12 @@ extension HaulCommand {
                     let pid = try DaemonConnection.start(paths, arguments: arguments)
                     try await DaemonConnection.waitUntilAnswering(client, paths, pid: pid)
                     try? await client.shutdown()
-                    CLIError.note("Started the Haul daemon (pid \(pid); socket \(paths.socket); log \(paths.log)).")
+                    // Another start may have won the race: name the daemon that runs.
+                    if let holder = DaemonLock.holder(paths.lock), holder != pid {
+                        CLIError.note("The Haul daemon is already running (pid \(holder)).")
+                    } else {
+                        CLIError.note("Started the Haul daemon (pid \(pid); socket \(paths.socket); log \(paths.log)).")
+                    }
                 } catch let error as HaulError {
                     try? await client.shutdown()
                     CLIError.print(error)
@@ -149,11 +167,14 @@ extension HaulCommand {
                     return
                 }
                 try await withDaemon(autoStart: false) { client in try await client.stopDaemon() }
+                // Stopped means gone: the lock free and the process ended, so nothing it does
+                // (closing the store) can follow this command's answer.
                 let deadline = ContinuousClock.now + .seconds(60)
-                while DaemonLock.holder(paths.lock) != nil, ContinuousClock.now < deadline {
-                    try await Task.sleep(for: .milliseconds(50))
+                func running() -> Bool { DaemonLock.holder(paths.lock) != nil || DaemonLock.isAlive(pid) }
+                while running(), ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
                 }
-                if DaemonLock.holder(paths.lock) != nil {
+                if running() {
                     CLIError.print(HaulError(.busy, "The Haul daemon (pid \(pid)) has not stopped after 60 s"))
                     throw ExitCode.failure
                 }

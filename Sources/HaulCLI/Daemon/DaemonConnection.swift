@@ -31,7 +31,10 @@ enum DaemonConnection {
             try? await client.shutdown()
             throw error
         }
-        if let started { CLIError.note("haul: started the daemon (pid \(started); log: \(paths.log))") }
+        // Several commands may start one together; only the one whose daemon won says so.
+        if let started, DaemonLock.holder(paths.lock) == started {
+            CLIError.note("haul: started the daemon (pid \(started); log: \(paths.log))")
+        }
         return client
     }
 
@@ -41,7 +44,13 @@ enum DaemonConnection {
         let deadline = ContinuousClock.now + .seconds(15)
         while ContinuousClock.now < deadline {
             if (try? await client.status(timeout: .seconds(1))) != nil { return }
-            if let pid, kill(pid, 0) != 0, DaemonLock.holder(paths.lock) == nil { break }
+            if let pid, kill(pid, 0) != 0, DaemonLock.holder(paths.lock) == nil {
+                // It ended: its last line says why (it cannot listen, the store is not Haul's…).
+                if let reason = lastError(inLog: paths.log) {
+                    throw HaulError(.connection, "The Haul daemon did not start: \(reason)", hint: "See its log: \(paths.log)")
+                }
+                break
+            }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw HaulError(
@@ -49,6 +58,19 @@ enum DaemonConnection {
             "The Haul daemon did not answer on \(paths.socket)",
             hint: "See its log: \(paths.log)"
         )
+    }
+
+    /// The error a daemon that failed to start printed last into its log, if it was the
+    /// log's last line.
+    private static func lastError(inLog path: String) -> String? {
+        guard let descriptor = try? HomeFile.open(path, O_RDONLY) else { return nil }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        let size = (try? handle.seekToEnd()) ?? 0
+        try? handle.seek(toOffset: size > 4096 ? size - 4096 : 0)
+        guard let data = try? handle.readToEnd() else { return nil }
+        let last = String(decoding: data, as: UTF8.self).split(separator: "\n").last ?? ""
+        let prefix = "haul: error: "
+        return last.hasPrefix(prefix) ? String(last.dropFirst(prefix.count)) : nil
     }
 
     /// Starts `haul daemon` detached from this terminal, logging to `daemon.log`.
@@ -59,8 +81,7 @@ enum DaemonConnection {
             withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700]
         )
-        let logDescriptor = open(paths.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard logDescriptor >= 0 else { throw HaulError.fileSystem("open", path: paths.log, errno: errno) }
+        let logDescriptor = try HomeFile.open(paths.log, O_WRONLY | O_CREAT | O_APPEND)
         let log = FileHandle(fileDescriptor: logDescriptor, closeOnDealloc: true)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executablePath())

@@ -20,8 +20,7 @@ package final class DaemonLock: Sendable {
     /// Takes the lock and records this process's pid in it.
     /// - Throws: ``HaulError/Code/busy`` naming the running daemon's pid when another holds it.
     static func acquire(_ path: String) throws -> DaemonLock {
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw HaulError.fileSystem("create", path: path, errno: errno) }
+        let descriptor = try HomeFile.open(path, O_RDWR | O_CREAT)
         while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             if errno == EINTR { continue }
             let code = errno
@@ -43,8 +42,7 @@ package final class DaemonLock: Sendable {
 
     /// The pid of the daemon holding the lock, or nil when no daemon holds it.
     package static func holder(_ path: String) -> Int32? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return nil }
+        guard let descriptor = try? HomeFile.open(path, O_RDONLY) else { return nil }
         defer { close(descriptor) }
         if flock(descriptor, LOCK_SH | LOCK_NB) == 0 {
             flock(descriptor, LOCK_UN)
@@ -53,8 +51,19 @@ package final class DaemonLock: Sendable {
         return recordedPID(path) ?? 0
     }
 
+    /// Whether process `pid` exists and has not exited (a zombie nobody reaped yet counts
+    /// as gone).
+    package static func isAlive(_ pid: Int32) -> Bool {
+        guard pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return false }
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return true }
+        // "pid (comm) S …": the state follows the command name, which may hold spaces.
+        return stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first != "Z"
+    }
+
     private static func recordedPID(_ path: String) -> Int32? {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        guard let text = try? HomeFile.read(path) else { return nil }
         return Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }

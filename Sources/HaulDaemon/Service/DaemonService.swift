@@ -29,6 +29,10 @@ public final class DaemonService: Service, Sendable {
         /// A loopback TCP listener (`host`, `port`; port 0 picks a free one). Every request
         /// on it must carry the token of `$HAUL_HOME/daemon.token`.
         public var listen: (host: String, port: Int)?
+        /// Allows ``listen`` on an address other than loopback (every interface with
+        /// `0.0.0.0`), reachable from other machines with the token; a warning is logged.
+        /// Without it such an address is refused.
+        public var listenPublicly: Bool
         /// Stop cleanly on SIGTERM and SIGINT.
         public var handlesSignals: Bool
         /// Unacknowledged events kept per session; older ones are dropped beyond it.
@@ -45,6 +49,7 @@ public final class DaemonService: Service, Sendable {
             maxConcurrentDownloads: Int? = nil,
             maxConnectionsPerHost: Int? = nil,
             listen: (host: String, port: Int)? = nil,
+            listenPublicly: Bool = false,
             handlesSignals: Bool = false,
             eventsPerSession: Int = 10_000,
             checkpointInterval: Duration? = nil,
@@ -55,6 +60,7 @@ public final class DaemonService: Service, Sendable {
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.listen = listen
+            self.listenPublicly = listenPublicly
             self.handlesSignals = handlesSignals
             self.eventsPerSession = eventsPerSession
             self.checkpointInterval = checkpointInterval
@@ -80,14 +86,20 @@ public final class DaemonService: Service, Sendable {
     public func run() async throws {
         let paths = self.paths
         let logger = configuration.logger
+        if let listen = configuration.listen {
+            try DaemonService.checkListenAddress(listen.host, publicly: configuration.listenPublicly, logger: logger)
+        }
         try DaemonService.prepareHome(paths.home.path, logger: logger)
         let lock = try DaemonLock.acquire(paths.lock)
-        defer {
-            unlink(paths.socket)
-            withExtendedLifetime(lock) {}
-        }
+        defer { withExtendedLifetime(lock) {} }
+        try HomeFile.clearStaleSocket(paths.socket)
+        defer { HomeFile.removeSocket(paths.socket) }
 
         let store = try Store(path: paths.home.storePath)
+        defer {
+            // Before the lock goes: once another process sees it free, this one writes nothing.
+            do { try store.closeDatabase() } catch { logger.error("cannot close the store", metadata: ["error": "\(error)"]) }
+        }
         let limits = try await DaemonService.startingLimits(configuration, store: store, logger: logger)
         var managerConfiguration = DownloadManager.Configuration(
             store: .store(store),
@@ -120,7 +132,9 @@ public final class DaemonService: Service, Sendable {
             },
             logger: serverLogger
         )
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: unixServer)]
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: Listener(address: socketPath, server: unixServer))
+        ]
         if let listen = configuration.listen {
             let token = try DaemonService.loadOrCreateToken(paths.token)
             let tcpServer = Application(
@@ -133,7 +147,7 @@ public final class DaemonService: Service, Sendable {
                 },
                 logger: serverLogger
             )
-            services.append(.init(service: tcpServer))
+            services.append(.init(service: Listener(address: "\(listen.host):\(listen.port)", server: tcpServer)))
         }
         // Last in the list, so first to stop: transfers checkpoint and event streams end
         // before the servers close.
@@ -179,6 +193,35 @@ public final class DaemonService: Service, Sendable {
         return kept.merging(given)
     }
 
+    /// Refuses a TCP address that is not loopback unless listening publicly was asked for.
+    static func checkListenAddress(_ host: String, publicly: Bool, logger: Logger) throws {
+        if isLoopback(host) { return }
+        guard publicly else {
+            throw HaulError(
+                .invalidArgument,
+                "--listen \(host) is not a loopback address: other machines could reach the daemon",
+                hint: "Use 127.0.0.1 or ::1, or add --listen-public to mean it"
+            )
+        }
+        logger.warning(
+            "listening on a non-loopback address: any machine that can reach it and has the token controls the daemon",
+            metadata: ["address": "\(host)"]
+        )
+    }
+
+    /// `localhost`, 127.0.0.0/8, `::1` (and ::ffff:127.x).
+    package static func isLoopback(_ host: String) -> Bool {
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        if bare.lowercased() == "localhost" { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, bare, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, bare, &v6) == 1 else { return false }
+        let bytes = withUnsafeBytes(of: v6) { Array($0) }
+        if bytes[0..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }
+        return bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff && bytes[12] == 127
+    }
+
     /// Creates the home if needed and makes it private to its owner.
     static func prepareHome(_ path: String, logger: Logger) throws {
         do {
@@ -200,7 +243,7 @@ public final class DaemonService: Service, Sendable {
 
     /// The TCP token: read from its file, or generated (256 random bits) into a new 0600 file.
     static func loadOrCreateToken(_ path: String) throws -> String {
-        if let text = try? String(contentsOfFile: path, encoding: .utf8) {
+        if let text = try HomeFile.read(path) {
             let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if token.count >= 32 { return token }
         }
@@ -215,6 +258,28 @@ public final class DaemonService: Service, Sendable {
             throw HaulError.fileSystem("write", path: path, errno: errno)
         }
         return token
+    }
+}
+
+/// A server of the API. When it cannot listen (the port is taken, the address is not this
+/// machine's), the daemon's start fails with that reason: the group stops the other
+/// services, the manager sends its downloads back to the queue, and the lock is released.
+private struct Listener<Server: Service>: Service {
+    let address: String
+    let server: Server
+
+    func run() async throws {
+        do {
+            try await server.run()
+        } catch let error as IOError {
+            throw HaulError(
+                error.errnoCode == EADDRINUSE ? .busy : .fileSystem,
+                "Cannot listen on \(address): \(String(cString: strerror(error.errnoCode)))",
+                hint: error.errnoCode == EADDRINUSE
+                    ? "Choose another address with --listen, or stop the program that uses it"
+                    : "Give --listen an address of this machine, such as 127.0.0.1:7800"
+            )
+        }
     }
 }
 

@@ -139,6 +139,8 @@ import Testing
                 get.stderr.contains("The Haul daemon already has this download (task \(paused.id)"),
                 "\(get.stderr)"
             )
+            // The way out it names says what it costs.
+            #expect(get.stderr.contains("drop it with 'haul remove \(paused.id)' (its partial data is discarded)"))
             _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }
     }

@@ -73,9 +73,35 @@ final class HaulProcess: Sendable {
     func finish() async -> (status: Int32, stdout: String, stderr: String) {
         var status: Int32 = -1
         for await code in exit { status = code }
+        return output(status)
+    }
+
+    private func output(_ status: Int32) -> (status: Int32, stdout: String, stderr: String) {
         let stdout = FileManager.default.contents(atPath: outputDirectory.file("stdout")) ?? Data()
         let stderr = FileManager.default.contents(atPath: outputDirectory.file("stderr")) ?? Data()
         return (status, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// Waits for exit as ``finish()`` does, but at most `timeout`: a process still running
+    /// then is killed (`SIGKILL`) and nil returned, so a wedged process fails a test
+    /// instead of hanging the suite.
+    func finish(within timeout: Duration) async -> (status: Int32, stdout: String, stderr: String)? {
+        let status = await withTaskGroup(of: Int32?.self) { group in
+            group.addTask {
+                var status: Int32 = -1
+                for await code in self.exit { status = code }
+                return status
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            if first == nil { self.kill(SIGKILL) }
+            group.cancelAll()
+            return first
+        }
+        return status.map(output)
     }
 
     /// Runs `haul` to the end.
