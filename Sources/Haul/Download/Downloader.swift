@@ -180,39 +180,8 @@ public final class Downloader: Sendable {
         try request.validate()
         let headers = String(decoding: try JSONEncoder().encode(request.headers), as: UTF8.self)
         let now = Date()
-        if var existing = try await store.findTask(
-            url: request.url.absoluteString,
-            directory: request.destination.directory,
-            fileName: request.destination.fileName
-        ),
-            existing.state != TaskState.cancelled.rawValue
-        {
-            let unfinished = existing.state != TaskState.completed.rawValue
-            if existing.background, !background, unfinished {
-                throw HaulError(
-                    .busy,
-                    "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
-                    url: request.url,
-                    hint: "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
-                )
-            }
-            existing.background = background
-            existing.session = request.session
-            existing.requestHeaders = headers
-            existing.checksum = request.checksum?.description
-            existing.overwrite = request.overwrite
-            existing.queuedAt = now
-            existing.connections = request.connections
-            existing.minSplitSize = request.minSplitSize
-            existing.rateLimit = request.rateLimit
-            var segments = try await store.segments(of: existing.id)
-            if segments.isEmpty { segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)] }
-            try await store.save(existing, segments: segments)
-            return (existing, segments, false)
-        }
-        let id = UUID()
         let record = TaskRecord(
-            id: id,
+            id: UUID(),
             url: request.url.absoluteString,
             destination: request.destination,
             explicitName: request.destination.fileName != nil,
@@ -226,8 +195,27 @@ public final class Downloader: Sendable {
             rateLimit: request.rateLimit,
             now: now
         )
-        let segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, end: nil, committed: 0)]
-        return (try await store.insert(record, segments: segments), segments, true)
+        let reAdd = Store.ReAdd(
+            background: background,
+            session: request.session,
+            requestHeaders: headers,
+            checksum: request.checksum?.description,
+            overwrite: request.overwrite,
+            connections: request.connections,
+            minSplitSize: request.minSplitSize,
+            rateLimit: request.rateLimit
+        )
+        let url = request.url
+        return try await store.findOrInsert(record, reAdd: reAdd) { existing in
+            // A task of the daemon that is not finished is not taken over by another process.
+            guard existing.background, !background, existing.state != TaskState.completed.rawValue else { return }
+            throw HaulError(
+                .busy,
+                "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
+                url: url,
+                hint: "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
+            )
+        }
     }
 
     /// Continues a download from resume data produced by ``DownloadTask/pause()`` or carried

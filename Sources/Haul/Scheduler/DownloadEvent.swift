@@ -38,6 +38,10 @@ public enum DownloadEvent: Sendable {
 /// A consumer that reads slowly, or never, does not slow any download: progress is
 /// coalesced to the latest value per task while it waits, and other events are kept up to
 /// a bound (the oldest are dropped past it, and ``droppedEvents`` says how many).
+///
+/// Several iterators of one sequence share its events, each event going to one of them
+/// (the one that waited longest). For every event in each consumer, give each its own
+/// sequence (``DownloadManager/events()``).
 public struct DownloadEvents: AsyncSequence, Sendable {
     public typealias Element = DownloadEvent
 
@@ -68,7 +72,9 @@ final class EventSubscription: Sendable {
         /// The latest progress of each task not yet delivered, in the order first seen.
         var pendingProgress: [UUID: DownloadProgress] = [:]
         var progressOrder: [UUID] = []
-        var waiter: CheckedContinuation<DownloadEvent?, Never>?
+        /// Consumers waiting for an event, oldest first, by the number each was given.
+        var waiters = Deque<(id: Int, continuation: CheckedContinuation<DownloadEvent?, Never>)>()
+        var lastWaiterID = 0
         var finished = false
         var dropped = 0
 
@@ -101,6 +107,9 @@ final class EventSubscription: Sendable {
 
     var dropped: Int { state.withLock { $0.dropped } }
 
+    /// How many consumers wait for an event now.
+    var waitingCount: Int { state.withLock { $0.waiters.count } }
+
     /// What waits to be read: queued events, and coalesced progress values.
     var pendingCount: (events: Int, progress: Int) {
         state.withLock { ($0.queue.count, $0.pendingProgress.count) }
@@ -108,7 +117,7 @@ final class EventSubscription: Sendable {
 
     func deliver(_ event: DownloadEvent) {
         if let taskID, event.taskID != taskID { return }
-        let waiter = state.withLock { state -> CheckedContinuation<DownloadEvent?, Never>? in
+        let handOff = state.withLock { state -> (CheckedContinuation<DownloadEvent?, Never>, DownloadEvent)? in
             guard !state.finished else { return nil }
             if case .progress(let id, let progress) = event {
                 if state.pendingProgress.updateValue(progress, forKey: id) == nil { state.progressOrder.append(id) }
@@ -120,14 +129,10 @@ final class EventSubscription: Sendable {
                     state.dropped += 1
                 }
             }
-            guard let waiter = state.waiter else { return nil }
-            state.waiter = nil
-            return waiter
+            guard !state.waiters.isEmpty, let next = state.take() else { return nil }
+            return (state.waiters.removeFirst().continuation, next)
         }
-        if let waiter {
-            let next = state.withLock { $0.take() }
-            waiter.resume(returning: next)
-        }
+        if let (waiter, next) = handOff { waiter.resume(returning: next) }
     }
 
     /// Events ready now, without waiting.
@@ -140,29 +145,34 @@ final class EventSubscription: Sendable {
     }
 
     func finish() {
-        let waiter = state.withLock { state -> CheckedContinuation<DownloadEvent?, Never>? in
+        let waiters = state.withLock { state in
             state.finished = true
-            defer { state.waiter = nil }
-            return state.waiter
+            defer { state.waiters.removeAll() }
+            return state.waiters.map(\.continuation)
         }
-        waiter?.resume(returning: nil)
+        for waiter in waiters { waiter.resume(returning: nil) }
     }
 
+    /// The next event; nil once finished, or when the calling task is cancelled.
     func next() async -> DownloadEvent? {
-        await withTaskCancellationHandler {
+        let id = state.withLock { state in
+            state.lastWaiterID += 1
+            return state.lastWaiterID
+        }
+        return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<DownloadEvent?, Never>) in
                 let ready = state.withLock { state -> (DownloadEvent?, Bool) in
                     if let event = state.take() { return (event, true) }
                     if state.finished || Task.isCancelled { return (nil, true) }
-                    state.waiter = continuation
+                    state.waiters.append((id, continuation))
                     return (nil, false)
                 }
                 if ready.1 { continuation.resume(returning: ready.0) }
             }
         } onCancel: {
             let waiter = state.withLock { state -> CheckedContinuation<DownloadEvent?, Never>? in
-                defer { state.waiter = nil }
-                return state.waiter
+                guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.waiters.remove(at: index).continuation
             }
             waiter?.resume(returning: nil)
         }

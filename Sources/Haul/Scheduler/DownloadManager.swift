@@ -397,6 +397,9 @@ extension DownloadManager {
     private func enqueueAdded(_ record: TaskRecord, isNew: Bool) async throws -> DownloadInfo {
         let id = record.id
         let committed = isNew ? 0 : try await info(id).bytesCommitted
+        if let state = machines[id]?.state, state == .queued || state == .running {
+            return try await info(id)  // Another add of the same download got here first.
+        }
         machines[id] = TaskStateMachine(.queued)
         entries[id] = DownloadManager.entry(for: record)
         let url = URL(string: record.url)!

@@ -94,6 +94,28 @@ extension Store {
         migrator.registerMigration("v7: the file says it is a Haul store") { db in
             try db.execute(sql: "PRAGMA application_id = \(Store.applicationID)")
         }
+        migrator.registerMigration("v8: one task per URL and destination") { db in
+            // Adds that raced in earlier versions could record one download twice. The newest
+            // of each group stays (re-adds found it); the others are marked cancelled.
+            try db.execute(
+                sql: """
+                    UPDATE task SET state = 'cancelled', errorMessage = 'A duplicate of a newer task for the same URL and file'
+                    WHERE state != 'cancelled' AND EXISTS (
+                        SELECT 1 FROM task AS newer
+                        WHERE newer.state != 'cancelled' AND newer.url = task.url AND newer.directory = task.directory
+                            AND newer.explicitName = task.explicitName
+                            AND (NOT task.explicitName OR newer.fileName = task.fileName)
+                            AND (newer.createdAt > task.createdAt OR (newer.createdAt = task.createdAt AND newer.rowid > task.rowid)))
+                    """
+            )
+            try db.execute(
+                sql: """
+                    CREATE UNIQUE INDEX task_one_per_destination
+                    ON task (url, directory, explicitName, CASE WHEN explicitName THEN fileName ELSE '' END)
+                    WHERE state != 'cancelled'
+                    """
+            )
+        }
         return migrator
     }
 }

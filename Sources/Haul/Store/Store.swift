@@ -172,17 +172,22 @@ public final class Store: Sendable {
     /// The most recent task for this URL going into this directory (with this name, when the
     /// user fixed it), so rerunning a command continues it instead of starting over.
     func findTask(url: String, directory: String, fileName: String?) async throws -> TaskRecord? {
-        try await read { db in
-            var request =
-                TaskRecord
-                .filter(TaskRecord.Columns.url == url && TaskRecord.Columns.directory == directory)
-            if let fileName {
-                request = request.filter(TaskRecord.Columns.fileName == fileName && TaskRecord.Columns.explicitName)
-            } else {
-                request = request.filter(!TaskRecord.Columns.explicitName)
-            }
-            return try request.order(TaskRecord.Columns.createdAt.desc).fetchOne(db)
+        try await read { db in try Store.findTask(db, url: url, directory: directory, fileName: fileName) }
+    }
+
+    /// The task that is not cancelled for a URL into a directory, with the name the user
+    /// fixed (`fileName`) or with none fixed (nil).
+    private static func findTask(_ db: Database, url: String, directory: String, fileName: String?) throws -> TaskRecord? {
+        var request =
+            TaskRecord
+            .filter(TaskRecord.Columns.url == url && TaskRecord.Columns.directory == directory)
+            .filter(TaskRecord.Columns.state != TaskState.cancelled.rawValue)
+        if let fileName {
+            request = request.filter(TaskRecord.Columns.fileName == fileName && TaskRecord.Columns.explicitName)
+        } else {
+            request = request.filter(!TaskRecord.Columns.explicitName)
         }
+        return try request.order(TaskRecord.Columns.createdAt.desc).fetchOne(db)
     }
 
     /// Every task, oldest first.
@@ -201,6 +206,68 @@ public final class Store: Sendable {
             try task.insert(db)
             for segment in segments { try segment.insert(db) }
             return task
+        }
+    }
+
+    /// What adding a download again changes on the task that has it: the request's own
+    /// columns. Never its state, validators or segments, which a running transfer owns.
+    struct ReAdd: Sendable {
+        var background: Bool
+        var session: String
+        var requestHeaders: String
+        var checksum: String?
+        var overwrite: Bool
+        var connections: Int?
+        var minSplitSize: Int64?
+        var rateLimit: Int64?
+    }
+
+    /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
+    /// `reAdd` to it, or inserts `new` with one empty segment: one transaction (SQLite's
+    /// IMMEDIATE), so adds racing in this process or others never create two, and a unique
+    /// index backs that.
+    /// - Parameter accept: sees the existing task before anything changes; throws to refuse.
+    /// - Returns: the task and its segments as they are now, and whether it is new.
+    func findOrInsert(
+        _ new: TaskRecord,
+        reAdd: ReAdd,
+        accept: @escaping @Sendable (TaskRecord) throws -> Void
+    ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
+        try await write { db in
+            if var existing = try Store.findTask(db, url: new.url, directory: new.directory, fileName: new.explicitName ? new.fileName : nil) {
+                try accept(existing)
+                existing.background = reAdd.background
+                existing.session = reAdd.session
+                existing.requestHeaders = reAdd.requestHeaders
+                existing.checksum = reAdd.checksum
+                existing.overwrite = reAdd.overwrite
+                existing.connections = reAdd.connections
+                existing.minSplitSize = reAdd.minSplitSize
+                existing.rateLimit = reAdd.rateLimit
+                try db.execute(
+                    sql: """
+                        UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
+                            connections = ?, minSplitSize = ?, rateLimit = ?, updatedAt = ? WHERE id = ?
+                        """,
+                    arguments: [
+                        reAdd.background, reAdd.session, reAdd.requestHeaders, reAdd.checksum, reAdd.overwrite,
+                        reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, StoreDate.now, existing.id,
+                    ]
+                )
+                var segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == existing.id)
+                    .order(SegmentRecord.Columns.ordinal).fetchAll(db)
+                if segments.isEmpty {
+                    segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)]
+                    try segments[0].insert(db)
+                }
+                return (existing, segments, false)
+            }
+            var task = new
+            task.queueOrder = try Store.nextQueueOrder(db)
+            try task.insert(db)
+            let segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0)]
+            try segments[0].insert(db)
+            return (task, segments, true)
         }
     }
 
