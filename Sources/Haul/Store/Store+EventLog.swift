@@ -91,7 +91,10 @@ extension Store {
     /// An acknowledgement never moves backwards, and never beyond the last event written:
     /// one that did would hide every later event from the session.
     /// - Throws: ``HaulError/Code/invalidArgument`` for an id no event has had yet.
-    package func acknowledgeEvents(session: String, through eventID: Int64) async throws {
+    /// - Parameter floor: the events after this id stay, however far the acknowledgement
+    ///   goes: a stream attached to the session has yet to send them. They go with a later
+    ///   acknowledgement, or ``dropAcknowledgedEvents(session:keepingAfter:)``.
+    package func acknowledgeEvents(session: String, through eventID: Int64, keepingAfter floor: Int64? = nil) async throws {
         try await write { db in
             // AUTOINCREMENT keeps the highest id ever given in sqlite_sequence.
             let last = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'event'") ?? 0
@@ -109,7 +112,22 @@ extension Store {
                     """,
                 arguments: [session, eventID]
             )
-            try db.execute(sql: "DELETE FROM event WHERE session = ? AND id <= ?", arguments: [session, eventID])
+            try db.execute(
+                sql: "DELETE FROM event WHERE session = ? AND id <= ?",
+                arguments: [session, min(eventID, floor ?? eventID)]
+            )
+        }
+    }
+
+    /// Deletes a session's acknowledged events, but none after `floor`.
+    package func dropAcknowledgedEvents(session: String, keepingAfter floor: Int64?) async throws {
+        try await write { db in
+            let acknowledged =
+                try Int64.fetchOne(db, sql: "SELECT acknowledged FROM session WHERE name = ?", arguments: [session]) ?? 0
+            try db.execute(
+                sql: "DELETE FROM event WHERE session = ? AND id <= ?",
+                arguments: [session, min(acknowledged, floor ?? acknowledged)]
+            )
         }
     }
 

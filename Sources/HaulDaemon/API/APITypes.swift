@@ -158,6 +158,8 @@ public enum API {
         public var bytesPerSecond: Double
         public var maxConcurrentDownloads: Int
         public var maxConnectionsPerHost: Int
+        /// Event streams attached now (`/v1/sessions/{S}/events`, `/v1/events`).
+        public var eventStreams: Int
     }
 
     /// `GET /v1/sessions`: one session.

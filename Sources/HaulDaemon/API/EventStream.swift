@@ -26,19 +26,29 @@ struct EventStream: Sendable {
     private func write(to writer: inout any ResponseBodyWriter) async throws {
         let (live, stopListening) = core.eventLog.listen()
         defer { stopListening() }
+        // Registered before the first read, so no acknowledgement deletes what it has yet to send.
+        let reader = core.readerAttached(session: session, sent: after)
         if let session, pauseOnDisconnect { core.clientAttached(pausing: session) }
         var clientGone = false
         do {
             // The first write goes out at once, so the client knows it is attached.
             try await writer.write(ByteBuffer(string: ServerSentEvents.heartbeat))
-            var last = after
-            try await sendLogged(after: &last, to: &writer)
+            var position = Position(sent: after, seenThrough: try await core.manager.store.lastEventID())
+            try await sendLogged(&position, to: &writer, reader: reader)
             for await item in live {
                 switch item {
-                case .logged:
-                    try await sendLogged(after: &last, to: &writer)
+                case .logged(let records, let previous):
+                    if position.seenThrough >= previous {
+                        // Nothing missed: these are the next events, from memory.
+                        try await send(records.filter(isMine), &position, to: &writer, reader: reader)
+                        position.seenThrough = max(position.seenThrough, records.last?.eventID ?? previous)
+                    } else {
+                        // The live buffer overflowed: what it dropped is in the store.
+                        try await sendLogged(&position, to: &writer, reader: reader)
+                        position.seenThrough = max(position.seenThrough, records.last?.eventID ?? previous)
+                    }
                 case .progress(let record):
-                    guard session == nil || record.session == session else { continue }
+                    guard isMine(record) else { continue }
                     try await writer.write(ByteBuffer(string: ServerSentEvents.format(record)))
                 case .heartbeat:
                     try await writer.write(ByteBuffer(string: ServerSentEvents.heartbeat))
@@ -48,16 +58,42 @@ struct EventStream: Sendable {
         } catch {
             clientGone = true
         }
+        await core.readerDetached(reader, session: session)
         if let session, pauseOnDisconnect { await core.clientDetached(pausing: session, clientGone: clientGone) }
     }
 
-    private func sendLogged(after last: inout Int64, to writer: inout any ResponseBodyWriter) async throws {
+    /// Where the stream is: the last event it sent of its session(s), and the log id
+    /// through which it has seen every event (sent or not its own).
+    private struct Position {
+        var sent: Int64
+        var seenThrough: Int64
+    }
+
+    private func isMine(_ record: EventRecord) -> Bool {
+        session == nil || record.session == session
+    }
+
+    /// Sends the logged events after what was sent, from the store.
+    private func sendLogged(_ position: inout Position, to writer: inout any ResponseBodyWriter, reader: UUID) async throws {
         while true {
-            let records = try await core.manager.store.loggedEvents(session: session, after: last, limit: 500)
+            let records = try await core.manager.store.loggedEvents(session: session, after: position.sent, limit: 500)
             guard !records.isEmpty else { return }
-            let text = records.map(ServerSentEvents.format).joined()
-            try await writer.write(ByteBuffer(string: text))
-            last = records.last?.eventID ?? last
+            try await send(records, &position, to: &writer, reader: reader)
+            position.seenThrough = max(position.seenThrough, position.sent)
         }
+    }
+
+    /// Sends those of `records` after what was sent, and says how far it got.
+    private func send(
+        _ records: [EventRecord],
+        _ position: inout Position,
+        to writer: inout any ResponseBodyWriter,
+        reader: UUID
+    ) async throws {
+        let fresh = records.filter { ($0.eventID ?? 0) > position.sent }
+        guard let last = fresh.last?.eventID else { return }
+        try await writer.write(ByteBuffer(string: fresh.map(ServerSentEvents.format).joined()))
+        position.sent = last
+        core.readerAdvanced(reader, sent: last)
     }
 }

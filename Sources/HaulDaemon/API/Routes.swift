@@ -93,7 +93,7 @@ enum Routes {
             await respond {
                 let session = try sessionName(context)
                 let body = try await decode(API.Acknowledgement.self, from: request, context: context)
-                try await core.manager.store.acknowledgeEvents(session: session, through: body.through)
+                try await core.acknowledge(session: session, through: body.through)
                 return body
             }
         }
@@ -116,7 +116,7 @@ enum Routes {
                 let after: Int64
                 if let acknowledged = try eventID(request, "Last-Event-ID") {
                     // The client has everything up to this id: an acknowledgement.
-                    try await core.manager.store.acknowledgeEvents(session: session, through: acknowledged)
+                    try await core.acknowledge(session: session, through: acknowledged)
                     after = acknowledged
                 } else if let given = try eventID(request, "after") {
                     after = given

@@ -3,6 +3,7 @@ import Foundation
 import Haul
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// A client of `haul daemon`: the same operations as a ``DownloadManager``, carried out by
 /// the daemon, whose transfers go on after this process exits.
@@ -188,8 +189,10 @@ public final class HaulClient: Sendable {
     /// Attaches to a session: the events this session's clients have not acknowledged
     /// (what happened while nobody listened), then live ones, until the daemon stops.
     ///
-    /// Each logged event is acknowledged when the consumer asks for the next one, so an
-    /// event is delivered again only if the consumer never finished with it. Call
+    /// The consumer is done with an event when it asks for the next one; what it is done
+    /// with is acknowledged before the iterator waits for more (and at least every 256
+    /// events while they arrive faster than it reads), so an event is delivered again only
+    /// if the consumer never finished with it, or finished it just before a crash. Call
     /// ``acknowledge(session:through:)`` for the last one when stopping early.
     /// - Parameters:
     ///   - after: start after this event id instead of after the last acknowledged one
@@ -211,7 +214,11 @@ public final class HaulClient: Sendable {
     }
 
     /// Opens an event stream and feeds its records to `yield` until it ends.
-    func stream(_ path: String, into continuation: AsyncThrowingStream<EventRecord, any Error>.Continuation) async {
+    func stream(
+        _ path: String,
+        into continuation: AsyncThrowingStream<EventRecord, any Error>.Continuation,
+        counting buffered: SessionEvents.Buffered? = nil
+    ) async {
         do {
             var request = try makeRequest("GET", path)
             request.headers.add(name: "Accept", value: "text/event-stream")
@@ -222,6 +229,7 @@ public final class HaulClient: Sendable {
             var parser = ServerSentEvents.Parser()
             for try await buffer in response.body {
                 for message in parser.feed(buffer.readableBytesView) {
+                    buffered?.arrived()
                     continuation.yield(try EventRecord(jsonLine: message.data))
                 }
             }
@@ -313,9 +321,23 @@ public struct SessionEvents: AsyncSequence, Sendable {
     public func makeAsyncIterator() -> Iterator {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: EventRecord.self)
         let (client, path) = (self.client, self.path)
-        let reader = Task { await client.stream(path, into: continuation) }
+        let buffered = Buffered()
+        let reader = Task { await client.stream(path, into: continuation, counting: buffered) }
         continuation.onTermination = { _ in reader.cancel() }
-        return Iterator(client: client, session: acknowledges ? session : nil, base: stream.makeAsyncIterator())
+        return Iterator(
+            client: client,
+            session: acknowledges ? session : nil,
+            base: stream.makeAsyncIterator(),
+            buffered: buffered
+        )
+    }
+
+    /// How many events arrived that the consumer has not taken yet.
+    final class Buffered: Sendable {
+        private let count = Mutex(0)
+        func arrived() { count.withLock { $0 += 1 } }
+        func taken() { count.withLock { $0 -= 1 } }
+        var isEmpty: Bool { count.withLock { $0 <= 0 } }
     }
 
     public struct Iterator: AsyncIteratorProtocol {
@@ -323,16 +345,25 @@ public struct SessionEvents: AsyncSequence, Sendable {
         /// The session to acknowledge in, when this stream acknowledges.
         let session: String?
         var base: AsyncThrowingStream<EventRecord, any Error>.AsyncIterator
+        let buffered: Buffered
+        /// The last event the consumer is done with, not acknowledged yet, and how many
+        /// events that covers.
         var unacknowledged: Int64?
+        var pending = 0
 
         public mutating func next() async throws -> EventRecord? {
-            if let session, let eventID = unacknowledged {
-                // The consumer is done with the previous event.
+            if let session, let eventID = unacknowledged, buffered.isEmpty || pending >= 256 {
+                // The consumer is done with the previous events, and the next must be waited for.
                 try await client.acknowledge(session: session, through: eventID)
                 unacknowledged = nil
+                pending = 0
             }
             guard let record = try await base.next() else { return nil }
-            if record.eventID != nil { unacknowledged = record.eventID }
+            buffered.taken()
+            if record.eventID != nil {
+                unacknowledged = record.eventID
+                pending += 1
+            }
             return record
         }
     }

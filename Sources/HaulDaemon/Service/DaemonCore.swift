@@ -14,6 +14,9 @@ final class DaemonCore: Sendable {
     private let shutdownTrigger = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Clients attached with "pause my session when I disconnect", per session.
     private let pausingClients = Mutex<[String: Int]>([:])
+    /// The attached event streams: their session (nil for all) and the last event each
+    /// sent, so an acknowledgement never deletes an event one of them has yet to send.
+    private let readers = Mutex<[UUID: (session: String?, sent: Int64)]>([:])
     /// Settings changes, one at a time.
     private let settingsChanges = SerialQueue()
 
@@ -59,7 +62,8 @@ final class DaemonCore: Sendable {
             waiting: overall.waiting,
             bytesPerSecond: overall.bytesPerSecond,
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
-            maxConnectionsPerHost: limits.maxConnectionsPerHost
+            maxConnectionsPerHost: limits.maxConnectionsPerHost,
+            eventStreams: readers.withLock { $0.count }
         )
     }
 
@@ -117,6 +121,42 @@ final class DaemonCore: Sendable {
             if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
             if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
         }
+    }
+
+    /// An event stream attached, having sent nothing after `sent`.
+    func readerAttached(session: String?, sent: Int64) -> UUID {
+        let id = UUID()
+        readers.withLock { $0[id] = (session, sent) }
+        return id
+    }
+
+    func readerAdvanced(_ id: UUID, sent: Int64) {
+        readers.withLock { $0[id]?.sent = sent }
+    }
+
+    /// An event stream ended: the acknowledged events it held back can go now.
+    func readerDetached(_ id: UUID, session: String?) async {
+        readers.withLock { _ = $0.removeValue(forKey: id) }
+        guard let session else { return }
+        do {
+            try await manager.store.dropAcknowledgedEvents(session: session, keepingAfter: floor(session))
+        } catch {
+            logger.error("cannot drop acknowledged events", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// The last event every attached stream of `session` has sent; nil when none is attached.
+    private func floor(_ session: String) -> Int64? {
+        readers.withLock { readers in
+            readers.values.filter { $0.session == nil || $0.session == session }.map(\.sent).min()
+        }
+    }
+
+    /// Acknowledges a session's events through `eventID` for every client of it: later
+    /// attaches start after it. The events are deleted once no attached stream still has
+    /// to send them.
+    func acknowledge(session: String, through eventID: Int64) async throws {
+        try await manager.store.acknowledgeEvents(session: session, through: eventID, keepingAfter: floor(session))
     }
 
     /// A client that wants its session paused when it goes is attached.

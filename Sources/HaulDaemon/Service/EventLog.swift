@@ -5,8 +5,10 @@ import Synchronization
 
 /// What a live listener of the daemon hears.
 enum LiveItem: Sendable {
-    /// Events up to this id are in the log: read them from the store.
-    case logged(through: Int64)
+    /// Events just logged, of every session, in id order; `after` is the id the log had
+    /// reached before them. A listener that has seen everything through `after` takes them
+    /// as they are; one that missed something (its buffer overflowed) reads the store.
+    case logged([EventRecord], after: Int64)
     /// Progress of a running task, never logged.
     case progress(EventRecord)
     /// Nothing happened for a while; a listener writes a heartbeat, which is also how it
@@ -25,6 +27,9 @@ final class EventLog: Sendable {
     /// Events kept per session for clients that never acknowledge them.
     private let limitPerSession: Int
     private let listeners = Mutex<[UUID: AsyncStream<LiveItem>.Continuation]>([:])
+    /// The id of the last event logged by this daemon (0 before the first), so each
+    /// broadcast says where it continues from. Only ``append(_:)`` moves it, one at a time.
+    private let lastLogged = Mutex<Int64>(0)
 
     init(store: Store, limitPerSession: Int, logger: Logger) {
         self.store = store
@@ -38,6 +43,7 @@ final class EventLog: Sendable {
         var sessions: [UUID: String] = [:]
         var appendedSincePrune = 0
         var dropped = events.droppedEvents
+        if let last = try? await store.lastEventID() { lastLogged.withLock { $0 = last } }
         await repair()
         while let batch = await events.nextBatch() {
             var records: [EventRecord] = []
@@ -126,7 +132,13 @@ final class EventLog: Sendable {
     private func append(_ records: [EventRecord]) async {
         do {
             let logged = try await store.appendEvents(records)
-            if let last = logged.last?.eventID { broadcast(.logged(through: last)) }
+            guard let last = logged.last?.eventID else { return }
+            // The log's previous end: ids are only given by this writer, one append at a time.
+            let previous = lastLogged.withLock { known in
+                defer { known = last }
+                return known
+            }
+            broadcast(.logged(logged, after: previous))
         } catch {
             logger.error("cannot log events", metadata: ["error": "\(error)"])
         }

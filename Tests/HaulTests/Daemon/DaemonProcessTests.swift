@@ -76,8 +76,11 @@ import Testing
             defer { Task { try? await client.shutdown() } }
             #expect(try await waitUntil { (try? await client.status(timeout: .seconds(1))) != nil })
             let task = try await client.add([DownloadRequest(url: server.url("/big"), destination: .directory(out))])[0]
-            #expect(try await waitUntil { (try? await client.info(task.id).state) == .running })
-            try await Task.sleep(for: .milliseconds(1500))
+            // Stop once the daemon reports a megabyte received (not after a fixed time: on a
+            // loaded machine the transfer may start late).
+            for try await event in client.liveEvents() where event.taskID == task.id && event.kind == .progress {
+                if (event.received ?? 0) >= 1_000_000 { break }
+            }
             daemon.kill(SIGTERM)
             let result = await daemon.finish()
             #expect(result.status == 0, "\(result.stderr)")

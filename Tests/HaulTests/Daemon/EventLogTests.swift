@@ -1,6 +1,7 @@
 import Foundation
 import HaulTesting
 import Logging
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -94,5 +95,60 @@ import Testing
         let next = try await store.appendEvents([event(x, .resumed, session: "x")])
         #expect((next.first?.eventID ?? 0) > xIDs.last!)
         #expect(try await store.lastEventID() == next.first?.eventID)
+    }
+}
+
+/// Many clients following one session while tasks pour in (issue 11 item 11).
+@Suite("Event followers") struct FollowerTests {
+    final class Seen: Sendable {
+        private let completions = Mutex<[Int: [UUID]]>([:])
+        func add(_ follower: Int, _ id: UUID) { completions.withLock { $0[follower, default: []].append(id) } }
+        func count(_ follower: Int) -> Int { completions.withLock { $0[follower]?.count ?? 0 } }
+        var all: [Int: [UUID]] { completions.withLock { $0 } }
+    }
+
+    @Test("20 acknowledging followers of one session each receive all 600 completions, once")
+    func everyFollowerGetsEveryEvent() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        let followers = 20
+        try await TestServer.withServer { server in
+            for index in 0..<600 { server.set("/t\(index)", .init(size: 512, seed: UInt64(index))) }
+            try await withDaemon(home: home, maxConcurrent: 16) { client, _ in
+                let seen = Seen()
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for follower in 0..<followers {
+                        group.addTask {
+                            let own = HaulClient(home: HaulHome(path: home))
+                            do {
+                                for try await record in own.attach(session: "s") where record.kind == .completed {
+                                    seen.add(follower, record.taskID)
+                                    if seen.count(follower) == 600 { break }
+                                }
+                            } catch {}
+                            try? await own.shutdown()
+                        }
+                    }
+                    #expect(try await waitUntil { try await client.status().eventStreams == followers })
+                    var added: [UUID] = []
+                    for batch in 0..<2 {
+                        let requests = (0..<300).map {
+                            DownloadRequest(url: server.url("/t\(batch * 300 + $0)"), destination: .directory(out), session: "s")
+                        }
+                        added += try await client.add(requests).map(\.id)
+                    }
+                    let done = try await waitUntil(timeout: .seconds(300)) {
+                        (0..<followers).allSatisfy { seen.count($0) >= 600 }
+                    }
+                    #expect(done, "fewest completions seen: \((0..<followers).map(seen.count).min() ?? 0)")
+                    if !done { group.cancelAll() }
+                    try await group.waitForAll()
+                    for (follower, ids) in seen.all {
+                        #expect(ids.count == 600 && Set(ids) == Set(added), "follower \(follower): \(ids.count), \(Set(ids).count) distinct")
+                    }
+                }
+            }
+        }
     }
 }
