@@ -62,6 +62,17 @@ public actor DownloadManager {
     private var endWaiters: [UUID: [CheckedContinuation<Void, Never>]] = [:]
     private var lastProgress: [UUID: DownloadProgress] = [:]
     private var shuttingDown = false
+    /// Tasks whose state in the store may not be the machine's: a write failed (a full
+    /// disk, say). ``reconcile()`` writes them again, and reads show the machine's state.
+    private var unrecorded: [UUID: String?] = [:]
+    /// Tasks whose run ended because the store could not record it: they wait, queued but
+    /// out of the scheduler, until the store accepts a write, then run again.
+    private var heldForStore: Set<UUID> = []
+    /// How many runs of a task in a row the store failed, while accepting other writes.
+    private var storeFailures: [UUID: Int] = [:]
+    /// The store refused the last write it was asked for: nothing new starts (it could not
+    /// be recorded) until ``reconcile()`` gets a write through.
+    private var storeRefusing = false
     private let hub = EventHub()
     private let starts: AsyncStream<(UUID, Active)>
     private let startSink: AsyncStream<(UUID, Active)>.Continuation
@@ -143,6 +154,7 @@ public actor DownloadManager {
         let starts = self.starts
         await withTaskGroup(of: Void.self) { outer in
             outer.addTask { await self.publishProgressUntilShutdown() }
+            outer.addTask { await self.reconcileUntilShutdown() }
             await withDiscardingTaskGroup { group in
                 for await (id, transfer) in starts {
                     group.addTask { await self.execute(id, transfer) }
@@ -248,9 +260,12 @@ public actor DownloadManager {
         lastProgress[id] = nil
         switch outcome {
         case .success(let result):
+            storeFailures[id] = nil
             scheduler.remove(id)
             move(id, .complete)
             hub.publish(.completed(id: id, result: result))
+        case .failure(let error) where error.code == .store:
+            storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:
             // The scheduler already moved it back to waiting (or, during shutdown, it stays queued).
             move(id, .yield)
@@ -273,8 +288,97 @@ public actor DownloadManager {
         admitAndStart()
     }
 
+    /// How many runs in a row the store may fail for one task, while accepting other
+    /// writes in between, before the task fails: a store that refuses only this task's
+    /// records (it vanished, say) is not waited for forever.
+    static let storeFailureLimit = 5
+
+    /// A run ended because the store could not record it (a full disk, say): whatever the
+    /// store says of the task may be behind. It moves to the state it was stopping for, or
+    /// waits, queued, to run again once the store accepts writes (``reconcile()``); the
+    /// store is brought up to date then. Its data is safe: checkpoints record only synced bytes.
+    private func storeFailed(_ id: UUID, error: HaulError, stop: StopReason?) {
+        storeRefusing = true
+        switch stop {
+        case .pause:
+            scheduler.remove(id)
+            move(id, .pause)
+        case .yield:
+            move(id, .yield)
+        case .cancel:
+            scheduler.remove(id)
+            move(id, .cancel)
+        case nil:
+            let failures = storeFailures[id, default: 0] + 1
+            storeFailures[id] = failures
+            scheduler.remove(id)
+            guard failures < DownloadManager.storeFailureLimit else {
+                storeFailures[id] = nil
+                move(id, .fail)
+                unrecorded[id] = .some(error.description)
+                hub.publish(.failed(id: id, error: error))
+                return
+            }
+            logger.warning(
+                "the store could not record this download; it runs again once the store can be written",
+                metadata: ["haul.task": "\(id)", "error": "\(error)"]
+            )
+            move(id, .yield)
+            heldForStore.insert(id)
+        }
+        if unrecorded[id] == nil { unrecorded[id] = .some(nil) }
+    }
+
+    private nonisolated func reconcileUntilShutdown() async {
+        while await reconcile() {
+            do {
+                try await Task.sleep(for: .seconds(1))
+            } catch {
+                return
+            }
+        }
+    }
+
+    /// Writes the states the store missed, and runs the tasks held for it once it takes
+    /// them; false once the manager is shutting down.
+    private func reconcile() async -> Bool {
+        guard !shuttingDown else { return false }
+        for (id, message) in unrecorded {
+            guard let state = machines[id]?.state else {
+                unrecorded[id] = nil
+                continue
+            }
+            do {
+                try await store.setState(id, state.rawValue, error: state == .failed ? message : nil)
+                storeRefusing = false
+            } catch {
+                break  // Still refused: try again at the next tick.
+            }
+            // Changed meanwhile: its own write, or the next tick, records the new state.
+            if machines[id]?.state == state, unrecorded[id] == message { unrecorded[id] = nil }
+        }
+        // Nothing left to write (what failed was removed, say): the next start finds out.
+        if unrecorded.isEmpty { storeRefusing = false }
+        for id in heldForStore where unrecorded[id] == nil {
+            heldForStore.remove(id)
+            guard machines[id]?.state == .queued, let entry = entries[id] else { continue }
+            scheduler.enqueue(entry)
+        }
+        admitAndStart()
+        return true
+    }
+
+    /// A task as its store record says, with the state this manager knows when the store missed it.
+    private func overlaid(_ info: DownloadInfo) -> DownloadInfo {
+        guard let message = unrecorded[info.id], let state = machines[info.id]?.state else { return info }
+        var info = info
+        info.state = state
+        info.errorMessage = state == .failed ? message : nil
+        return info
+    }
+
     private func admitAndStart() {
-        guard !shuttingDown else { return }
+        guard !shuttingDown, !storeRefusing else { return }
         for id in scheduler.admit() where active[id] == nil {
             start(id)
         }
@@ -432,9 +536,18 @@ extension DownloadManager {
         let state = try currentState(id)
         switch state {
         case .queued:
+            // Out of the line first, so it cannot start meanwhile; back in if the store refuses.
             scheduler.remove(id)
+            let held = heldForStore.remove(id) != nil
+            do {
+                try await store.setState(id, TaskState.paused.rawValue)
+            } catch {
+                if held { heldForStore.insert(id) } else if let entry = entries[id] { scheduler.enqueue(entry) }
+                admitAndStart()
+                throw error
+            }
+            unrecorded[id] = nil
             move(id, .pause)
-            try await store.setState(id, TaskState.paused.rawValue)
         case .running:
             active[id]?.control.request(.pause)
             await waitForEnd(id)
@@ -453,6 +566,8 @@ extension DownloadManager {
         }
         if let priority { try await store.setPriority(id, priority) }
         let order = try await store.requeue(id, state: TaskState.queued.rawValue)
+        unrecorded[id] = nil
+        storeFailures[id] = nil
         move(id, .resume)
         var entry = entries[id] ?? Scheduler.Entry(id: id, host: "", priority: 0, queueOrder: order)
         entry.queueOrder = order
@@ -472,12 +587,23 @@ extension DownloadManager {
             await waitForEnd(id)
         case .queued, .paused, .failed:
             scheduler.remove(id)
-            move(id, .cancel)
-            if let record = try await store.task(id: id), let path = record.partPath {
-                PartFile.remove(at: path, owner: id, identity: record.partIdentity)
-                try await store.setPart(id, path: nil, identity: nil)
+            let held = heldForStore.remove(id) != nil
+            do {
+                try await store.setState(id, TaskState.cancelled.rawValue)
+            } catch {
+                if state == .queued {
+                    if held { heldForStore.insert(id) } else if let entry = entries[id] { scheduler.enqueue(entry) }
+                    admitAndStart()
+                }
+                throw error
             }
-            try await store.setState(id, TaskState.cancelled.rawValue)
+            unrecorded[id] = nil
+            move(id, .cancel)
+            // Cancelled is recorded: its partial data goes; a record of it left behind is harmless.
+            if let record = try? await store.task(id: id), let path = record.partPath {
+                PartFile.remove(at: path, owner: id, identity: record.partIdentity)
+                try? await store.setPart(id, path: nil, identity: nil)
+            }
         case .completed, .cancelled:
             throw HaulError(.invalidArgument, "Cannot cancel task \(id): it is \(state.rawValue)")
         }
@@ -493,6 +619,9 @@ extension DownloadManager {
         try await store.delete(id)
         machines[id] = nil
         entries[id] = nil
+        unrecorded[id] = nil
+        heldForStore.remove(id)
+        storeFailures[id] = nil
         scheduler.remove(id)
     }
 
@@ -617,7 +746,8 @@ extension DownloadManager {
     /// Every task of this manager's kind (background or not) in the store, in queue order;
     /// with `session`, only that session's.
     public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
-        try await store.infos(background: background, session: session)
+        let infos = try await store.infos(background: background, session: session)
+        return unrecorded.isEmpty ? infos : infos.map(overlaid)
     }
 
     /// One task.
@@ -626,7 +756,7 @@ extension DownloadManager {
         guard let info = try await store.infos(ids: [id]).first else {
             throw HaulError(.invalidArgument, "No task \(id)")
         }
-        return info
+        return overlaid(info)
     }
 
     /// The manager as a whole: how many tasks run and wait, and their combined speed.

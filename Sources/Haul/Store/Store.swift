@@ -49,6 +49,7 @@ public final class Store: Sendable {
                 try Store.create(at: path, configuration: configuration)
             }
             let pool = try DatabasePool(path: path, configuration: configuration)
+            pool.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
             try self.init(writer: pool)
         } catch let error as HaulError {
             throw error
@@ -482,7 +483,14 @@ public final class Store: Sendable {
         }
         switch sqlite.resultCode {
         case .SQLITE_FULL:
-            return HaulError.fileSystem("update the Haul store", path: path, errno: ENOSPC)
+            // A `.store` error, not `.diskFull`: what could not be recorded is Haul's
+            // bookkeeping, which the daemon records again once it can (not the download's data).
+            return HaulError(
+                .store,
+                "No space left on device for the Haul store at \(path)",
+                path: path,
+                hint: "Free some space on that disk; the daemon goes on by itself, a 'haul get' resumes when run again"
+            )
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
             return HaulError(
                 .store,

@@ -45,10 +45,12 @@ extension HaulCommand {
                 }
                 let events = client.attach(session: session, after: after, pauseOnDisconnect: pauseOnExit)
                 let signals = SignalStream.watch([SIGINT, SIGTERM])
+                let lastShown = LastShown()
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         for try await record in events where record.kind != .progress {
                             guard show(record) else { throw ExitCode(128 + SIGPIPE) }
+                            if let eventID = record.eventID { lastShown.id.withLock { $0 = eventID } }
                         }
                         throw HaulError(.connection, "The Haul daemon stopped")
                     }
@@ -58,7 +60,16 @@ extension HaulCommand {
                     try await group.next()
                     group.cancelAll()
                 }
+                // Stopped by a signal: every event shown is acknowledged before leaving.
+                if after == nil, let last = lastShown.id.withLock({ $0 }) {
+                    try await client.acknowledge(session: session, through: last)
+                }
             }
+        }
+
+        /// The id of the last logged event printed.
+        private final class LastShown: Sendable {
+            let id = Mutex<Int64?>(nil)
         }
 
         /// Prints one event; false when stdout is closed.

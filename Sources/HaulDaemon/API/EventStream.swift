@@ -37,19 +37,18 @@ struct EventStream: Sendable {
             try await sendLogged(&position, to: &writer, reader: reader)
             for await item in live {
                 switch item {
-                case .logged(let records, let previous):
+                case .logged(let events, let previous):
                     if position.seenThrough >= previous {
                         // Nothing missed: these are the next events, from memory.
-                        try await send(records.filter(isMine), &position, to: &writer, reader: reader)
-                        position.seenThrough = max(position.seenThrough, records.last?.eventID ?? previous)
+                        try await send(events.filter { isMine($0.record) }, &position, to: &writer, reader: reader)
                     } else {
                         // The live buffer overflowed: what it dropped is in the store.
                         try await sendLogged(&position, to: &writer, reader: reader)
-                        position.seenThrough = max(position.seenThrough, records.last?.eventID ?? previous)
                     }
-                case .progress(let record):
-                    guard isMine(record) else { continue }
-                    try await writer.write(ByteBuffer(string: ServerSentEvents.format(record)))
+                    position.seenThrough = max(position.seenThrough, events.last?.record.eventID ?? previous)
+                case .progress(let event):
+                    guard isMine(event.record) else { continue }
+                    try await writer.write(ByteBuffer(string: event.text))
                 case .heartbeat:
                     try await writer.write(ByteBuffer(string: ServerSentEvents.heartbeat))
                 }
@@ -78,21 +77,21 @@ struct EventStream: Sendable {
         while true {
             let records = try await core.manager.store.loggedEvents(session: session, after: position.sent, limit: 500)
             guard !records.isEmpty else { return }
-            try await send(records, &position, to: &writer, reader: reader)
+            try await send(records.map(LiveEvent.init), &position, to: &writer, reader: reader)
             position.seenThrough = max(position.seenThrough, position.sent)
         }
     }
 
-    /// Sends those of `records` after what was sent, and says how far it got.
+    /// Sends those of `events` after what was sent, and says how far it got.
     private func send(
-        _ records: [EventRecord],
+        _ events: [LiveEvent],
         _ position: inout Position,
         to writer: inout any ResponseBodyWriter,
         reader: UUID
     ) async throws {
-        let fresh = records.filter { ($0.eventID ?? 0) > position.sent }
-        guard let last = fresh.last?.eventID else { return }
-        try await writer.write(ByteBuffer(string: fresh.map(ServerSentEvents.format).joined()))
+        let fresh = events.filter { ($0.record.eventID ?? 0) > position.sent }
+        guard let last = fresh.last?.record.eventID else { return }
+        try await writer.write(ByteBuffer(string: fresh.map(\.text).joined()))
         position.sent = last
         core.readerAdvanced(reader, sent: last)
     }

@@ -3,7 +3,6 @@ import Foundation
 import Haul
 import NIOCore
 import NIOHTTP1
-import Synchronization
 
 /// A client of `haul daemon`: the same operations as a ``DownloadManager``, carried out by
 /// the daemon, whose transfers go on after this process exits.
@@ -189,10 +188,10 @@ public final class HaulClient: Sendable {
     /// Attaches to a session: the events this session's clients have not acknowledged
     /// (what happened while nobody listened), then live ones, until the daemon stops.
     ///
-    /// The consumer is done with an event when it asks for the next one; what it is done
-    /// with is acknowledged before the iterator waits for more (and at least every 256
-    /// events while they arrive faster than it reads), so an event is delivered again only
-    /// if the consumer never finished with it, or finished it just before a crash. Call
+    /// The consumer is done with an event when it asks for the next one; the latest event
+    /// it is done with is acknowledged in the background, at most ten times a second, and
+    /// once more when the stream ends, so an event is delivered again only if the consumer
+    /// never finished with it, or finished it just before it stopped or crashed. Call
     /// ``acknowledge(session:through:)`` for the last one when stopping early.
     /// - Parameters:
     ///   - after: start after this event id instead of after the last acknowledged one
@@ -216,8 +215,7 @@ public final class HaulClient: Sendable {
     /// Opens an event stream and feeds its records to `yield` until it ends.
     func stream(
         _ path: String,
-        into continuation: AsyncThrowingStream<EventRecord, any Error>.Continuation,
-        counting buffered: SessionEvents.Buffered? = nil
+        into continuation: AsyncThrowingStream<EventRecord, any Error>.Continuation
     ) async {
         do {
             var request = try makeRequest("GET", path)
@@ -229,7 +227,6 @@ public final class HaulClient: Sendable {
             var parser = ServerSentEvents.Parser()
             for try await buffer in response.body {
                 for message in parser.feed(buffer.readableBytesView) {
-                    buffered?.arrived()
                     continuation.yield(try EventRecord(jsonLine: message.data))
                 }
             }
@@ -318,53 +315,56 @@ public struct SessionEvents: AsyncSequence, Sendable {
     let path: String
     let acknowledges: Bool
 
+    /// The shortest time between two acknowledgements of one iterator: a burst of events
+    /// costs a few requests, not one each.
+    static let acknowledgementInterval = Duration.milliseconds(100)
+
     public func makeAsyncIterator() -> Iterator {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: EventRecord.self)
         let (client, path) = (self.client, self.path)
-        let buffered = Buffered()
-        let reader = Task { await client.stream(path, into: continuation, counting: buffered) }
-        continuation.onTermination = { _ in reader.cancel() }
-        return Iterator(
-            client: client,
-            session: acknowledges ? session : nil,
-            base: stream.makeAsyncIterator(),
-            buffered: buffered
-        )
-    }
-
-    /// How many events arrived that the consumer has not taken yet.
-    final class Buffered: Sendable {
-        private let count = Mutex(0)
-        func arrived() { count.withLock { $0 += 1 } }
-        func taken() { count.withLock { $0 -= 1 } }
-        var isEmpty: Bool { count.withLock { $0 <= 0 } }
+        let reader = Task { await client.stream(path, into: continuation) }
+        // The latest event the consumer is done with; only the newest waits to be sent.
+        let (done, acknowledgements) = AsyncStream.makeStream(of: Int64.self, bufferingPolicy: .bufferingNewest(1))
+        if acknowledges, let session {
+            Task {
+                for await eventID in done {
+                    // A failed acknowledgement only means the event may be told again.
+                    try? await client.acknowledge(session: session, through: eventID)
+                    try? await Task.sleep(for: SessionEvents.acknowledgementInterval)
+                }
+            }
+        }
+        continuation.onTermination = { _ in
+            reader.cancel()
+            acknowledgements.finish()  // The last one is still sent.
+        }
+        return Iterator(base: stream.makeAsyncIterator(), acknowledgements: acknowledges ? acknowledgements : nil)
     }
 
     public struct Iterator: AsyncIteratorProtocol {
-        let client: HaulClient
-        /// The session to acknowledge in, when this stream acknowledges.
-        let session: String?
         var base: AsyncThrowingStream<EventRecord, any Error>.AsyncIterator
-        let buffered: Buffered
-        /// The last event the consumer is done with, not acknowledged yet, and how many
-        /// events that covers.
-        var unacknowledged: Int64?
-        var pending = 0
+        /// Where the events the consumer is done with go, when this stream acknowledges.
+        let acknowledgements: AsyncStream<Int64>.Continuation?
+        /// The last event handed out.
+        var lastTaken: Int64?
 
         public mutating func next() async throws -> EventRecord? {
-            if let session, let eventID = unacknowledged, buffered.isEmpty || pending >= 256 {
-                // The consumer is done with the previous events, and the next must be waited for.
-                try await client.acknowledge(session: session, through: eventID)
-                unacknowledged = nil
-                pending = 0
+            // Asking for the next event says the consumer is done with the previous one.
+            if let eventID = lastTaken {
+                acknowledgements?.yield(eventID)
+                lastTaken = nil
             }
-            guard let record = try await base.next() else { return nil }
-            buffered.taken()
-            if record.eventID != nil {
-                unacknowledged = record.eventID
-                pending += 1
+            do {
+                guard let record = try await base.next() else {
+                    acknowledgements?.finish()
+                    return nil
+                }
+                lastTaken = record.eventID ?? lastTaken
+                return record
+            } catch {
+                acknowledgements?.finish()
+                throw error
             }
-            return record
         }
     }
 }

@@ -3,14 +3,26 @@ import Haul
 import Logging
 import Synchronization
 
+/// An event as a live listener gets it: the record, and its Server-Sent Events text,
+/// encoded once for every listener.
+struct LiveEvent: Sendable {
+    let record: EventRecord
+    let text: String
+
+    init(_ record: EventRecord) {
+        self.record = record
+        self.text = ServerSentEvents.format(record)
+    }
+}
+
 /// What a live listener of the daemon hears.
 enum LiveItem: Sendable {
     /// Events just logged, of every session, in id order; `after` is the id the log had
     /// reached before them. A listener that has seen everything through `after` takes them
     /// as they are; one that missed something (its buffer overflowed) reads the store.
-    case logged([EventRecord], after: Int64)
+    case logged([LiveEvent], after: Int64)
     /// Progress of a running task, never logged.
-    case progress(EventRecord)
+    case progress(LiveEvent)
     /// Nothing happened for a while; a listener writes a heartbeat, which is also how it
     /// learns that its client went away.
     case heartbeat
@@ -43,6 +55,8 @@ final class EventLog: Sendable {
         var sessions: [UUID: String] = [:]
         var appendedSincePrune = 0
         var dropped = events.droppedEvents
+        // Events the store refused to log: their tasks' final states are logged once it takes them.
+        var needsRepair = false
         if let last = try? await store.lastEventID() { lastLogged.withLock { $0 = last } }
         await repair()
         while let batch = await events.nextBatch() {
@@ -62,12 +76,15 @@ final class EventLog: Sendable {
                     sessions[event.taskID] = nil
                 }
                 if record.kind == .progress {
-                    broadcast(.progress(record))
+                    broadcast(.progress(LiveEvent(record)))
                 } else {
                     records.append(record)
                 }
             }
-            if !records.isEmpty { await append(records) }
+            if !records.isEmpty {
+                if needsRepair { needsRepair = !(await repair()) }
+                if !(await append(records)) { needsRepair = true }
+            }
             if events.droppedEvents != dropped {
                 // The log fell more than the subscription's bound behind: tell what it missed.
                 dropped = events.droppedEvents
@@ -99,10 +116,12 @@ final class EventLog: Sendable {
 
     /// Logs the final states of tasks that changed while no event could be logged (the
     /// daemon was killed between the two), so every client still hears them once.
-    func repair() async {
+    /// - Returns: false when the store could not be read or written.
+    @discardableResult
+    func repair() async -> Bool {
         do {
             let tasks = try await store.unannouncedTasks()
-            guard !tasks.isEmpty else { return }
+            guard !tasks.isEmpty else { return true }
             let records = tasks.map { task -> EventRecord in
                 var record: EventRecord
                 switch task.state {
@@ -120,28 +139,52 @@ final class EventLog: Sendable {
                 }
                 return record
             }
-            logger.info("logging \(records.count) final states not told before the last stop")
-            await append(records)
-        } catch  where !Task.isCancelled {
+            logger.info("logging \(records.count) final states not told before")
+            return await append(records)
+        } catch where !Task.isCancelled {
             logger.error("cannot repair the event log", metadata: ["error": "\(error)"])
+            return false
         } catch {
-            // Stopping.
+            return false  // Stopping.
         }
     }
 
-    private func append(_ records: [EventRecord]) async {
-        do {
-            let logged = try await store.appendEvents(records)
-            guard let last = logged.last?.eventID else { return }
-            // The log's previous end: ids are only given by this writer, one append at a time.
-            let previous = lastLogged.withLock { known in
-                defer { known = last }
-                return known
+    /// How many times a refused append is tried again, a second apart, before its events
+    /// are left to ``repair()``.
+    static let appendAttempts = 10
+
+    /// Logs `records` and tells the listeners; a store that refuses them (a full disk, say)
+    /// is given a few seconds. False when they could not be logged.
+    private func append(_ records: [EventRecord]) async -> Bool {
+        var attempt = 1
+        while true {
+            do {
+                let logged = try await store.appendEvents(records)
+                broadcast(logged: logged)
+                return true
+            } catch {
+                guard attempt < EventLog.appendAttempts, !Task.isCancelled else {
+                    logger.error(
+                        "cannot log events; the final states of their tasks are logged once the store takes them",
+                        metadata: ["error": "\(error)"]
+                    )
+                    return false
+                }
+                if attempt == 1 { logger.warning("cannot log events, trying again", metadata: ["error": "\(error)"]) }
+                attempt += 1
+                try? await Task.sleep(for: .seconds(1))
             }
-            broadcast(.logged(logged, after: previous))
-        } catch {
-            logger.error("cannot log events", metadata: ["error": "\(error)"])
         }
+    }
+
+    private func broadcast(logged: [EventRecord]) {
+        guard let last = logged.last?.eventID else { return }
+        // The log's previous end: ids are only given by this writer, one append at a time.
+        let previous = lastLogged.withLock { known in
+            defer { known = last }
+            return known
+        }
+        broadcast(.logged(logged.map(LiveEvent.init), after: previous))
     }
 
     private func prune() async {
