@@ -177,42 +177,57 @@ public final class Downloader: Sendable {
         _ request: DownloadRequest,
         background: Bool = false
     ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
-        try request.validate()
-        let headers = String(decoding: try JSONEncoder().encode(request.headers), as: UTF8.self)
+        try await prepare([request], background: background)[0]
+    }
+
+    /// ``prepare(_:background:)`` for many, in one transaction: every request is checked
+    /// first, then all are found or recorded, or none.
+    /// - Parameter priority: the priority of the tasks it records (an existing task keeps its own).
+    func prepare(
+        _ requests: [DownloadRequest],
+        background: Bool = false,
+        priority: Int = 0
+    ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
+        let encoder = JSONEncoder()
         let now = Date()
-        let record = TaskRecord(
-            id: UUID(),
-            url: request.url.absoluteString,
-            destination: request.destination,
-            explicitName: request.destination.fileName != nil,
-            requestHeaders: headers,
-            checksum: request.checksum?.description,
-            overwrite: request.overwrite,
-            session: request.session,
-            background: background,
-            connections: request.connections,
-            minSplitSize: request.minSplitSize,
-            rateLimit: request.rateLimit,
-            now: now
-        )
-        let reAdd = Store.ReAdd(
-            background: background,
-            session: request.session,
-            requestHeaders: headers,
-            checksum: request.checksum?.description,
-            overwrite: request.overwrite,
-            connections: request.connections,
-            minSplitSize: request.minSplitSize,
-            rateLimit: request.rateLimit
-        )
-        let url = request.url
-        return try await store.findOrInsert(record, reAdd: reAdd) { existing in
+        let items = try requests.map { request -> (new: TaskRecord, reAdd: Store.ReAdd) in
+            try request.validate()
+            let headers = String(decoding: try encoder.encode(request.headers), as: UTF8.self)
+            var record = TaskRecord(
+                id: UUID(),
+                url: request.url.absoluteString,
+                destination: request.destination,
+                explicitName: request.destination.fileName != nil,
+                requestHeaders: headers,
+                checksum: request.checksum?.description,
+                overwrite: request.overwrite,
+                session: request.session,
+                background: background,
+                connections: request.connections,
+                minSplitSize: request.minSplitSize,
+                rateLimit: request.rateLimit,
+                now: now
+            )
+            record.priority = priority
+            let reAdd = Store.ReAdd(
+                background: background,
+                session: request.session,
+                requestHeaders: headers,
+                checksum: request.checksum?.description,
+                overwrite: request.overwrite,
+                connections: request.connections,
+                minSplitSize: request.minSplitSize,
+                rateLimit: request.rateLimit
+            )
+            return (record, reAdd)
+        }
+        return try await store.findOrInsert(items) { existing in
             // A task of the daemon that is not finished is not taken over by another process.
             guard existing.background, !background, existing.state != TaskState.completed.rawValue else { return }
             throw HaulError(
                 .busy,
                 "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
-                url: url,
+                url: URL(string: existing.url),
                 hint: "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
             )
         }

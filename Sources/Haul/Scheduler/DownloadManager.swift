@@ -457,8 +457,60 @@ extension DownloadManager {
     /// - Returns: the task as it stands now (queued, running, or already completed).
     /// - Throws: ``HaulError`` for a bad URL or an unusable destination.
     public func download(_ request: DownloadRequest, priority: Int = 0) async throws -> DownloadInfo {
-        let prepared = try await downloader.prepare(request, background: background)
-        var record = prepared.record
+        try await download([request], priority: priority)[0]
+    }
+
+    /// Queues many downloads, in order, as ``download(_:priority:)`` does each: all are
+    /// checked, then found or recorded in one transaction, so a bad one adds none.
+    /// - Returns: the tasks as they stand now, in the order of `requests`.
+    public func download(_ requests: [DownloadRequest], priority: Int = 0) async throws -> [DownloadInfo] {
+        let prepared = try await downloader.prepare(requests, background: background, priority: priority)
+        var infos: [DownloadInfo] = []
+        infos.reserveCapacity(prepared.count)
+        for item in prepared {
+            if item.isNew {
+                infos.append(enqueueNew(item.record))
+            } else {
+                infos.append(try await reAdded(item.record, priority: priority))
+            }
+        }
+        admitAndStart()
+        return infos
+    }
+
+    /// A task just recorded: it waits for its turn, announced; nothing to read back.
+    private func enqueueNew(_ record: TaskRecord) -> DownloadInfo {
+        let id = record.id
+        let info = DownloadInfo(
+            id: id,
+            url: URL(string: record.url)!,
+            path: record.destinationPath,
+            directory: record.directory,
+            state: .queued,
+            priority: record.priority,
+            bytesCommitted: 0,
+            totalBytes: record.totalLength,
+            errorMessage: nil,
+            session: record.session,
+            rateLimit: record.rateLimit,
+            connections: record.connections
+        )
+        if let state = machines[id]?.state {
+            // Another add found it meanwhile (while this one awaited an earlier re-add) and queued it.
+            var current = info
+            current.state = state
+            return current
+        }
+        machines[id] = TaskStateMachine(.queued)
+        entries[id] = DownloadManager.entry(for: record)
+        hub.publish(.added(info))
+        scheduler.enqueue(entries[id]!)
+        return info
+    }
+
+    /// A download that was already in the store: it goes on, runs again, or stays completed.
+    private func reAdded(_ record: TaskRecord, priority: Int) async throws -> DownloadInfo {
+        var record = record
         let id = record.id
         if let machine = machines[id] {
             switch machine.state {
@@ -471,12 +523,12 @@ extension DownloadManager {
             try await store.setPriority(id, priority)
             record.priority = priority
         }
-        if !prepared.isNew, record.state != TaskState.completed.rawValue {
+        if record.state != TaskState.completed.rawValue {
             record.queueOrder = try await store.requeue(id, state: TaskState.queued.rawValue)
         }
         // A completed task keeps its record: its transfer finds the verified file in place
         // and completes without a request (or fetches it again if the file is gone).
-        return try await enqueueAdded(record, isNew: prepared.isNew)
+        return try await enqueueAdded(record, isNew: false)
     }
 
     /// Queues a download from resume data produced by ``pause(_:)``, a failure, or another

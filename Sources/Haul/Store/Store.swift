@@ -179,16 +179,28 @@ public final class Store: Sendable {
     /// The task that is not cancelled for a URL into a directory, with the name the user
     /// fixed (`fileName`) or with none fixed (nil).
     private static func findTask(_ db: Database, url: String, directory: String, fileName: String?) throws -> TaskRecord? {
-        var request =
-            TaskRecord
-            .filter(TaskRecord.Columns.url == url && TaskRecord.Columns.directory == directory)
-            .filter(TaskRecord.Columns.state != TaskState.cancelled.rawValue)
+        // A cached statement (adding thousands of tasks runs it once each), whose literal
+        // 'cancelled' lets SQLite use the partial index task_one_per_destination.
+        let statement: Statement
+        let arguments: StatementArguments
         if let fileName {
-            request = request.filter(TaskRecord.Columns.fileName == fileName && TaskRecord.Columns.explicitName)
+            statement = try db.cachedStatement(
+                sql: """
+                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND fileName = ? AND explicitName
+                    ORDER BY createdAt DESC LIMIT 1
+                    """
+            )
+            arguments = [url, directory, fileName]
         } else {
-            request = request.filter(!TaskRecord.Columns.explicitName)
+            statement = try db.cachedStatement(
+                sql: """
+                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND NOT explicitName
+                    ORDER BY createdAt DESC LIMIT 1
+                    """
+            )
+            arguments = [url, directory]
         }
-        return try request.order(TaskRecord.Columns.createdAt.desc).fetchOne(db)
+        return try TaskRecord.fetchOne(statement, arguments: arguments)
     }
 
     /// Every task, oldest first.
@@ -234,41 +246,54 @@ public final class Store: Sendable {
         reAdd: ReAdd,
         accept: @escaping @Sendable (TaskRecord) throws -> Void
     ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
+        try await findOrInsert([(new, reAdd)], accept: accept)[0]
+    }
+
+    /// ``findOrInsert(_:reAdd:accept:)`` for many, in order, in one transaction: all are
+    /// found or recorded, or (when one is refused or a write fails) none.
+    func findOrInsert(
+        _ items: [(new: TaskRecord, reAdd: ReAdd)],
+        accept: @escaping @Sendable (TaskRecord) throws -> Void
+    ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         try await write { db in
-            if var existing = try Store.findTask(db, url: new.url, directory: new.directory, fileName: new.explicitName ? new.fileName : nil) {
-                try accept(existing)
-                existing.background = reAdd.background
-                existing.session = reAdd.session
-                existing.requestHeaders = reAdd.requestHeaders
-                existing.checksum = reAdd.checksum
-                existing.overwrite = reAdd.overwrite
-                existing.connections = reAdd.connections
-                existing.minSplitSize = reAdd.minSplitSize
-                existing.rateLimit = reAdd.rateLimit
-                try db.execute(
-                    sql: """
-                        UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
-                            connections = ?, minSplitSize = ?, rateLimit = ?, updatedAt = ? WHERE id = ?
-                        """,
-                    arguments: [
-                        reAdd.background, reAdd.session, reAdd.requestHeaders, reAdd.checksum, reAdd.overwrite,
-                        reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, StoreDate.now, existing.id,
-                    ]
-                )
-                var segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == existing.id)
-                    .order(SegmentRecord.Columns.ordinal).fetchAll(db)
-                if segments.isEmpty {
-                    segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)]
-                    try segments[0].insert(db)
+            var order = try Store.nextQueueOrder(db)
+            return try items.map { new, reAdd in
+                if var existing = try Store.findTask(db, url: new.url, directory: new.directory, fileName: new.explicitName ? new.fileName : nil) {
+                    try accept(existing)
+                    existing.background = reAdd.background
+                    existing.session = reAdd.session
+                    existing.requestHeaders = reAdd.requestHeaders
+                    existing.checksum = reAdd.checksum
+                    existing.overwrite = reAdd.overwrite
+                    existing.connections = reAdd.connections
+                    existing.minSplitSize = reAdd.minSplitSize
+                    existing.rateLimit = reAdd.rateLimit
+                    try db.execute(
+                        sql: """
+                            UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
+                                connections = ?, minSplitSize = ?, rateLimit = ?, updatedAt = ? WHERE id = ?
+                            """,
+                        arguments: [
+                            reAdd.background, reAdd.session, reAdd.requestHeaders, reAdd.checksum, reAdd.overwrite,
+                            reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, StoreDate.now, existing.id,
+                        ]
+                    )
+                    var segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == existing.id)
+                        .order(SegmentRecord.Columns.ordinal).fetchAll(db)
+                    if segments.isEmpty {
+                        segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)]
+                        try segments[0].insert(db)
+                    }
+                    return (existing, segments, false)
                 }
-                return (existing, segments, false)
+                var task = new
+                task.queueOrder = order
+                order += 1
+                try task.insert(db)
+                let segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0)]
+                try segments[0].insert(db)
+                return (task, segments, true)
             }
-            var task = new
-            task.queueOrder = try Store.nextQueueOrder(db)
-            try task.insert(db)
-            let segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0)]
-            try segments[0].insert(db)
-            return (task, segments, true)
         }
     }
 

@@ -42,11 +42,7 @@ enum Routes {
                         throw error
                     }
                 }
-                var added: [DownloadInfo] = []
-                for download in requests {
-                    added.append(try await core.manager.download(download, priority: body.priority ?? 0))
-                }
-                return added
+                return try await core.manager.download(requests, priority: body.priority ?? 0)
             }
         }
         api.get("tasks/:id") { _, context in
