@@ -141,7 +141,7 @@ public final class Downloader: Sendable {
         configuration: Configuration = Configuration(),
         _ body: (Downloader) async throws -> Result
     ) async throws -> Result {
-        let downloader = try Downloader(configuration: configuration)
+        let downloader = try Downloader(configuration: try await configuration.openingStore())
         do {
             let result = try await body(downloader)
             try await downloader.shutdown()
@@ -405,5 +405,16 @@ public final class DownloadTask: Sendable {
 extension Duration {
     var nanoseconds: Int64 {
         components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
+    }
+}
+
+extension Downloader.Configuration {
+    /// This configuration with its SQLite store opened on NIO's thread pool (see
+    /// ``Store/opened(at:)``), so creating the downloader does not block an async caller.
+    func openingStore() async throws -> Downloader.Configuration {
+        guard case .path(let path) = store.kind else { return self }
+        var opened = self
+        opened.store = .store(try await Store.opened(at: path))
+        return opened
     }
 }

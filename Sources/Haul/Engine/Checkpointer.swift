@@ -1,5 +1,4 @@
 import Foundation
-import NIOPosix
 
 /// Makes a download's checkpoints while its connections keep receiving.
 ///
@@ -43,7 +42,7 @@ struct Checkpointer: Sendable {
         let snapshot = plan.snapshotWritten(taskID: taskID)
         let part = self.part
         if syncOnPool {
-            try await NIOThreadPool.singleton.runIfActive { try part.sync() }
+            try await FileIO.run { try part.sync() }
         } else {
             try part.sync()
         }

@@ -283,7 +283,7 @@ struct SegmentWorker: Sendable {
                     position += Int64(allowed)
                     progress.add(allowed)
                     if batch.isFull || ContinuousClock.now - lastFlush >= flushInterval {
-                        try batch.flush(to: part)
+                        try await batch.flush(to: part)
                         plan.wrote(upTo: batch.offset, segmentStart: start)
                         lastFlush = .now
                     }
@@ -296,12 +296,12 @@ struct SegmentWorker: Sendable {
         } catch let error as Restart {
             throw error
         } catch let error as HaulError where error.code != .connection {
-            try? batch.flush(to: part)
+            try? await batch.flush(to: part, evenIfStopped: true)
             plan.wrote(upTo: batch.offset, segmentStart: start)
             throw error
         } catch {
             // The connection broke or we were stopped: keep what arrived, then report.
-            try batch.flush(to: part)
+            try await batch.flush(to: part, evenIfStopped: true)
             plan.wrote(upTo: batch.offset, segmentStart: start)
             if control.requested != nil || error is CancellationError { throw CancellationError() }
             // A timeout says more than "ended early"; any other break before the promised end
@@ -311,7 +311,7 @@ struct SegmentWorker: Sendable {
             }
             throw transport.connectionError(error, url: url)
         }
-        try batch.flush(to: part)
+        try await batch.flush(to: part)
         plan.wrote(upTo: batch.offset, segmentStart: start)
         if overlapChecked < overlap.count {
             throw HaulError(

@@ -628,10 +628,15 @@ final class Transfer {
         guard let destination = task.destinationPath, let partPath = task.partPath else {
             throw HaulError(.invalidResponse, "No file name chosen", url: url)
         }
-        if try part.size() != total { try part.truncate(to: total) }
-        try part.sync()
+        // Blocking file work (truncate, fsync, reading the whole file for a digest, rename and
+        // the directory's fsync) runs on NIO's thread pool, never on Swift's cooperative threads.
+        try await FileIO.run {
+            if try part.size() != total { try part.truncate(to: total) }
+            try part.sync()
+        }
         if let checksum {
-            let actual = try part.digest(checksum.algorithm, length: total)
+            let algorithm = checksum.algorithm
+            let actual = try await FileIO.run { try part.digest(algorithm, length: total) }
             guard actual == checksum.hex else {
                 // The bytes are wrong; keeping them would only make a rerun verify them again.
                 FileOps.remove(partPath)
@@ -651,7 +656,8 @@ final class Transfer {
             }
         }
         try checkDestinationFree()
-        try FileOps.rename(partPath, to: destination, replacing: task.overwrite)
+        let replacing = task.overwrite
+        try await FileIO.run { try FileOps.rename(partPath, to: destination, replacing: replacing) }
         part.unmark()  // The finished file is the user's, not a part file.
         part.close()
         self.part = nil

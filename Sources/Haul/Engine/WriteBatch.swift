@@ -24,12 +24,19 @@ struct WriteBatch {
         count += buffer.readableBytes
     }
 
-    /// Writes what is pending; afterwards the batch continues right after it.
-    mutating func flush(to part: PartFile) throws {
+    /// Writes what is pending, on NIO's thread pool (a `pwritev` blocks; Swift's
+    /// cooperative threads must not); afterwards the batch continues right after it.
+    /// - Parameter evenIfStopped: write even when the task is cancelled (what arrived before
+    ///   a stop is kept); otherwise a cancelled task may leave it unwritten, and the batch as it was.
+    mutating func flush(to part: PartFile, evenIfStopped: Bool = false) async throws {
         guard count > 0 else { return }
-        try part.write(buffers, at: offset)
-        offset += Int64(count)
-        buffers.removeAll(keepingCapacity: true)
+        let (buffers, offset) = (self.buffers, self.offset)
+        let write: @Sendable () async throws -> Void = {
+            try await FileIO.run { try part.write(buffers, at: offset) }
+        }
+        if evenIfStopped { try await uncancellable(write) } else { try await write() }
+        self.offset += Int64(count)
+        self.buffers.removeAll(keepingCapacity: true)
         count = 0
     }
 }

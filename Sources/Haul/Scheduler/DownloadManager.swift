@@ -107,6 +107,8 @@ public actor DownloadManager {
         configuration: Configuration,
         _ body: (DownloadManager) async throws -> Result
     ) async throws -> Result {
+        var configuration = configuration
+        configuration.downloader = try await configuration.downloader.openingStore()
         let manager = try DownloadManager(configuration: configuration)
         // Recover before `body` can add anything, so the two never interleave.
         try await manager.recoverIfNeeded()

@@ -58,6 +58,14 @@ public final class Store: Sendable {
         }
     }
 
+    /// Opens (creating and migrating if needed) the store at `path` on NIO's thread pool:
+    /// opening waits for another process's open (a file lock) and syncs a new store to disk,
+    /// which must not block Swift's cooperative threads.
+    /// - Throws: ``HaulError/Code/store`` when the file cannot be opened or migrated.
+    public static func opened(at path: String) async throws -> Store {
+        try await FileIO.run { try Store(path: path) }
+    }
+
     /// `PRAGMA application_id` of a Haul store: "HAUL".
     static let applicationID: Int32 = 0x4841_554C
 

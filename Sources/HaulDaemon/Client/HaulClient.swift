@@ -222,7 +222,8 @@ public final class HaulClient: Sendable {
             request.headers.add(name: "Accept", value: "text/event-stream")
             let response = try await http.execute(request, deadline: .distantFuture)
             guard response.status == .ok else {
-                throw try await HaulClient.failure(response, body: try await response.body.collect(upTo: 1 << 20))
+                let body = try await response.body.collect(upTo: 1 << 20)
+                throw try HaulClient.failure(response, body: body)
             }
             var parser = ServerSentEvents.Parser()
             for try await buffer in response.body {

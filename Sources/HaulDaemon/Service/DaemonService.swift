@@ -95,7 +95,7 @@ public final class DaemonService: Service, Sendable {
         try HomeFile.clearStaleSocket(paths.socket)
         defer { HomeFile.removeSocket(paths.socket) }
 
-        let store = try Store(path: paths.home.storePath)
+        let store = try await Store.opened(at: paths.home.storePath)
         defer {
             // Before the lock goes: once another process sees it free, this one writes nothing.
             do { try store.closeDatabase() } catch { logger.error("cannot close the store", metadata: ["error": "\(error)"]) }

@@ -6,7 +6,7 @@ import Testing
 
 /// `haul get` killed with SIGKILL at chosen moments; the same command run again must finish
 /// with the right bytes, continuing from the committed offset.
-@Suite("Crash safety (kill -9)", .serialized)
+@Suite("Crash safety (kill -9)", .serialized, .tags(.process, .slow), .leftOutOfFastLoop)
 struct CrashSafetyTests {
     enum KillPoint: String, CaseIterable, Sendable {
         /// Before any checkpoint: nothing committed, the rerun starts from 0.
@@ -114,7 +114,9 @@ struct CrashSafetyTests {
                 #expect(try await waitUntil { try await started(segments()) >= 1 })
             case .midway:
                 #expect(try await waitUntil { try await started(segments()) >= 3 })
-                try await Task.sleep(for: .milliseconds(600))
+                // Then more bytes on the way, some of them past the last checkpoint.
+                let sent = server.bodyBytesSent("/big.bin")
+                #expect(try await waitUntil { server.bodyBytesSent("/big.bin") >= sent + (1 << 20) })
             }
             child.kill(SIGKILL)
             #expect(await child.finish().status == SIGKILL)

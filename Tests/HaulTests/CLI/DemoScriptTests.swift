@@ -3,7 +3,7 @@ import Testing
 
 /// `scripts/demo`, the first thing a newcomer runs, run small against the built `haul`: it
 /// must work at any machine speed (it kills by progress, not by time).
-@Suite("scripts/demo")
+@Suite("scripts/demo", .tags(.process), .leftOutOfFastLoop)
 struct DemoScriptTests {
     static let repository = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -7,7 +7,7 @@ import Testing
 /// `haul get` against hostile input and hostile output: names that climb out of `-d`, a
 /// closed stdout, a full stderr, impossible ports and malformed option values. None of
 /// them may crash it, write outside its directory or lose a checkpoint.
-@Suite("haul get: hostile input and output", .serialized)
+@Suite("haul get: hostile input and output", .serialized, .tags(.process), .leftOutOfFastLoop)
 struct HostileInputTests {
     @Test(
         "an input file's out= cannot leave -d",

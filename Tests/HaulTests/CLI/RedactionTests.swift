@@ -6,7 +6,7 @@ import Testing
 @testable import Haul
 
 /// Credentials and tokens in URLs are never shown or logged (issue 11 item 10).
-@Suite("Secrets in URLs")
+@Suite("Secrets in URLs", .tags(.process), .leftOutOfFastLoop)
 struct RedactionTests {
     @Test(
         "passwords, user-name tokens and secret query values are hidden; other text is kept",

@@ -6,7 +6,7 @@ import Testing
 @testable import Haul
 
 /// The daemon as a separate `haul daemon` process: killed, stopped, restarted.
-@Suite("Daemon process") struct DaemonProcessTests {
+@Suite("Daemon process", .tags(.process, .slow), .leftOutOfFastLoop) struct DaemonProcessTests {
     @Test("kill -9 in the middle of a 10-file session, restart: every file completes once, with the right bytes")
     func killNineAndRestart() async throws {
         let temp = try TemporaryDirectory()
@@ -14,7 +14,8 @@ import Testing
         let home = temp.file("home")
         try await TestServer.withServer { server in
             for index in 0..<10 {
-                server.set("/f\(index)", .init(size: 2_000_000, seed: UInt64(index), bytesPerSecond: 1_000_000))
+                // 4 s each: a running one is still part-way when a loaded machine gets round to the kill.
+                server.set("/f\(index)", .init(size: 2_000_000, seed: UInt64(index), bytesPerSecond: 500_000))
             }
             let urls = (0..<10).map { server.url("/f\($0)").absoluteString }
             // Started in the background by `haul daemon`, checkpointing often.
@@ -123,8 +124,9 @@ import Testing
             defer { Task { try? await client.shutdown() } }
 
             let listener = try HaulProcess(["events", "--session", "app", "--pause-on-exit", "--json"], home: home)
-            try await Task.sleep(for: .milliseconds(500))
-            #expect(try await client.tasks().allSatisfy { $0.state == .running })
+            // Readiness: the daemon counts the listener's stream, and both tasks run.
+            #expect(try await waitUntil { try await client.status().eventStreams >= 1 })
+            #expect(try await waitUntil { try await client.tasks().allSatisfy { $0.state == .running } })
             listener.kill(SIGKILL)
             _ = await listener.finish()
             #expect(

@@ -28,7 +28,12 @@ func withDaemon(
         group.addTask { try await daemon.run() }
         let client = HaulClient(home: HaulHome(path: home))
         do {
-            #expect(try await waitUntil { (try? await client.status(timeout: .seconds(1))) != nil })
+            // Bounded generously: with the whole suite starting at once on two loaded cores, a
+            // daemon can take a while to answer; the bound only turns a hang into a failure.
+            let answered = try await waitUntil(timeout: .seconds(90)) {
+                (try? await client.status(timeout: .seconds(1))) != nil
+            }
+            #expect(answered)
             try await body(client, daemon)
             try await client.shutdown()
             await daemon.stop()

@@ -99,7 +99,7 @@ import Testing
 }
 
 /// Many clients following one session while tasks pour in (issue 11 item 11).
-@Suite("Event followers") struct FollowerTests {
+@Suite("Event followers", .tags(.slow), .leftOutOfFastLoop) struct FollowerTests {
     final class Seen: Sendable {
         private let completions = Mutex<[Int: [UUID]]>([:])
         func add(_ follower: Int, _ id: UUID) { completions.withLock { $0[follower, default: []].append(id) } }

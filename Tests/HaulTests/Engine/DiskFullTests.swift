@@ -6,7 +6,7 @@ import Testing
 
 /// Running out of space, on a real 2 MiB tmpfs. Mounting needs root; elsewhere the test is
 /// skipped (the ENOSPC mapping is still checked).
-@Suite("Disk full")
+@Suite("Disk full", .tags(.process), .leftOutOfFastLoop)
 struct DiskFullTests {
     @Test func enospcIsReportedAsDiskFull() {
         let error = HaulError.fileSystem("write to", path: "/data/x.part", errno: ENOSPC)

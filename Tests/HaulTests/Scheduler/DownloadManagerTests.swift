@@ -39,6 +39,12 @@ struct DownloadManagerTests {
         }
 
         var ids: [UUID] { list.all }
+
+        /// Waits until `id` is among those told; false after 20 s.
+        func waitUntilTold(_ id: UUID) async throws -> Bool {
+            let list = self.list
+            return try await waitUntil { list.all.contains(id) }
+        }
     }
 
     @Test("at most N downloads at once, as the server sees it, and all complete with the right bytes")
@@ -46,21 +52,21 @@ struct DownloadManagerTests {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
             for index in 0..<8 {
-                server.set("/f\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 2 << 20))
+                server.set("/f\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 1 << 20))
             }
             try await DownloadManager.withDownloadManager(
                 configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 3)
             ) {
                 manager in
-                var ids: [UUID] = []
-                for index in 0..<8 {
-                    ids.append(
-                        try await manager.download(
-                            DownloadRequest(url: server.url("/f\(index)"), destination: .directory(temp.path))
-                        ).id
-                    )
-                }
-                #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+                // Added together, so the first three start together even on a loaded machine.
+                _ = try await manager.download(
+                    (0..<8).map { DownloadRequest(url: server.url("/f\($0)"), destination: .directory(temp.path)) }
+                )
+                #expect(
+                    try await waitUntil(timeout: .seconds(60)) {
+                        try await manager.tasks().allSatisfy { $0.state == .completed }
+                    }
+                )
             }
             #expect(server.maxActiveResponses == 3)
             for index in 0..<8 {
@@ -75,21 +81,26 @@ struct DownloadManagerTests {
         try await TestServer.withServer { one in
             try await TestServer.withServer { two in
                 for index in 0..<4 {
-                    one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 2 << 20))
-                    two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), bytesPerSecond: 2 << 20))
+                    one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 1 << 20))
+                    two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), bytesPerSecond: 1 << 20))
                 }
                 try await DownloadManager.withDownloadManager(
                     configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 10, perHost: 2)
                 ) { manager in
-                    for index in 0..<4 {
-                        _ = try await manager.download(
-                            DownloadRequest(url: one.url("/a\(index)"), destination: .directory(temp.path))
-                        )
-                        _ = try await manager.download(
-                            DownloadRequest(url: two.url("/b\(index)"), destination: .directory(temp.path))
-                        )
-                    }
-                    #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+                    // Added together, so each host's first two start together even on a loaded machine.
+                    _ = try await manager.download(
+                        (0..<4).flatMap { index in
+                            [
+                                DownloadRequest(url: one.url("/a\(index)"), destination: .directory(temp.path)),
+                                DownloadRequest(url: two.url("/b\(index)"), destination: .directory(temp.path)),
+                            ]
+                        }
+                    )
+                    #expect(
+                        try await waitUntil(timeout: .seconds(60)) {
+                            try await manager.tasks().allSatisfy { $0.state == .completed }
+                        }
+                    )
                 }
                 #expect(one.maxActiveResponses == 2)
                 #expect(two.maxActiveResponses == 2)
@@ -171,7 +182,9 @@ struct DownloadManagerTests {
                     priority: 5
                 ).id
                 #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
-                try await Task.sleep(for: .milliseconds(50))
+                // C starts last: once its start is told, every start before it was.
+                let told = try await recorder.waitUntilTold(ids["C"]!)
+                #expect(told)
                 #expect(recorder.ids == ["A", "D", "B", "C"].map { ids[$0]! })
                 recorder.task.cancel()
             }
@@ -287,7 +300,9 @@ struct DownloadManagerTests {
                 for name in names { server.update("/\(name)") { $0.bytesPerSecond = nil } }
                 #expect(try await waitUntil { try await manager.tasks().filter { $0.state == .completed }.count == 4 })
                 #expect(try await manager.info(ids["E"]!).state == .paused)
-                try await Task.sleep(for: .milliseconds(50))
+                // D starts last: once its start is told, every start before it was.
+                let told = try await recorder.waitUntilTold(ids["D"]!)
+                #expect(told)
                 // A may have started before the recorder subscribed; the rest start in order.
                 #expect(recorder.ids.map(name).filter { $0 != "A" } == ["B", "C", "D"])
                 recorder.task.cancel()

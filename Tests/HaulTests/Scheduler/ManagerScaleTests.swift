@@ -5,7 +5,7 @@ import Testing
 
 @testable import Haul
 
-@Suite("DownloadManager at scale and after a kill", .serialized)
+@Suite("DownloadManager at scale and after a kill", .serialized, .tags(.process, .slow), .leftOutOfFastLoop)
 struct ManagerScaleTests {
     @Test("kill -9 the process running a 20-file queue; a new manager finishes them all, in queue order")
     func killedQueueRecovers() async throws {
@@ -23,13 +23,18 @@ struct ManagerScaleTests {
                 directory: temp.path
             )
             #expect(try await waitUntil { server.requests.count >= 3 })
-            try await Task.sleep(for: .milliseconds(300))
+            // Killed once the store records a running task with data: readiness, not a fixed wait.
+            let storePath = (home as NSString).appendingPathComponent("haul.sqlite")
+            let store = try Store(path: storePath)
+            #expect(
+                try await waitUntil {
+                    try await store.infos().contains { $0.state == .running && $0.bytesCommitted > 0 }
+                }
+            )
             child.kill(SIGKILL)
             _ = await child.finish()
             for name in names { server.update("/\(name)") { $0.bytesPerSecond = 4 << 20 } }
 
-            let storePath = (home as NSString).appendingPathComponent("haul.sqlite")
-            let store = try Store(path: storePath)
             let before = try await store.infos()
             print("after the kill:", before.map(\.state.rawValue))
             #expect(before.count == 20)
@@ -51,7 +56,9 @@ struct ManagerScaleTests {
                         try await manager.tasks().allSatisfy { $0.state == .completed }
                     }
                 )
-                try await Task.sleep(for: .milliseconds(50))
+                // The last to start is the last in line: once it is told, every start before it was.
+                let told = try await recorder.waitUntilTold(unfinished.last!)
+                #expect(told)
                 // The first may have started before the recorder subscribed; the rest follow queue order.
                 let started = recorder.ids
                 #expect(started == Array(unfinished.suffix(started.count)))

@@ -1,0 +1,22 @@
+import Foundation
+import Testing
+
+extension Tag {
+    /// Runs `haul` (or another program) as a child process.
+    @Tag static var process: Self
+    /// Needs nginx (or Apache, lighttpd) started by the test.
+    @Tag static var nginx: Self
+    /// Takes more than about 20 s alone, or loads the machine on purpose.
+    @Tag static var slow: Self
+
+    /// `HAUL_FAST_TESTS=1 swift test` is the fast loop: it leaves out the suites tagged
+    /// `.process`, `.nginx` or `.slow` (this toolchain's `swift test` filters by name only).
+    static let fastLoop = ProcessInfo.processInfo.environment["HAUL_FAST_TESTS"] == "1"
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Off in the fast loop (see ``Tag/fastLoop``); always on in CI and by default.
+    static var leftOutOfFastLoop: Self {
+        .disabled(if: Tag.fastLoop && ProcessInfo.processInfo.environment["CI"] == nil, "left out of the fast loop (HAUL_FAST_TESTS=1)")
+    }
+}
