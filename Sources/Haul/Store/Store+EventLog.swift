@@ -95,28 +95,49 @@ extension Store {
     ///   goes: a stream attached to the session has yet to send them. They go with a later
     ///   acknowledgement, or ``dropAcknowledgedEvents(session:keepingAfter:)``.
     package func acknowledgeEvents(session: String, through eventID: Int64, keepingAfter floor: Int64? = nil) async throws {
+        let last = try await acknowledgeEvents([(session, eventID)], keepingAfter: { _ in floor })
+        if eventID > last { throw Store.acknowledgementBeyond(last: last, eventID) }
+    }
+
+    /// Records several acknowledgements in one transaction: for each session, the highest
+    /// of its marks; an acknowledgement beyond the last event ever logged is left out.
+    /// - Parameter floor: per session, the last event that may be deleted (nil: no limit).
+    /// - Returns: the last event id ever given: the acknowledgements beyond it were left out.
+    package func acknowledgeEvents(
+        _ marks: [(session: String, through: Int64)],
+        keepingAfter floor: @escaping @Sendable (String) -> Int64?
+    ) async throws -> Int64 {
         try await write { db in
             // AUTOINCREMENT keeps the highest id ever given in sqlite_sequence.
             let last = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'event'") ?? 0
-            guard eventID <= last else {
-                throw HaulError(
-                    .invalidArgument,
-                    "Cannot acknowledge through event \(eventID): the last event is \(last)",
-                    hint: "Acknowledge an id you have received"
+            var highest: [String: Int64] = [:]
+            for mark in marks where mark.through <= last {
+                highest[mark.session] = max(highest[mark.session] ?? mark.through, mark.through)
+            }
+            for (session, eventID) in highest {
+                try db.execute(
+                    sql: """
+                        INSERT INTO session (name, acknowledged) VALUES (?, ?)
+                        ON CONFLICT(name) DO UPDATE SET acknowledged = MAX(acknowledged, excluded.acknowledged)
+                        """,
+                    arguments: [session, eventID]
+                )
+                try db.execute(
+                    sql: "DELETE FROM event WHERE session = ? AND id <= ?",
+                    arguments: [session, min(eventID, floor(session) ?? eventID)]
                 )
             }
-            try db.execute(
-                sql: """
-                    INSERT INTO session (name, acknowledged) VALUES (?, ?)
-                    ON CONFLICT(name) DO UPDATE SET acknowledged = MAX(acknowledged, excluded.acknowledged)
-                    """,
-                arguments: [session, eventID]
-            )
-            try db.execute(
-                sql: "DELETE FROM event WHERE session = ? AND id <= ?",
-                arguments: [session, min(eventID, floor ?? eventID)]
-            )
+            return last
         }
+    }
+
+    /// The answer to an acknowledgement of an event that was never logged.
+    package static func acknowledgementBeyond(last: Int64, _ eventID: Int64) -> HaulError {
+        HaulError(
+            .invalidArgument,
+            "Cannot acknowledge through event \(eventID): the last event is \(last)",
+            hint: "Acknowledge an id you have received"
+        )
     }
 
     /// Deletes a session's acknowledged events, but none after `floor`.

@@ -43,14 +43,15 @@ extension HaulCommand {
                     }
                     return
                 }
-                let events = client.attach(session: session, after: after, pauseOnDisconnect: pauseOnExit)
+                // Unparsed: --json prints each event as the daemon sent it, without decoding it.
+                let events = client.attach(session: session, after: after, pauseOnDisconnect: pauseOnExit).unparsed
                 let signals = SignalStream.watch([SIGINT, SIGTERM])
                 let lastShown = LastShown()
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
-                        for try await record in events where record.kind != .progress {
-                            guard show(record) else { throw ExitCode(128 + SIGPIPE) }
-                            if let eventID = record.eventID { lastShown.id.withLock { $0 = eventID } }
+                        for try await event in events where event.kind != .progress {
+                            guard try show(event) else { throw ExitCode(128 + SIGPIPE) }
+                            if let eventID = event.eventID { lastShown.id.withLock { $0 = eventID } }
                         }
                         throw HaulError(.connection, "The Haul daemon stopped")
                     }
@@ -70,6 +71,11 @@ extension HaulCommand {
         /// The id of the last logged event printed.
         private final class LastShown: Sendable {
             let id = Mutex<Int64?>(nil)
+        }
+
+        /// Prints one event as received; false when stdout is closed.
+        private func show(_ event: StreamedEvent) throws -> Bool {
+            json ? Output.standard(event.json + "\n") : show(try event.record())
         }
 
         /// Prints one event; false when stdout is closed.

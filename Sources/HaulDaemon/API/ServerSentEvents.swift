@@ -16,6 +16,7 @@ enum ServerSentEvents {
 
     /// One received event.
     struct Message: Equatable {
+        /// The `id:` of this event (not carried over to the next, unlike a browser's last event id).
         var id: String?
         var event: String?
         var data: String
@@ -46,6 +47,7 @@ enum ServerSentEvents {
         private mutating func handle(_ line: String) -> Message? {
             if line.isEmpty {
                 defer {
+                    id = nil
                     event = nil
                     data = []
                 }

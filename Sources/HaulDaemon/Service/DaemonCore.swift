@@ -14,11 +14,13 @@ final class DaemonCore: Sendable {
     private let shutdownTrigger = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Clients attached with "pause my session when I disconnect", per session.
     private let pausingClients = Mutex<[String: Int]>([:])
-    /// The attached event streams: their session (nil for all) and the last event each
-    /// sent, so an acknowledgement never deletes an event one of them has yet to send.
-    private let readers = Mutex<[UUID: (session: String?, sent: Int64)]>([:])
+    /// The attached event streams, so an acknowledgement never deletes an event one of
+    /// them has yet to send.
+    private let readers = EventReaders()
     /// Settings changes, one at a time.
     private let settingsChanges = SerialQueue()
+    /// Acknowledgements, written together.
+    private let acknowledgements: Acknowledgements
 
     init(manager: DownloadManager, eventLog: EventLog, paths: DaemonPaths, logger: Logger) {
         self.manager = manager
@@ -26,6 +28,7 @@ final class DaemonCore: Sendable {
         self.paths = paths
         self.startedAt = Date()
         self.logger = logger
+        self.acknowledgements = Acknowledgements(store: manager.store) { [readers] in readers.floor($0) }
     }
 
     /// The TCP listener's address, once it listens.
@@ -63,7 +66,7 @@ final class DaemonCore: Sendable {
             bytesPerSecond: overall.bytesPerSecond,
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
             maxConnectionsPerHost: limits.maxConnectionsPerHost,
-            eventStreams: readers.withLock { $0.count }
+            eventStreams: readers.count
         )
     }
 
@@ -125,38 +128,29 @@ final class DaemonCore: Sendable {
 
     /// An event stream attached, having sent nothing after `sent`.
     func readerAttached(session: String?, sent: Int64) -> UUID {
-        let id = UUID()
-        readers.withLock { $0[id] = (session, sent) }
-        return id
+        readers.attach(session: session, sent: sent)
     }
 
     func readerAdvanced(_ id: UUID, sent: Int64) {
-        readers.withLock { $0[id]?.sent = sent }
+        readers.advance(id, sent: sent)
     }
 
     /// An event stream ended: the acknowledged events it held back can go now.
     func readerDetached(_ id: UUID, session: String?) async {
-        readers.withLock { _ = $0.removeValue(forKey: id) }
+        readers.detach(id)
         guard let session else { return }
         do {
-            try await manager.store.dropAcknowledgedEvents(session: session, keepingAfter: floor(session))
+            try await manager.store.dropAcknowledgedEvents(session: session, keepingAfter: readers.floor(session))
         } catch {
             logger.error("cannot drop acknowledged events", metadata: ["error": "\(error)"])
         }
     }
 
-    /// The last event every attached stream of `session` has sent; nil when none is attached.
-    private func floor(_ session: String) -> Int64? {
-        readers.withLock { readers in
-            readers.values.filter { $0.session == nil || $0.session == session }.map(\.sent).min()
-        }
-    }
-
     /// Acknowledges a session's events through `eventID` for every client of it: later
     /// attaches start after it. The events are deleted once no attached stream still has
-    /// to send them.
+    /// to send them. Acknowledgements that arrive together are written in one transaction.
     func acknowledge(session: String, through eventID: Int64) async throws {
-        try await manager.store.acknowledgeEvents(session: session, through: eventID, keepingAfter: floor(session))
+        try await acknowledgements.acknowledge(session: session, through: eventID)
     }
 
     /// A client that wants its session paused when it goes is attached.
@@ -178,6 +172,34 @@ final class DaemonCore: Sendable {
             _ = try await apply(.pause, to: .session(session))
         } catch {
             logger.error("cannot pause session '\(session)'", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// The attached event streams: their session (nil for all) and the last event each sent.
+final class EventReaders: Sendable {
+    private let readers = Mutex<[UUID: (session: String?, sent: Int64)]>([:])
+
+    var count: Int { readers.withLock { $0.count } }
+
+    func attach(session: String?, sent: Int64) -> UUID {
+        let id = UUID()
+        readers.withLock { $0[id] = (session, sent) }
+        return id
+    }
+
+    func advance(_ id: UUID, sent: Int64) {
+        readers.withLock { $0[id]?.sent = sent }
+    }
+
+    func detach(_ id: UUID) {
+        readers.withLock { _ = $0.removeValue(forKey: id) }
+    }
+
+    /// The last event every attached stream of `session` has sent; nil when none is attached.
+    func floor(_ session: String) -> Int64? {
+        readers.withLock { readers in
+            readers.values.filter { $0.session == nil || $0.session == session }.map(\.sent).min()
         }
     }
 }

@@ -96,6 +96,46 @@ import Testing
         #expect((next.first?.eventID ?? 0) > xIDs.last!)
         #expect(try await store.lastEventID() == next.first?.eventID)
     }
+
+    @Test("acknowledgements arriving together are written together, each answered for itself")
+    func acknowledgementsAreGroupCommitted() async throws {
+        let temp = try TemporaryDirectory()
+        let store = try Store(path: temp.file("s.sqlite"))
+        let x = try await backgroundTask(store, state: .running, session: "x")
+        let y = try await backgroundTask(store, state: .running, session: "y")
+        let xIDs = try await store.appendEvents((0..<20).map { _ in event(x, .resumed, session: "x") }).compactMap(\.eventID)
+        let yIDs = try await store.appendEvents((0..<5).map { _ in event(y, .resumed, session: "y") }).compactMap(\.eventID)
+        let last = yIDs.last!
+        // A stream of x has sent through xIDs[9]: nothing after it may go.
+        let acknowledgements = Acknowledgements(store: store) { $0 == "x" ? xIDs[9] : nil }
+
+        // 200 at once: x through every id, y through every id, and some beyond the last event.
+        let marks = (xIDs.map { ("x", $0) } + yIDs.map { ("y", $0) } + [("x", last + 1), ("y", last + 1_000)])
+        let outcomes = await withTaskGroup(of: (Int64, Bool).self) { group in
+            for round in 0..<8 {
+                for (session, id) in marks.shuffled() where round == 0 || id <= last {
+                    group.addTask {
+                        do {
+                            try await acknowledgements.acknowledge(session: session, through: id)
+                            return (id, true)
+                        } catch let error as HaulError {
+                            return (id, error.code == .invalidArgument && error.message.contains("the last event is \(last)") ? false : true)
+                        } catch {
+                            return (id, true)
+                        }
+                    }
+                }
+            }
+            return await group.reduce(into: [(Int64, Bool)]()) { $0.append($1) }
+        }
+        #expect(outcomes.count == 7 * (xIDs.count + yIDs.count) + marks.count)
+        #expect(acknowledgements.transactions < outcomes.count / 2, "those that waited together went together")
+        #expect(outcomes.filter { !$0.1 }.map(\.0).sorted() == [last + 1, last + 1_000], "only those beyond the last are refused")
+        #expect(try await store.acknowledgedEventID(session: "x") == xIDs.last)
+        #expect(try await store.acknowledgedEventID(session: "y") == last)
+        #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[10...]))
+        #expect(try await store.loggedEvents(session: "y", after: 0).isEmpty)
+    }
 }
 
 /// Many clients following one session while tasks pour in (issue 11 item 11).
