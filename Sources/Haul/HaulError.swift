@@ -24,6 +24,7 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
             case corruptResumeData
             case unsupportedResumeDataVersion
             case invalidArgument
+            case notFound
             case store
             case cancelled
             case paused
@@ -63,6 +64,8 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         public static let unsupportedResumeDataVersion = Code(.unsupportedResumeDataVersion)
         /// An argument given to the library is not valid (for example a malformed checksum).
         public static let invalidArgument = Code(.invalidArgument)
+        /// No task has the id given.
+        public static let notFound = Code(.notFound)
         /// The SQLite store failed.
         public static let store = Code(.store)
         /// The download was cancelled.

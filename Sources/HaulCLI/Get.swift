@@ -55,7 +55,11 @@ extension HaulCommand {
         var checkpointInterval: Double?
 
         func validate() throws {
-            guard maxConcurrent >= 1 else { throw ValidationError("-j/--max-concurrent must be 1 or more") }
+            guard DownloadManager.limits.contains(maxConcurrent) else {
+                throw ValidationError(
+                    "-j/--max-concurrent must be from \(DownloadManager.limits.lowerBound) to \(DownloadManager.limits.upperBound)"
+                )
+            }
             if let totalLimitRate, totalLimitRate.bytes < 1 {
                 throw ValidationError("--total-limit-rate must be at least 1 byte per second")
             }

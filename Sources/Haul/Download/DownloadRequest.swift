@@ -139,6 +139,10 @@ public struct DownloadRequest: Sendable {
     public static let maxConnections = 64
     /// The smallest minimum split size.
     public static let smallestSplit: Int64 = 64 * 1024
+    /// The largest `minSplitSize`.
+    public static let largestSplit: Int64 = 1 << 40
+    /// The longest URL taken, in bytes (servers refuse far shorter ones).
+    public static let maxURLLength = 64 * 1024
 
     /// Rejects connection counts, split sizes and rates that cannot work.
     func validateTuning() throws {
@@ -149,8 +153,8 @@ public struct DownloadRequest: Sendable {
                 hint: "Use 1 to \(DownloadRequest.maxConnections)"
             )
         }
-        if let minSplitSize, minSplitSize < DownloadRequest.smallestSplit {
-            throw HaulError(.invalidArgument, "The minimum split size must be at least 64 KiB")
+        if let minSplitSize, !(DownloadRequest.smallestSplit...DownloadRequest.largestSplit).contains(minSplitSize) {
+            throw HaulError(.invalidArgument, "The minimum split size must be from 64 KiB to 1 TiB, not \(minSplitSize)")
         }
         try DownloadRequest.validateRateLimit(rateLimit)
     }
@@ -197,6 +201,9 @@ public struct DownloadRequest: Sendable {
     /// Parses and checks a URL typed by a person: it must be absolute http(s) with a host.
     /// - Throws: ``HaulError/Code/invalidURL`` or ``HaulError/Code/unsupportedScheme``.
     public static func parseURL(_ text: String) throws -> URL {
+        guard text.utf8.count <= maxURLLength else {
+            throw HaulError.invalidURL(String(text.prefix(80)) + "…", reason: "it is longer than 64 KiB")
+        }
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { throw HaulError.invalidURL(text, reason: "it is empty") }
         // Percent-encode characters a person may type (spaces, non-ASCII) but URL(string:) rejects.

@@ -343,6 +343,13 @@ enum FileOps {
 
     /// Checks that `directory` exists and we can create files in it.
     static func checkWritableDirectory(_ directory: String) throws {
+        // The system would read a path only up to a NUL: "/tmp/\0x" would be "/tmp/".
+        guard !directory.utf8.contains(0), directory.utf8.count < PATH_MAX else {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid directory '\(directory.prefix(80))': it holds a NUL or is longer than \(PATH_MAX - 1) bytes"
+            )
+        }
         guard isDirectory(directory) else {
             throw HaulError(
                 .fileSystem,

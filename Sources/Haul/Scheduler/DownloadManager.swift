@@ -444,15 +444,31 @@ public actor DownloadManager {
 
     /// Rejects a concurrency limit below 1.
     public static func validateLimit(_ value: Int, _ name: String) throws {
-        guard value >= 1 else {
-            throw HaulError(.invalidArgument, "\(name) must be 1 or more, not \(value)")
+        guard limits.contains(value) else {
+            throw HaulError(.invalidArgument, "\(name) must be from \(limits.lowerBound) to \(limits.upperBound), not \(value)")
         }
     }
+
+    /// What the concurrency limits (downloads at once, connections per host) can be.
+    public static let limits = 1...1_000
 }
 
 // MARK: - Operations
 
 extension DownloadManager {
+    /// The priorities a task can have: higher starts sooner; 0 is the default.
+    public static let priorities = -1_000...1_000
+
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a priority outside ``priorities``.
+    public static func validatePriority(_ priority: Int) throws {
+        guard priorities.contains(priority) else {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid priority \(priority): use a whole number from \(priorities.lowerBound) to \(priorities.upperBound)"
+            )
+        }
+    }
+
     /// Queues a download (or finds the same URL already going to the same place, so a re-add
     /// does not duplicate it). It starts when the limits allow.
     /// - Parameter priority: higher starts sooner than older tasks of lower priority.
@@ -466,6 +482,7 @@ extension DownloadManager {
     /// checked, then found or recorded in one transaction, so a bad one adds none.
     /// - Returns: the tasks as they stand now, in the order of `requests`.
     public func download(_ requests: [DownloadRequest], priority: Int = 0) async throws -> [DownloadInfo] {
+        try DownloadManager.validatePriority(priority)
         let prepared = try await downloader.prepare(requests, background: background, priority: priority)
         var infos: [DownloadInfo] = []
         infos.reserveCapacity(prepared.count)
@@ -614,6 +631,7 @@ extension DownloadManager {
     /// Resumes a paused or failed task: it queues anew at the back, unless given a priority.
     @discardableResult
     public func resume(_ id: UUID, priority: Int? = nil) async throws -> DownloadInfo {
+        if let priority { try DownloadManager.validatePriority(priority) }
         let state = try currentState(id)
         guard TaskStateMachine.next(from: state, on: .resume) != nil else {
             throw HaulError(.invalidArgument, "Cannot resume task \(id): it is \(state.rawValue)")
@@ -711,8 +729,9 @@ extension DownloadManager {
         deleteFiles: Bool = false
     ) async throws -> [UUID] {
         if strict {
-            for id in ids {
-                let state = try currentState(id)
+            // Every id must name a task (else 404 for the first unknown), then be in a state it applies to.
+            let states = try ids.map { try currentState($0) }
+            for (id, state) in zip(ids, states) {
                 guard operation.applies(to: state) else {
                     throw HaulError(
                         .invalidArgument,
@@ -775,7 +794,7 @@ extension DownloadManager {
     public func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
         try DownloadRequest.validateRateLimit(bytesPerSecond)
         for id in ids where machines[id] == nil {
-            throw HaulError(.invalidArgument, "No task \(id)")
+            throw HaulError(.notFound, "No task \(id)")
         }
         try await store.setRateLimit(bytesPerSecond, for: ids)
         for id in ids { active[id]?.limiter.setRate(bytesPerSecond) }
@@ -808,7 +827,7 @@ extension DownloadManager {
     /// - Throws: ``HaulError/Code/invalidArgument`` when there is no such task.
     public func info(_ id: UUID) async throws -> DownloadInfo {
         guard let info = try await store.infos(ids: [id]).first else {
-            throw HaulError(.invalidArgument, "No task \(id)")
+            throw HaulError(.notFound, "No task \(id)")
         }
         return overlaid(info)
     }
@@ -841,12 +860,12 @@ extension DownloadManager {
     public nonisolated func events(for id: UUID) -> DownloadEvents { hub.subscribe(taskID: id) }
 
     private func currentState(_ id: UUID) throws -> TaskState {
-        guard let machine = machines[id] else { throw HaulError(.invalidArgument, "No task \(id)") }
+        guard let machine = machines[id] else { throw HaulError(.notFound, "No task \(id)") }
         return machine.state
     }
 
     private func resumeData(_ id: UUID) async throws -> ResumeData {
-        guard let record = try await store.task(id: id) else { throw HaulError(.invalidArgument, "No task \(id)") }
+        guard let record = try await store.task(id: id) else { throw HaulError(.notFound, "No task \(id)") }
         return ResumeData(record: record, segments: try await store.segments(of: id))
     }
 }

@@ -89,7 +89,7 @@ extension HaulCommand {
         @Option(help: "The session the tasks belong to.")
         var session: String = DownloadRequest.defaultSession
 
-        @Option(help: "Higher starts sooner.")
+        @Option(help: "Higher starts sooner: -1000 to 1000.")
         var priority: Int = 0
 
         @Flag(help: "Print the tasks as JSON.")
@@ -98,6 +98,7 @@ extension HaulCommand {
         func run() async throws {
             try await withDaemon { client in
                 try DownloadRequest.validateSession(session)
+                try DownloadManager.validatePriority(priority)
                 let requests = try downloads.requests(session: session)
                 let added = try await client.add(requests, priority: priority)
                 if json {

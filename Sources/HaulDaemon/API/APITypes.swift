@@ -93,6 +93,16 @@ public enum API {
         public static func tasks(_ ids: [UUID]) -> Selector { Selector(ids: ids) }
         public static func session(_ name: String) -> Selector { Selector(session: name) }
         public static let everything = Selector(all: true)
+
+        /// - Throws: ``HaulError/Code/invalidArgument`` unless exactly one of ids, session or
+        ///   all is given, and a session is a valid name.
+        func validate() throws {
+            let given = [ids != nil, session != nil, all == true].filter { $0 }.count
+            guard given == 1 else {
+                throw HaulError(.invalidArgument, "Name the tasks: give exactly one of ids, session, or all")
+            }
+            if let session { try DownloadRequest.validateSession(session) }
+        }
     }
 
     /// `GET`/`PUT /v1/settings`: the limits, changed live.

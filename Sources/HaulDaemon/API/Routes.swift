@@ -21,7 +21,8 @@ enum Routes {
 
         api.get("tasks") { request, _ in
             await respond {
-                let session = request.uri.queryParameters.get("session")
+                let session = request.uri.queryParameters.get("session").map { String($0) }
+                if let session { try DownloadRequest.validateSession(session) }
                 return try await core.manager.tasks(session: session)
             }
         }
@@ -208,13 +209,46 @@ enum Routes {
         } catch is NIOTooManyBytesError {
             throw BodyTooLarge()
         }
+        let data = Data(buffer: body)
+        let value: T
         do {
-            return try HaulJSON.decoder.decode(T.self, from: Data(buffer: body))
+            value = try HaulJSON.decoder.decode(T.self, from: data)
         } catch let error as DecodingError {
             throw HaulError(.invalidArgument, "Invalid request body: \(describe(error))")
         } catch {
             throw HaulError(.invalidArgument, "Invalid request body: it is not JSON")
         }
+        if let unknown = unknownField(in: data, decodedAs: value) {
+            // A misspelt field would otherwise be ignored without a word.
+            throw HaulError(.invalidArgument, "Invalid request body: field '\(unknown)' is not one the API knows")
+        }
+        return value
+    }
+
+    /// The first field of `data` that decoding `T` did not use, found by encoding what was
+    /// decoded and looking for each given field (other than null ones) in the result.
+    static func unknownField<T: Decodable>(in data: Data, decodedAs value: T) -> String? {
+        guard let encodable = value as? any Encodable,
+            let encoded = try? HaulJSON.encoder().encode(encodable),
+            let given = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]),
+            let used = try? JSONSerialization.jsonObject(with: encoded, options: [.fragmentsAllowed])
+        else { return nil }
+        func walk(_ given: Any, _ used: Any, _ path: String) -> String? {
+            if let given = given as? [String: Any] {
+                let used = used as? [String: Any] ?? [:]
+                for key in given.keys.sorted() where !(given[key] is NSNull) {
+                    let field = path.isEmpty ? key : path + "." + key
+                    guard let inner = used[key] else { return field }
+                    if let unknown = walk(given[key]!, inner, field) { return unknown }
+                }
+            } else if let given = given as? [Any], let used = used as? [Any] {
+                for (index, element) in given.enumerated() where index < used.count {
+                    if let unknown = walk(element, used[index], path + "[\(index)]") { return unknown }
+                }
+            }
+            return nil
+        }
+        return walk(given, used, "")
     }
 
     /// A decoding failure as a sentence naming the field, e.g. `field 'downloads[0].url' is missing`.
@@ -232,9 +266,10 @@ enum Routes {
         case .typeMismatch(let type, let context): return "\(path(context)) must be \(typeName(type))"
         case .valueNotFound(let type, let context): return "\(path(context)) must be \(typeName(type)), not null"
         case .dataCorrupted(let context):
-            return context.codingPath.isEmpty
-                ? "it is not valid JSON, or a number in it does not fit in 64 bits"
-                : "\(path(context)) has an invalid value"
+            if context.codingPath.isEmpty { return "it is not valid JSON, or a number in it does not fit in 64 bits" }
+            // Foundation's words for a string that is not a UUID.
+            if context.debugDescription.contains("UUID") { return "\(path(context)) must be a task id (a UUID)" }
+            return "\(path(context)) has an invalid value"
         @unknown default: return "it does not match the expected shape"
         }
     }
@@ -245,6 +280,7 @@ enum Routes {
         case is Bool.Type: "true or false"
         case is Int.Type, is Int64.Type: "a whole number that fits in 64 bits"
         case is Array<Any>.Type: "an array"
+        case is Dictionary<String, Any>.Type: "a JSON object"
         default: "a \(String(describing: type).lowercased())"
         }
     }
@@ -282,7 +318,7 @@ enum Routes {
         switch haul.code {
         case .busy, .destinationExists: status = .conflict
         case .store: status = .internalServerError
-        case .invalidArgument where haul.message.hasPrefix("No task"): status = .notFound
+        case .notFound: status = .notFound
         default: status = .badRequest
         }
         return json(API.Failure(error: haul.description, code: haul.code.description), status: status)

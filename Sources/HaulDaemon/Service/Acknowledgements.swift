@@ -39,6 +39,9 @@ final class Acknowledgements: Sendable {
     /// - Throws: ``HaulError/Code/invalidArgument`` for an id beyond the last event logged;
     ///   the store's error when it refused the write.
     func acknowledge(session: String, through eventID: Int64) async throws {
+        guard eventID >= 0 else {
+            throw HaulError(.invalidArgument, "Cannot acknowledge through event \(eventID): event ids start at 1")
+        }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let startWriter = state.withLock { state -> Bool in
                 state.waiting.append(Waiting(session: session, through: eventID, continuation: continuation))

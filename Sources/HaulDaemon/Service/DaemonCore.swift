@@ -74,10 +74,7 @@ final class DaemonCore: Sendable {
     /// state it applies to (or nothing changes); to a session's or all tasks, to those it applies to.
     /// - Returns: the tasks it applied to, as they are now (as they were, for `remove`).
     func apply(_ operation: TaskOperation, to selector: API.Selector) async throws -> [DownloadInfo] {
-        let given = [selector.ids != nil, selector.session != nil, selector.all == true].filter { $0 }.count
-        guard given == 1 else {
-            throw HaulError(.invalidArgument, "Name the tasks: give exactly one of ids, session, or all")
-        }
+        try selector.validate()
         let explicit = selector.ids
         if explicit?.isEmpty == true { throw HaulError(.invalidArgument, "No task ids given") }
         var tasks = try await manager.tasks(session: selector.session)
@@ -97,10 +94,7 @@ final class DaemonCore: Sendable {
     /// must exist), or of a session's or all unfinished tasks.
     /// - Returns: the tasks changed.
     func setRateLimit(_ bytesPerSecond: Int64, for selector: API.Selector) async throws -> [DownloadInfo] {
-        let given = [selector.ids != nil, selector.session != nil, selector.all == true].filter { $0 }.count
-        guard given == 1 else {
-            throw HaulError(.invalidArgument, "Name the tasks: give exactly one of ids, session, or all")
-        }
+        try selector.validate()
         guard bytesPerSecond >= 0 else { throw HaulError(.invalidArgument, "The rate limit must be 0 (none) or more") }
         let tasks = try await manager.tasks(session: selector.session)
         let ids =

@@ -248,7 +248,7 @@ struct DownloadManagerTests {
         }
     }
 
-    @Test("limits below 1 are refused")
+    @Test("limits below 1 or above 1,000 are refused")
     func badLimits() async throws {
         let temp = try TemporaryDirectory()
         await expectHaulError(.invalidArgument) {
@@ -260,6 +260,8 @@ struct DownloadManagerTests {
             manager in
             await expectHaulError(.invalidArgument) { try await manager.setMaxConcurrentDownloads(0) }
             await expectHaulError(.invalidArgument) { try await manager.setMaxConnectionsPerHost(-1) }
+            await expectHaulError(.invalidArgument) { try await manager.setMaxConcurrentDownloads(1_001) }
+            await expectHaulError(.invalidArgument) { try await manager.setMaxConnectionsPerHost(Int.max) }
             #expect(await manager.limits == (2, 100))
         }
     }
