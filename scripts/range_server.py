@@ -3,6 +3,11 @@
 per-connection rate limit, for trying Haul on a machine with no internet and no nginx.
 
     python3 scripts/range_server.py --directory DIR [--port 0] [--rate BYTES_PER_SEC] [--log FILE]
+                                    [--hold-after BYTES --release FILE]
+
+With --hold-after, once that many body bytes have been sent (all responses together) every
+response stops sending until FILE exists: a client cannot finish before the caller is done
+with it, however fast the machine.
 
 Prints the port it listens on (127.0.0.1 only) as its first line of output.
 """
@@ -11,11 +16,25 @@ import email.utils
 import os
 import re
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def make_handler(root, rate, log_path):
+def make_handler(root, rate, log_path, hold_after=None, release=None):
+    sent_total = [0]
+    lock = threading.Lock()
+
+    def wait_if_held(count):
+        """Counts `count` bytes sent; past --hold-after, waits until the release file exists."""
+        if hold_after is None:
+            return
+        with lock:
+            sent_total[0] += count
+            held = sent_total[0] >= hold_after
+        while held and not os.path.exists(release):
+            time.sleep(0.02)
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -86,6 +105,7 @@ def make_handler(root, rate, log_path):
                         return
                     left -= len(chunk)
                     sent += len(chunk)
+                    wait_if_held(len(chunk))
                     if rate:
                         delay = sent / rate - (time.monotonic() - began)
                         if delay > 0:
@@ -100,8 +120,13 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--rate", type=int, default=0, help="bytes per second per connection")
     parser.add_argument("--log")
+    parser.add_argument("--hold-after", type=int, help="stop sending after this many body bytes until --release exists")
+    parser.add_argument("--release", help="the file whose existence ends the hold")
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(os.path.abspath(args.directory), args.rate, args.log))
+    if (args.hold_after is None) != (args.release is None):
+        parser.error("--hold-after and --release go together")
+    handler = make_handler(os.path.abspath(args.directory), args.rate, args.log, args.hold_after, args.release)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever()
