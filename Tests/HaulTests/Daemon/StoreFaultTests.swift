@@ -37,7 +37,11 @@ import Testing
                 await expectHaulError(.store) { _ = try await client.pause(.tasks([waiting.id])) }
                 #expect(try await client.info(waiting.id).state == .queued)
                 // The running ones cannot checkpoint: they stop and wait, queued, none failed or done.
-                let held = try await waitUntil { try await client.tasks().allSatisfy { $0.state == .queued } }
+                // Unloaded this takes a few seconds; with both cores busy it has taken about a minute
+                // (the transfers and the checkpointer share the starved threads), so the bound is wide.
+                let held = try await waitUntil(timeout: .seconds(180)) {
+                    try await client.tasks().allSatisfy { $0.state == .queued }
+                }
                 let statesWhileFull = try await client.tasks().map(\.state)
                 #expect(held, "\(statesWhileFull)")
 
