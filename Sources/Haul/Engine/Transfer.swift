@@ -490,10 +490,16 @@ final class Transfer {
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await checkpointer.run() }
-                try await withThrowingDiscardingTaskGroup { workers in
-                    if let first { workers.addTask { try await worker.run(first: first) } }
-                    for _ in 0..<extra { workers.addTask { try await worker.run(first: nil) } }
+                group.addTask {
+                    try await withThrowingDiscardingTaskGroup { workers in
+                        if let first { workers.addTask { try await worker.run(first: first) } }
+                        for _ in 0..<extra { workers.addTask { try await worker.run(first: nil) } }
+                    }
                 }
+                // Whichever ends first: the connections (done, or failed), or the checkpointer,
+                // which ends only by failing (the store refuses the checkpoint): then the
+                // connections stop at once rather than fetch what can no longer be recorded.
+                try await group.next()
                 group.cancelAll()
                 try await group.waitForAll()
             }

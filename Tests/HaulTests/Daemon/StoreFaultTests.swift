@@ -15,13 +15,18 @@ import Testing
         let storePath = home + "/haul.sqlite"
         defer { StoreFaults.setFull(false, atPath: storePath) }
         try await TestServer.withServer { server in
+            // One connection each, 8 s per file: a transfer that went on after its checkpoint
+            // was refused would fetch the whole file before stopping.
+            let size = 8_000_000
             for index in 0..<4 {
-                server.set("/f\(index)", .init(size: 1_500_000, seed: UInt64(index), bytesPerSecond: 500_000))
+                server.set("/f\(index)", .init(size: size, seed: UInt64(index), bytesPerSecond: 1_000_000))
             }
             server.set("/late", .init(size: 1_000, seed: 9))
             try await withDaemon(home: home, maxConcurrent: 2) { client, _ in
                 let added = try await client.add(
-                    (0..<4).map { DownloadRequest(url: server.url("/f\($0)"), destination: .directory(out), session: "s") }
+                    (0..<4).map {
+                        DownloadRequest(url: server.url("/f\($0)"), destination: .directory(out), session: "s", connections: 1)
+                    }
                 )
                 let ids = added.map(\.id)
                 #expect(try await waitUntil { try await client.tasks().filter { $0.state == .running }.count == 2 })
@@ -44,6 +49,10 @@ import Testing
                 }
                 let statesWhileFull = try await client.tasks().map(\.state)
                 #expect(held, "\(statesWhileFull)")
+                // A refused checkpoint stops the connections at once, not after the rest of the file.
+                for index in 0..<4 {
+                    #expect(server.bodyBytesSent("/f\(index)") < size, "f\(index) was fetched on while nothing could be recorded")
+                }
 
                 StoreFaults.setFull(false, atPath: storePath)
                 let completed = try await waitUntil(timeout: .seconds(60)) {
