@@ -138,8 +138,9 @@ extension HaulCommand {
                 if let totalLimitRate { arguments += ["--total-limit-rate", "\(totalLimitRate.bytes)"] }
                 let client = HaulClient(home: home)
                 do {
-                    let pid = try DaemonConnection.start(paths, arguments: arguments)
-                    try await DaemonConnection.waitUntilAnswering(client, paths, pid: pid)
+                    let started = try DaemonConnection.start(paths, arguments: arguments)
+                    let pid = started.pid
+                    try await DaemonConnection.waitUntilAnswering(client, paths, started: started)
                     try? await client.shutdown()
                     // Another start may have won the race: name the daemon that runs.
                     if let holder = DaemonLock.holder(paths.lock), holder != pid {

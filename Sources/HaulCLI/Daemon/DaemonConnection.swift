@@ -12,7 +12,7 @@ enum DaemonConnection {
         let paths = DaemonPaths(home: home)
         let client = HaulClient(home: home)
         if (try? await client.status(timeout: .seconds(5))) != nil { return client }
-        var started: Int32?
+        var started: StartedDaemon?
         if DaemonLock.holder(paths.lock) == nil {
             guard autoStart else {
                 try? await client.shutdown()
@@ -26,27 +26,34 @@ enum DaemonConnection {
         }
         do {
             // Starting (by us or by another command): wait until it answers.
-            try await waitUntilAnswering(client, paths, pid: started)
+            try await waitUntilAnswering(client, paths, started: started)
         } catch {
             try? await client.shutdown()
             throw error
         }
         // Several commands may start one together; only the one whose daemon won says so.
-        if let started, DaemonLock.holder(paths.lock) == started {
-            CLIError.note("haul: started the daemon (pid \(started); log: \(paths.log))")
+        if let started, DaemonLock.holder(paths.lock) == started.pid {
+            CLIError.note("haul: started the daemon (pid \(started.pid); log: \(paths.log))")
         }
         return client
     }
 
-    /// Waits up to 15 s for the daemon to answer; gives up early when `pid` (the daemon just
-    /// started) has exited.
-    static func waitUntilAnswering(_ client: HaulClient, _ paths: DaemonPaths, pid: Int32?) async throws {
+    /// A daemon process this command started.
+    struct StartedDaemon {
+        let pid: Int32
+        /// Where its lines begin in the log (earlier starts wrote what comes before).
+        let logOffset: UInt64
+    }
+
+    /// Waits up to 15 s for the daemon to answer; gives up early when `started` (the daemon
+    /// just started) has exited.
+    static func waitUntilAnswering(_ client: HaulClient, _ paths: DaemonPaths, started: StartedDaemon?) async throws {
         let deadline = ContinuousClock.now + .seconds(15)
         while ContinuousClock.now < deadline {
             if (try? await client.status(timeout: .seconds(1))) != nil { return }
-            if let pid, kill(pid, 0) != 0, DaemonLock.holder(paths.lock) == nil {
-                // It ended: its last line says why (it cannot listen, the store is not Haul's…).
-                if let reason = lastError(inLog: paths.log) {
+            if let started, kill(started.pid, 0) != 0, DaemonLock.holder(paths.lock) == nil {
+                // It ended: its error line says why (it cannot listen, the store is not Haul's…).
+                if let reason = lastError(inLog: paths.log, from: started.logOffset) {
                     throw HaulError(.connection, "The Haul daemon did not start: \(reason)", hint: "See its log: \(paths.log)")
                 }
                 break
@@ -60,22 +67,21 @@ enum DaemonConnection {
         )
     }
 
-    /// The error a daemon that failed to start printed last into its log, if it was the
-    /// log's last line.
-    private static func lastError(inLog path: String) -> String? {
+    /// The last error a daemon that failed to start printed into its log after `offset`.
+    /// Not necessarily the last line: the server library may log its own shutdown after it.
+    private static func lastError(inLog path: String, from offset: UInt64) -> String? {
         guard let descriptor = try? HomeFile.open(path, O_RDONLY) else { return nil }
         let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         let size = (try? handle.seekToEnd()) ?? 0
-        try? handle.seek(toOffset: size > 4096 ? size - 4096 : 0)
+        try? handle.seek(toOffset: max(offset, size > 65_536 ? size - 65_536 : 0))
         guard let data = try? handle.readToEnd() else { return nil }
-        let last = String(decoding: data, as: UTF8.self).split(separator: "\n").last ?? ""
         let prefix = "haul: error: "
-        return last.hasPrefix(prefix) ? String(last.dropFirst(prefix.count)) : nil
+        let line = String(decoding: data, as: UTF8.self).split(separator: "\n").last { $0.hasPrefix(prefix) }
+        return line.map { String($0.dropFirst(prefix.count)) }
     }
 
     /// Starts `haul daemon` detached from this terminal, logging to `daemon.log`.
-    /// - Returns: its pid.
-    static func start(_ paths: DaemonPaths, arguments: [String] = []) throws -> Int32 {
+    static func start(_ paths: DaemonPaths, arguments: [String] = []) throws -> StartedDaemon {
         try FileManager.default.createDirectory(
             atPath: paths.home.path,
             withIntermediateDirectories: true,
@@ -83,6 +89,7 @@ enum DaemonConnection {
         )
         let logDescriptor = try HomeFile.open(paths.log, O_WRONLY | O_CREAT | O_APPEND)
         let log = FileHandle(fileDescriptor: logDescriptor, closeOnDealloc: true)
+        let logOffset = (try? log.seekToEnd()) ?? 0
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executablePath())
         process.arguments = ["daemon", "start", "--foreground", "--detach"] + arguments
@@ -94,7 +101,7 @@ enum DaemonConnection {
         } catch {
             throw HaulError(.fileSystem, "Cannot start the Haul daemon", underlying: error)
         }
-        return process.processIdentifier
+        return StartedDaemon(pid: process.processIdentifier, logOffset: logOffset)
     }
 
     /// This program, to run as the daemon.
