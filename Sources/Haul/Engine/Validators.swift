@@ -1,6 +1,14 @@
 import Foundation
 import NIOHTTP1
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// What the server told us about the representation on the first response, kept so a
 /// resume can prove it continues the same bytes (RFC 9110 §8.8, §13.1.5).
 public struct Validators: Codable, Sendable, Equatable {
@@ -94,29 +102,78 @@ public struct Validators: Codable, Sendable, Equatable {
 }
 
 /// HTTP dates (RFC 9110 §5.6.7): IMF-fixdate, and the obsolete RFC 850 and asctime forms.
+///
+/// Read and written by hand, like ``StoreDate``: `DateFormatter` would load ICU and its data
+/// into every process that reads a `Last-Modified` or a `Retry-After`.
 enum HTTPDate {
-    private static let formats = [
-        "EEE, dd MMM yyyy HH:mm:ss zzz",
-        "EEEE, dd-MMM-yy HH:mm:ss zzz",
-        "EEE MMM d HH:mm:ss yyyy",
-    ]
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    private static let longDays = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
 
+    /// `Sun, 06 Nov 1994 08:49:37 GMT`, `Sunday, 06-Nov-94 08:49:37 GMT` or
+    /// `Sun Nov  6 08:49:37 1994`; nil for anything else, including impossible dates.
     static func parse(_ text: String) -> Date? {
-        for format in formats {
-            let formatter = DateFormatter()
-            formatter.locale = Locale(identifier: "en_US_POSIX")
-            formatter.timeZone = TimeZone(identifier: "GMT")
-            formatter.dateFormat = format
-            if let date = formatter.date(from: text.trimmingCharacters(in: .whitespaces)) { return date }
+        let fields = text.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "-" || $0 == ":" }).map(String.init)
+        guard fields.count == 7 || fields.count == 8 else { return nil }
+        let day: Int, month: Int, year: Int, clock: ArraySlice<String>
+        if fields.count == 7 {
+            // asctime: weekday month day hh mm ss year
+            guard days.contains(fields[0]), let m = months.firstIndex(of: fields[1]),
+                let d = number(fields[2], digits: 1...2), let y = number(fields[6], digits: 4...4)
+            else { return nil }
+            (day, month, year, clock) = (d, m, y, fields[3...5])
+        } else {
+            // IMF-fixdate or RFC 850: weekday day month year hh mm ss GMT
+            guard days.contains(fields[0]) || longDays.contains(fields[0]), ["GMT", "UTC", "UT"].contains(fields[7]),
+                let d = number(fields[1], digits: 2...2), let m = months.firstIndex(of: fields[2]),
+                let y = number(fields[3], digits: 2...4), fields[3].count != 3
+            else { return nil }
+            (day, month, year, clock) = (d, m, fields[3].count == 2 ? fullYear(y) : y, fields[4...6])
         }
-        return nil
+        let times = clock.map { number($0, digits: 2...2) }
+        guard let hour = times[0], let minute = times[1], let second = times[2],
+            hour < 24, minute < 60, second < 61, (1...31).contains(day), year >= 1900
+        else { return nil }
+        var parts = tm()
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
+        var seconds = timegm(&parts)
+        // timegm moves 31 Feb to 3 Mar: such a date is not one.
+        var check = tm()
+        gmtime_r(&seconds, &check)
+        guard check.tm_mday == Int32(day), check.tm_mon == Int32(month) else { return nil }
+        return Date(timeIntervalSince1970: TimeInterval(seconds))
     }
 
+    /// The IMF-fixdate of `date`, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
     static func format(_ date: Date) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        return formatter.string(from: date)
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+    }
+
+    /// A whole number of `digits` ASCII digits.
+    private static func number(_ text: String, digits: ClosedRange<Int>) -> Int? {
+        guard digits.contains(text.utf8.count), text.utf8.allSatisfy({ (48...57).contains($0) }) else { return nil }
+        return Int(text)
+    }
+
+    /// An RFC 850 two-digit year: the most recent year with those digits not more than 50
+    /// years in the future (RFC 9110 §5.6.7).
+    private static func fullYear(_ twoDigits: Int) -> Int {
+        var now = time_t(Date().timeIntervalSince1970)
+        var parts = tm()
+        gmtime_r(&now, &parts)
+        let current = Int(parts.tm_year) + 1900
+        var year = current - current % 100 + twoDigits
+        if year > current + 50 { year -= 100 }
+        return year
     }
 }

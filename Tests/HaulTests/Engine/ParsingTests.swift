@@ -76,6 +76,38 @@ struct ValidatorTests {
         #expect(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == expected)
         #expect(HTTPDate.parse("Sun Nov  6 08:49:37 1994") == expected)
         #expect(HTTPDate.parse("yesterday") == nil)
+        #expect(HTTPDate.parse("  Sun, 06 Nov 1994 08:49:37 GMT ") == expected)
+    }
+
+    @Test(
+        "HTTP dates that are not dates are refused, without ICU",
+        arguments: [
+            "Sun, 31 Feb 1994 08:49:37 GMT",  // no such day
+            "Sun, 06 Foo 1994 08:49:37 GMT",  // no such month
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+            "Sun, 06 Nov 1994 08:60:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 PST",  // HTTP dates are in GMT
+            "Sun, 6 Nov 1994 08:49:37 GMT",  // IMF-fixdate has two-digit days
+            "Sun, 06 Nov 199 08:49:37 GMT",
+            "Xyz, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49 GMT",
+            "Sun, +6 Nov 1994 08:49:37 GMT",
+            "",
+        ]
+    )
+    func httpDateRefusals(text: String) {
+        #expect(HTTPDate.parse(text) == nil)
+    }
+
+    @Test func httpDateFormatsAndRoundTrips() {
+        #expect(HTTPDate.format(Date(timeIntervalSince1970: 784_111_777)) == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(HTTPDate.format(Date(timeIntervalSince1970: 0)) == "Thu, 01 Jan 1970 00:00:00 GMT")
+        for seconds in stride(from: 0, to: 4_000_000_000, by: 86_399 * 97) {
+            let date = Date(timeIntervalSince1970: TimeInterval(seconds))
+            #expect(HTTPDate.parse(HTTPDate.format(date)) == date)
+        }
+        // RFC 850's two-digit years: not more than 50 years ahead ('94 is 1994 above; '60 is 2060).
+        #expect(HTTPDate.parse("Thursday, 01-Jan-60 00:00:00 GMT") == Date(timeIntervalSince1970: 2_840_140_800))
     }
 }
 
