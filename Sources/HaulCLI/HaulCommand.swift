@@ -13,7 +13,7 @@ public struct HaulCommand: AsyncParsableCommand {
             """,
         version: HaulVersion.current,
         subcommands: [
-            Get.self, Add.self, List.self, Pause.self, Resume.self, Cancel.self, Remove.self, Set.self,
+            Get.self, Add.self, List.self, Pause.self, Resume.self, Cancel.self, Remove.self, SetLimits.self,
             Watch.self, Events.self, Wait.self, Status.self, Daemon.self,
         ],
         defaultSubcommand: nil

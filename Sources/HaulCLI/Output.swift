@@ -38,6 +38,8 @@ enum Output {
             while offset < bytes.count {
                 #if canImport(Darwin)
                 let n = Darwin.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                #elseif canImport(Musl)
+                let n = Musl.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
                 #else
                 let n = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
                 #endif

@@ -367,6 +367,8 @@ enum FileOps {
 private func systemOpen(_ path: String, _ flags: Int32) -> Int32 {
     #if canImport(Darwin)
     Darwin.open(path, flags)
+    #elseif canImport(Musl)
+    Musl.open(path, flags)
     #else
     Glibc.open(path, flags)
     #endif
@@ -375,6 +377,8 @@ private func systemOpen(_ path: String, _ flags: Int32) -> Int32 {
 private func systemClose(_ fd: Int32) -> Int32 {
     #if canImport(Darwin)
     Darwin.close(fd)
+    #elseif canImport(Musl)
+    Musl.close(fd)
     #else
     Glibc.close(fd)
     #endif
@@ -383,6 +387,8 @@ private func systemClose(_ fd: Int32) -> Int32 {
 private func systemRename(_ from: String, _ to: String) -> Int32 {
     #if canImport(Darwin)
     Darwin.rename(from, to)
+    #elseif canImport(Musl)
+    Musl.rename(from, to)
     #else
     Glibc.rename(from, to)
     #endif

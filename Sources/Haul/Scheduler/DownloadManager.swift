@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 
-/// Many downloads through one queue: a concurrency limit, a per-host cap, the seeds'
-/// ordering rules, pause/resume/cancel, restart recovery, and one stream of events.
+/// Many downloads through one queue: a concurrency limit, a per-host cap, the ordering
+/// rules of docs/design.md, pause/resume/cancel, restart recovery, and one stream of events.
 ///
 /// ```swift
 /// try await DownloadManager.withDownloadManager(

@@ -104,8 +104,8 @@ extension HaulCommand {
 
         func run() async throws {
             try await withDaemon { client in
-                let wanted = ids.isEmpty ? nil : Swift.Set(try await TaskSelection.resolve(ids, client))
-                var toldPaused: Swift.Set<UUID> = []
+                let wanted = ids.isEmpty ? nil : Set(try await TaskSelection.resolve(ids, client))
+                var toldPaused: Set<UUID> = []
                 while true {
                     let tasks = try await client.tasks(session: session).filter { wanted?.contains($0.id) ?? true }
                     if let wanted, tasks.count < wanted.count {

@@ -167,9 +167,11 @@ extension HaulCommand {
         func run() async throws { try await selection.perform(.remove, "Removed", deleteFiles: deleteFiles) }
     }
 
-    /// `haul set`: change the daemon's limits live.
-    struct Set: AsyncParsableCommand {
+    /// `haul set`: change the daemon's limits live. (Not named `Set`, which would hide
+    /// `Swift.Set` inside `HaulCommand`.)
+    struct SetLimits: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "set",
             abstract: "Change the daemon's limits, live.",
             discussion: """
                 Lowering --max-concurrent sends the most recently started downloads back to waiting \

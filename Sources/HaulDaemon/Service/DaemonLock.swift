@@ -3,6 +3,10 @@ import Haul
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// The lock that makes a daemon the only one of its `HAUL_HOME`: an exclusive `flock` on

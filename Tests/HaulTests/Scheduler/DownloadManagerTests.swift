@@ -108,7 +108,7 @@ struct DownloadManagerTests {
         }
     }
 
-    @Test("the seeds' example live: 5 running, limit lowered to 2; the 3 newest wait with their data")
+    @Test("the design's example live: 5 running, limit lowered to 2; the 3 newest wait with their data")
     func lowerLimitLive() async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in

@@ -55,7 +55,7 @@ struct TaskStateMachineTests {
 
 @Suite("Scheduling order")
 struct SchedulerTests {
-    /// Named tasks so expected orders read like the seeds' examples.
+    /// Named tasks so expected orders read like the examples of docs/design.md.
     struct Names {
         private var ids: [String: UUID] = [:]
         private var names: [UUID: String] = [:]
@@ -93,7 +93,7 @@ struct SchedulerTests {
         #expect(scheduler.admit().isEmpty)
     }
 
-    @Test("the seeds' example: 5 running, limit lowered to 2 — the 3 newest wait, the oldest of them starts next")
+    @Test("the design's example: 5 running, limit lowered to 2 — the 3 newest wait, the oldest of them starts next")
     func lowerLimit() {
         var n = Names()
         var scheduler = Scheduler(maxConcurrent: 5, perHostLimit: 10)
