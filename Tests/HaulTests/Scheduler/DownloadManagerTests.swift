@@ -191,6 +191,51 @@ struct DownloadManagerTests {
         }
     }
 
+    @Test("pauseAll pauses running and waiting tasks; resumeAll queues them oldest first; cancelAll cancels what is unfinished only")
+    func operationsOnAll() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/done", .init(size: 10_000, seed: 9))
+            for index in 0..<4 {
+                // 32 s each: none can finish during the test.
+                server.set("/f\(index)", .init(size: 2 << 20, seed: UInt64(index), bytesPerSecond: 64 << 10))
+            }
+            try await DownloadManager.withDownloadManager(
+                configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 2)
+            ) { manager in
+                let done = try await manager.download(DownloadRequest(url: server.url("/done"), destination: .directory(temp.path)))
+                #expect(try await waitUntil { try await manager.info(done.id).state == .completed })
+                let tasks = try await manager.download(
+                    (0..<4).map { DownloadRequest(url: server.url("/f\($0)"), destination: .directory(temp.path)) }
+                )
+                let ids = tasks.map(\.id)
+                #expect(try await waitUntil { try await manager.tasks().filter { $0.state == .running }.count == 2 })
+
+                try await manager.pauseAll()
+                let paused = try await manager.tasks().filter { $0.id != done.id }
+                #expect(paused.allSatisfy { $0.state == .paused }, "\(paused.map(\.state))")
+                #expect(try await manager.info(done.id).state == .completed)
+
+                try await manager.resumeAll()
+                // Queued again oldest first: the first two run, the others wait.
+                #expect(try await waitUntil {
+                    let now = try await manager.tasks()
+                    return Set(now.filter { $0.state == .running }.map(\.id)) == Set(ids[0..<2])
+                })
+                let waiting = try await manager.tasks().filter { $0.state == .queued }.map(\.id)
+                #expect(Set(waiting) == Set(ids[2...]))
+
+                try await manager.cancelAll()
+                let states = try await manager.tasks().filter { $0.id != done.id }.map(\.state)
+                #expect(states == [.cancelled, .cancelled, .cancelled, .cancelled])
+                #expect(try await manager.info(done.id).state == .completed)
+                #expect(sha256(file: temp.file("done")) == server.sha256("/done"))
+                let left = try FileManager.default.contentsOfDirectory(atPath: temp.path).filter { $0.hasSuffix(".part") }
+                #expect(left.isEmpty, "\(left)")
+            }
+        }
+    }
+
     @Test("pause returns resume data; resume continues from it; cancel removes the part file")
     func operations() async throws {
         let temp = try TemporaryDirectory()
