@@ -1,0 +1,65 @@
+import Foundation
+import Testing
+
+@testable import Haul
+@testable import HaulCLI
+@testable import HaulDaemon
+
+/// What `haul watch` draws from live events, without a daemon.
+@Suite struct WatchBoardTests {
+    private let a = UUID(uuidString: "AAAAAAAA-0000-4000-8000-000000000001")!
+    private let b = UUID(uuidString: "BBBBBBBB-0000-4000-8000-000000000002")!
+
+    private func progress(_ id: UUID, received: Int64, total: Int64?, speed: Int64, eta: Int64?) -> EventRecord {
+        var record = EventRecord(taskID: id, kind: .progress)
+        record.received = received
+        record.total = total
+        record.bytesPerSecond = speed
+        record.etaSeconds = eta
+        return record
+    }
+
+    private func status(running: Int, waiting: Int, completed: Int) -> API.Status {
+        API.Status(
+            pid: 1, version: "test", startedAt: Date(), uptimeSeconds: 1, home: "/h", socket: "/h/daemon.sock",
+            store: "/h/haul.sqlite", listen: nil, tasks: ["completed": completed], running: running, waiting: waiting,
+            bytesPerSecond: 0, maxConcurrentDownloads: 3, maxConnectionsPerHost: 8, eventStreams: 1
+        )
+    }
+
+    @Test("one line per running task, sorted, with percent and ETA when known; a summary last")
+    func linesForRunningTasks() {
+        let board = WatchBoard()
+        board.apply(progress(b, received: 100, total: nil, speed: 0, eta: nil))
+        board.apply(progress(a, received: 512 << 10, total: 1 << 20, speed: 100 << 10, eta: 5))
+        let lines = board.lines(status: status(running: 2, waiting: 4, completed: 7), session: "s")
+        #expect(lines.count == 3, "\(lines)")
+        #expect(lines[0].hasPrefix("aaaaaaaa  "), "\(lines)")
+        #expect(lines[0].contains("(50%)") && lines[0].contains("ETA"), "\(lines[0])")
+        #expect(lines[1].hasPrefix("bbbbbbbb  ") && !lines[1].contains("%") && !lines[1].contains("ETA"), "\(lines[1])")
+        #expect(lines[2].hasPrefix("2 running, 4 waiting, 7 completed; "), "\(lines[2])")
+        #expect(lines[2].hasSuffix(" (session s)"), "\(lines[2])")
+    }
+
+    @Test("a task leaves the board when it completes, fails or stops running; later progress updates in place")
+    func tasksLeave() {
+        let board = WatchBoard()
+        board.apply(progress(a, received: 1, total: 10, speed: 1, eta: 9))
+        board.apply(progress(b, received: 1, total: 10, speed: 1, eta: 9))
+        board.apply(progress(a, received: 5, total: 10, speed: 1, eta: 5))
+        var lines = board.lines(status: status(running: 2, waiting: 0, completed: 0), session: nil)
+        #expect(lines.count == 3 && lines[0].contains("(50%)"), "\(lines)")
+
+        var paused = EventRecord(taskID: b, kind: .state)
+        paused.from = .running
+        paused.to = .paused
+        board.apply(paused)
+        lines = board.lines(status: status(running: 1, waiting: 0, completed: 0), session: nil)
+        #expect(lines.count == 2 && lines[0].hasPrefix("aaaaaaaa"), "\(lines)")
+
+        board.apply(EventRecord(taskID: a, kind: .completed))
+        lines = board.lines(status: status(running: 0, waiting: 0, completed: 1), session: nil)
+        #expect(lines == [lines.last!] && lines[0].hasPrefix("0 running, 0 waiting, 1 completed; "), "\(lines)")
+        #expect(!lines[0].contains("session"))
+    }
+}
