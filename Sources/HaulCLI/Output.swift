@@ -1,3 +1,5 @@
+import Haul
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -36,13 +38,7 @@ enum Output {
         return text.withUTF8 { bytes in
             var offset = 0
             while offset < bytes.count {
-                #if canImport(Darwin)
-                let n = Darwin.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                #elseif canImport(Musl)
-                let n = Musl.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                #else
-                let n = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                #endif
+                let n = SystemCall.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
                 if n < 0 {
                     if errno == EINTR { continue }
                     return false

@@ -31,23 +31,19 @@ struct Checkpointer: Sendable {
             guard written > lastWritten, now - last >= interval || written - lastWritten >= bytes else { continue }
             last = now
             lastWritten = written
-            // Not cancelled half-way: a sync whose offsets never reach the store is wasted.
-            let checkpointer = self
-            try await uncancellable { try await checkpointer.checkpoint(syncOnPool: true) }
+            try await checkpoint()
         }
     }
 
-    /// Syncs and records what is written now.
-    func checkpoint(syncOnPool: Bool = false) async throws {
+    /// Syncs (on ``FileIO``) and records what is written now. Not cancelled half-way, and
+    /// made even by a stopping transfer: a sync whose offsets never reach the store is wasted.
+    func checkpoint() async throws {
         let snapshot = plan.snapshotWritten(taskID: taskID)
-        let part = self.part
-        if syncOnPool {
+        let (part, store, id) = (part, store, taskID)
+        try await uncancellable {
             try await FileIO.run { try part.sync() }
-        } else {
-            try part.sync()
+            try await store.checkpoint(id, segments: snapshot)
         }
-        let (store, id) = (store, taskID)
-        try await uncancellable { try await store.checkpoint(id, segments: snapshot) }
         plan.committed(snapshot)
     }
 }

@@ -47,7 +47,7 @@ final class PartFile: Sendable {
     private init(lockingAt path: String, descriptor: Int32) throws {
         if flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
-            _ = systemClose(descriptor)
+            _ = SystemCall.close(descriptor)
             if code == EWOULDBLOCK {
                 throw HaulError(
                     .busy,
@@ -97,7 +97,7 @@ final class PartFile: Sendable {
     ///   where the file system keeps no extended attributes.
     /// - Throws: ``Claim/missing``, ``Claim/foreign(_:)``, or ``HaulError`` (busy, I/O).
     static func openOwned(at path: String, owner: UUID, identity: String?) throws -> PartFile {
-        let fd = systemOpen(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+        let fd = SystemCall.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else {
             switch errno {
             case ENOENT: throw Claim.missing
@@ -108,11 +108,11 @@ final class PartFile: Sendable {
         var info = stat()
         guard fstat(fd, &info) == 0 else {
             let code = errno
-            _ = systemClose(fd)
+            _ = SystemCall.close(fd)
             throw HaulError.fileSystem("stat", path: path, errno: code)
         }
         func refuse(_ reason: String) -> Claim {
-            _ = systemClose(fd)
+            _ = SystemCall.close(fd)
             return Claim.foreign(reason)
         }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw refuse("it is not a regular file") }
@@ -175,7 +175,7 @@ final class PartFile: Sendable {
             defer { closed = true }
             return closed
         }
-        if !wasClosed { _ = systemClose(descriptor) }
+        if !wasClosed { _ = SystemCall.close(descriptor) }
     }
 
     /// The current size on disk.
@@ -328,7 +328,7 @@ enum FileOps {
     /// Never replaces a file at `to` unless `replacing`: a file that appeared there since the
     /// last check stays, and the move fails.
     static func rename(_ from: String, to: String, replacing: Bool) throws {
-        let moved = replacing ? systemRename(from, to) : chaul_rename_noreplace(from, to)
+        let moved = replacing ? SystemCall.rename(from, to) : chaul_rename_noreplace(from, to)
         guard moved == 0 else {
             if errno == EEXIST { throw HaulError.destinationExists(to) }
             throw HaulError.fileSystem("move into place", path: to, errno: errno)
@@ -337,7 +337,7 @@ enum FileOps {
         let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd >= 0 {
             _ = fsync(fd)
-            _ = systemClose(fd)
+            _ = SystemCall.close(fd)
         }
     }
 
@@ -362,34 +362,4 @@ enum FileOps {
             throw HaulError.fileSystem("write into", path: directory, errno: errno)
         }
     }
-}
-
-private func systemOpen(_ path: String, _ flags: Int32) -> Int32 {
-    #if canImport(Darwin)
-    Darwin.open(path, flags)
-    #elseif canImport(Musl)
-    Musl.open(path, flags)
-    #else
-    Glibc.open(path, flags)
-    #endif
-}
-
-private func systemClose(_ fd: Int32) -> Int32 {
-    #if canImport(Darwin)
-    Darwin.close(fd)
-    #elseif canImport(Musl)
-    Musl.close(fd)
-    #else
-    Glibc.close(fd)
-    #endif
-}
-
-private func systemRename(_ from: String, _ to: String) -> Int32 {
-    #if canImport(Darwin)
-    Darwin.rename(from, to)
-    #elseif canImport(Musl)
-    Musl.rename(from, to)
-    #else
-    Glibc.rename(from, to)
-    #endif
 }

@@ -170,9 +170,14 @@ final class Transfer {
             && !FileOps.exists(task.partPath ?? destination + ".part")
         guard recorded || renamedBeforeCrash else { return nil }
         if let checksum {
-            let file = try PartFile(readingAt: destination)
-            defer { file.close() }
-            guard try file.digest(checksum.algorithm, length: size) == checksum.hex else { return nil }
+            // Reading the whole file: on FileIO, like the digest before the rename.
+            let algorithm = checksum.algorithm
+            let digest = try await FileIO.run {
+                let file = try PartFile(readingAt: destination)
+                defer { file.close() }
+                return try file.digest(algorithm, length: size)
+            }
+            guard digest == checksum.hex else { return nil }
         }
         logger.info("already complete", metadata: ["path": "\(destination)"])
         if !recorded { try await record(.completed) }

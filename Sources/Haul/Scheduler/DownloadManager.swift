@@ -345,6 +345,7 @@ public actor DownloadManager {
     /// them; false once the manager is shutting down.
     private func reconcile() async -> Bool {
         guard !shuttingDown else { return false }
+        guard storeRefusing || !unrecorded.isEmpty || !heldForStore.isEmpty else { return true }  // Nothing owed.
         for (id, message) in unrecorded {
             guard let state = machines[id]?.state else {
                 unrecorded[id] = nil
@@ -607,17 +608,7 @@ extension DownloadManager {
         let state = try currentState(id)
         switch state {
         case .queued:
-            // Out of the line first, so it cannot start meanwhile; back in if the store refuses.
-            scheduler.remove(id)
-            let held = heldForStore.remove(id) != nil
-            do {
-                try await store.setState(id, TaskState.paused.rawValue)
-            } catch {
-                if held { heldForStore.insert(id) } else if let entry = entries[id] { scheduler.enqueue(entry) }
-                admitAndStart()
-                throw error
-            }
-            unrecorded[id] = nil
+            try await recordStopped(id, as: .paused, was: state)
             move(id, .pause)
         case .running:
             active[id]?.control.request(.pause)
@@ -658,18 +649,7 @@ extension DownloadManager {
             active[id]?.control.request(.cancel)
             await waitForEnd(id)
         case .queued, .paused, .failed:
-            scheduler.remove(id)
-            let held = heldForStore.remove(id) != nil
-            do {
-                try await store.setState(id, TaskState.cancelled.rawValue)
-            } catch {
-                if state == .queued {
-                    if held { heldForStore.insert(id) } else if let entry = entries[id] { scheduler.enqueue(entry) }
-                    admitAndStart()
-                }
-                throw error
-            }
-            unrecorded[id] = nil
+            try await recordStopped(id, as: .cancelled, was: state)
             move(id, .cancel)
             // Cancelled is recorded: its partial data goes; a record of it left behind is harmless.
             if let record = try? await store.task(id: id), let path = record.partPath {
@@ -679,6 +659,24 @@ extension DownloadManager {
         case .completed, .cancelled:
             throw HaulError(.invalidArgument, "Cannot cancel task \(id): it is \(state.rawValue)")
         }
+    }
+
+    /// Takes a task that is not running out of the line, so it cannot start meanwhile, and
+    /// records `state` for it. When the store refuses, nothing changes: a queued task goes
+    /// back where it was (in line, or held for the store) and the error is thrown.
+    private func recordStopped(_ id: UUID, as state: TaskState, was previous: TaskState) async throws {
+        scheduler.remove(id)
+        let held = heldForStore.remove(id) != nil
+        do {
+            try await store.setState(id, state.rawValue)
+        } catch {
+            if previous == .queued {
+                if held { heldForStore.insert(id) } else if let entry = entries[id] { scheduler.enqueue(entry) }
+                admitAndStart()
+            }
+            throw error
+        }
+        unrecorded[id] = nil
     }
 
     /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also
@@ -824,7 +822,7 @@ extension DownloadManager {
     }
 
     /// One task.
-    /// - Throws: ``HaulError/Code/invalidArgument`` when there is no such task.
+    /// - Throws: ``HaulError/Code/notFound`` when there is no such task.
     public func info(_ id: UUID) async throws -> DownloadInfo {
         guard let info = try await store.infos(ids: [id]).first else {
             throw HaulError(.notFound, "No task \(id)")

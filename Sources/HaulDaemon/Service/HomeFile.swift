@@ -27,7 +27,7 @@ package enum HomeFile {
 
     /// Like ``open(_:_:)``; nil when there is no such file (and `flags` do not create it).
     private static func openIfPresent(_ path: String, _ flags: Int32) throws -> Int32? {
-        let descriptor = systemOpen(path, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
+        let descriptor = SystemCall.open(path, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
         guard descriptor >= 0 else {
             let code = errno
             if code == ENOENT { return nil }
@@ -59,7 +59,7 @@ package enum HomeFile {
         guard let descriptor = try openIfPresent(path, O_RDONLY) else { return nil }
         defer { close(descriptor) }
         var buffer = [UInt8](repeating: 0, count: limit)
-        let count = systemRead(descriptor, &buffer, limit)
+        let count = SystemCall.read(descriptor, &buffer, limit)
         guard count >= 0 else { throw HaulError.fileSystem("read", path: path, errno: errno) }
         return String(decoding: buffer[..<count], as: UTF8.self)
     }
@@ -90,24 +90,4 @@ package enum HomeFile {
             hint: "Move it away (Haul creates its own), or point HAUL_HOME at another directory"
         )
     }
-}
-
-private func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
-    #if canImport(Darwin)
-    Darwin.open(path, flags, mode)
-    #elseif canImport(Musl)
-    Musl.open(path, flags, mode)
-    #else
-    Glibc.open(path, flags, mode)
-    #endif
-}
-
-private func systemRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
-    #if canImport(Darwin)
-    Darwin.read(descriptor, buffer, count)
-    #elseif canImport(Musl)
-    Musl.read(descriptor, buffer, count)
-    #else
-    Glibc.read(descriptor, buffer, count)
-    #endif
 }

@@ -308,6 +308,8 @@ struct APIHardeningTests {
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": -1}"#),
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 7, "overallRateLimit": 9223372036854775807}"#),
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurentDownloads": 7}"#),
+            // Nesting deeper than any parser should follow: refused, never a stack overflow.
+            .init(method: .PUT, path: "/settings", body: #"{"x": "# + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000) + "}"),
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 7, "x": "#  + String(repeating: "1", count: 17 << 20) + "}", status: 413),
             // POST /v1/sessions/NAME/ack
             .init(method: .POST, path: "/sessions/s/ack", body: #"{"through": -1}"#),

@@ -150,6 +150,46 @@ import Testing
         }
     }
 
+    @Test("haul events --json prints followed events exactly as --no-follow does: one JSON line each, no progress, secrets hidden")
+    func followedEventsAsJSON() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            let port = server.url("/").port!
+            for index in 0..<3 { server.set("/e\(index)", .init(size: 200_000, seed: UInt64(index))) }
+            let urls = (0..<3).map { "http://alice:SECRET@127.0.0.1:\(port)/e\($0)" }
+            let client = HaulClient(home: HaulHome(path: home))
+            defer { Task { try? await client.shutdown() } }
+            let added = try await HaulProcess.run(["add", "--session", "j", "-d", out] + urls, home: home)
+            #expect(added.status == 0, "\(added.stderr)")
+            #expect(try await waitUntil { try await client.tasks(session: "j").allSatisfy { $0.state == .completed } })
+
+            // Followed (the stream, printed as received) and not (read from the log and re-encoded).
+            let follower = try HaulProcess(["events", "--session", "j", "--after", "0", "--json"], home: home)
+            let logged = try await client.loggedEvents(session: "j", after: 0)
+            #expect(try await waitUntil { try await client.status().eventStreams >= 1 })
+            let listed = try await HaulProcess.run(["events", "--session", "j", "--after", "0", "--no-follow", "--json"], home: home)
+            #expect(listed.status == 0, "\(listed.stderr)")
+            // The stream sends the logged events at once; stop it once the last has been printed.
+            let lastID = try #require(logged.last?.eventID)
+            #expect(try await waitUntil { follower.currentStdout.contains("\"eventID\":\(lastID)") })
+            follower.kill(SIGINT)
+            let followed = await follower.finish()
+
+            let lines = followed.stdout.split(separator: "\n").map(String.init)
+            #expect(lines == listed.stdout.split(separator: "\n").map(String.init), "\(followed.stdout)\n--\n\(listed.stdout)")
+            #expect(lines.count == logged.count)
+            for line in lines {
+                let record = try EventRecord(jsonLine: line)
+                #expect(record.kind != .progress && record.session == "j")
+            }
+            #expect(lines.filter { $0.contains("\"event\":\"completed\"") }.count == 3)
+            #expect(!followed.stdout.contains("SECRET") && followed.stdout.contains("alice:***@"))
+            _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        }
+    }
+
     @Test("the task commands print what they did: list, set, status, pause by id prefix, remove")
     func taskCommands() async throws {
         let temp = try TemporaryDirectory()

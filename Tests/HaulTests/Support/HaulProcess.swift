@@ -69,6 +69,11 @@ final class HaulProcess: Sendable {
         _ = Foundation.kill(process.processIdentifier, signal)
     }
 
+    /// What it has printed on stdout so far.
+    var currentStdout: String {
+        String(decoding: FileManager.default.contents(atPath: outputDirectory.file("stdout")) ?? Data(), as: UTF8.self)
+    }
+
     /// Waits for exit and returns the status and what was printed.
     func finish() async -> (status: Int32, stdout: String, stderr: String) {
         var status: Int32 = -1
