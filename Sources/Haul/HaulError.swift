@@ -141,7 +141,7 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         case .connection: return true
         case .httpStatus:
             guard let status else { return false }
-            return status == 408 || status == 429 || (500...599).contains(status)
+            return RetryPolicy.isTransient(status: status)
         default: return false
         }
     }

@@ -50,6 +50,11 @@ public struct RetryPolicy: Sendable, Equatable {
         return delay(attempt: attempt, retryAfter: error.retryAfter)
     }
 
+    /// Whether an HTTP status says "not now" rather than "no": 408, 429 and 5xx.
+    static func isTransient(status: Int) -> Bool {
+        status == 408 || status == 429 || (500...599).contains(status)
+    }
+
     /// Parses `Retry-After`: delay-seconds or an HTTP date.
     static func parseRetryAfter(_ value: String?, now: Date = Date()) -> Duration? {
         guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }

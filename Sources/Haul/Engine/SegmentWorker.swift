@@ -4,21 +4,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// A reason to throw away the partial data and start again from byte 0. When the sign of
-/// the change was a 200 (the whole new representation), it comes along, so the restart
-/// writes that body from byte 0 without asking again (rule 5).
-struct Restart: Error, Sendable {
-    var reason: String
-    var response: HTTPTransport.Response?
-    /// The failure that led to the request this restart answered, when there was one.
-    var after: HaulError?
-
-    init(reason: String, response: HTTPTransport.Response? = nil) {
-        self.reason = reason
-        self.response = response
-    }
-}
-
 /// A response already received for a segment, with what the transfer checked about it.
 struct SegmentResponse: Sendable {
     var response: HTTPTransport.Response
@@ -47,12 +32,9 @@ struct SegmentWorker: Sendable {
     var transport: HTTPTransport
     var url: URL
     var headers: [HTTPHeaderField]
-    /// `If-Range` for every ranged request: segmented downloads only happen with a validator.
-    var ifRange: String?
-    /// The validators of the representation being fetched; any response contradicting them
-    /// is another version.
-    var validators: Validators
-    var totalLength: Int64?
+    /// The range rules over the representation being fetched: `If-Range` for every ranged
+    /// request, and what each answer means.
+    var rules: TransferRules
     var limiters: [RateLimiter]
     var progress: ProgressBox
     var control: TransferControl
@@ -68,22 +50,25 @@ struct SegmentWorker: Sendable {
             var failure: HaulError?
             do {
                 try await stream(first)
-            } catch let error as HaulError where error.isRetryable && canRequestRanges && control.requested == nil {
-                // The open-ended first response broke; its segment continues with ranges.
-                failure = error
             } catch {
-                plan.release(segmentStart: first.segmentStart)
-                throw error
+                switch AttemptOutcome(error, stopRequested: control.requested != nil) {
+                case let .retry(error) where rules.allowsRanges:
+                    // The open-ended first response broke; its segment continues with ranges.
+                    failure = error
+                case let outcome:
+                    plan.release(segmentStart: first.segmentStart)
+                    throw outcome.error ?? error
+                }
             }
             // Without ranges the first response is the only stream: its failures go up to
             // the transfer, which applies the single-stream rules.
-            guard canRequestRanges else {
+            guard rules.allowsRanges else {
                 plan.release(segmentStart: first.segmentStart)
                 return
             }
             guard try await work(segmentStart: first.segmentStart, after: failure) else { return }
         }
-        guard canRequestRanges else { return }
+        guard rules.allowsRanges else { return }
         while let index = plan.claim() {
             guard try await work(segmentStart: plan.segment(index).start) else { return }
         }
@@ -92,77 +77,84 @@ struct SegmentWorker: Sendable {
     /// Finishes an owned segment and lets it go. Returns false when the connection stepped
     /// aside and should stop.
     private func work(segmentStart start: Int64, after failure: HaulError? = nil) async throws -> Bool {
-        do {
-            try await fetch(segmentStart: start, after: failure)
-        } catch is StepAside {
+        let outcome = await fetch(segmentStart: start, after: failure)
+        switch outcome {
+        case .stepAside:
             return false
-        } catch {
+        case .done:
             plan.release(segmentStart: start)
-            throw error
+            return true
+        case .restart, .retry, .stopped, .failed:
+            plan.release(segmentStart: start)
+            throw outcome.error ?? CancellationError()
         }
-        plan.release(segmentStart: start)
-        return true
     }
 
-    private var canRequestRanges: Bool { ifRange != nil && totalLength != nil }
-
     /// Fetches one claimed segment to its end, retrying broken connections with backoff.
-    /// `failure`, when given, is how the previous response for it ended: it counts as the first.
-    private func fetch(segmentStart start: Int64, after failure: HaulError? = nil) async throws {
+    /// `failure`, when given, is how the previous response for it ended: it counts as the
+    /// first. Never `.retry`: a retry is made here, or given up on as `.failed`.
+    private func fetch(segmentStart start: Int64, after failure: HaulError? = nil) async -> AttemptOutcome {
         var failures = 0
         var pending = failure
         var lastFailure = failure
         while let segment = plan.segment(at: start), let end = segment.end, segment.written < end {
             let before = segment.written
-            do {
-                if let failure = pending {
-                    pending = nil
-                    throw failure
-                }
-                let response: SegmentResponse
+            let outcome: AttemptOutcome
+            if let failure = pending {
+                pending = nil
+                outcome = .retry(failure)
+            } else {
                 do {
-                    response = try await request(segmentStart: start, from: segment.written, to: end)
-                } catch var restart as Restart {
-                    restart.after = lastFailure
-                    throw restart
+                    try await stream(request(segmentStart: start, from: segment.written, to: end))
+                    return .done
+                } catch {
+                    outcome = AttemptOutcome(error, stopRequested: control.requested != nil)
                 }
-                try await stream(response)
-                return
-            } catch let error as HaulError where error.isRetryable && control.requested == nil {
-                lastFailure = error
-                if (plan.segment(at: start)?.written ?? 0) > before { failures = 0 }
-                failures += 1
-                // With other connections still working, a failing one steps aside: its
-                // segment goes back to be claimed (servers that cap connections per client
-                // answer the extra ones with 503 or 429).
-                if failures > 1 || error.status != nil, plan.stepAside(segmentStart: start) {
-                    logger.debug("connection steps aside", metadata: ["error": "\(error.message)"])
-                    throw StepAside()
-                }
-                guard failures <= retry.maxRetries else {
-                    var error = error
-                    error.hint = "Gave up after \(retry.maxRetries) retries; run the same command again to resume"
-                    throw error
-                }
+            }
+            let error: HaulError
+            switch outcome {
+            case let .retry(failure): error = failure
+            case var .restart(restart):
+                restart.after = restart.after ?? lastFailure
+                return .restart(restart)
+            default: return outcome
+            }
+            lastFailure = error
+            if (plan.segment(at: start)?.written ?? 0) > before { failures = 0 }
+            failures += 1
+            // With other connections still working, a failing one steps aside: its
+            // segment goes back to be claimed (servers that cap connections per client
+            // answer the extra ones with 503 or 429).
+            if failures > 1 || error.status != nil, plan.stepAside(segmentStart: start) {
+                logger.debug("connection steps aside", metadata: ["error": "\(error.message)"])
+                return .stepAside
+            }
+            guard failures <= retry.maxRetries else {
+                var error = error
+                error.hint = "Gave up after \(retry.maxRetries) retries; run the same command again to resume"
+                return .failed(error)
+            }
+            do {
                 let delay = try retry.delay(retrying: error, attempt: failures)
                 logger.notice(
                     "retrying segment",
                     metadata: ["start": "\(start)", "attempt": "\(failures)", "error": "\(error.message)"]
                 )
                 try await progress.waiting(delay, after: error)
+            } catch {
+                // A wait longer than allowed (final), or a stop during the backoff.
+                return control.requested != nil ? .stopped : .failed(error)
             }
         }
+        return .done
     }
-
-    /// A connection that let go of its segment, so another can finish it.
-    struct StepAside: Error {}
 
     /// Asks for `from..<to` of the file: `bytes=from-(to-1)`, or `bytes=from-` for the
     /// file's last segment — starting up to 64 KiB earlier when the segment already holds
     /// bytes, which are compared with the disk before anything is written (rule 7).
     private func request(segmentStart start: Int64, from: Int64, to end: Int64) async throws -> SegmentResponse {
-        let last = end == totalLength ? nil : end - 1
-        let overlap = min(from - start, Transfer.overlapLength)
+        let last = end == rules.totalLength ? nil : end - 1
+        let overlap = min(from - start, TransferRules.overlapLength)
         let expected = overlap > 0 ? try part.read(at: from - overlap, count: Int(overlap)) : []
         guard expected.count == Int(overlap) else {
             throw Restart(reason: "the part file is shorter than the bytes written to it")
@@ -172,70 +164,29 @@ struct SegmentWorker: Sendable {
             url,
             headers: headers,
             range: "bytes=\(requestStart)-\(last.map(String.init) ?? "")",
-            ifRange: ifRange,
+            ifRange: rules.ifRange,
             logger: logger
         )
-        switch response.status {
-        case 206:
-            let contentRange = try SegmentWorker.checkPartial(
-                response.headers,
-                requestStart: requestStart,
-                requestLast: last,
-                totalLength: totalLength,
-                validators: validators
-            )
+        switch rules.classifySegment(
+            status: response.status,
+            headers: response.headers,
+            requestStart: requestStart,
+            requestLast: last
+        ) {
+        case let .continues(end):
             return SegmentResponse(
                 response: response,
                 segmentStart: start,
                 bodyOffset: requestStart,
                 overlap: expected,
-                expectedEnd: contentRange.range!.upperBound + 1
+                expectedEnd: end
             )
-        case 200:
-            // The validator no longer holds, or the server stopped honouring ranges: either
-            // way this is the whole file, and the download starts over with it.
-            throw Restart(reason: "200 to a range request with If-Range", response: response)
-        case 416:
-            await HTTPTransport.discard(response.head.body)
-            throw Restart(reason: "416 for a range inside the file (the file shrank or changed)")
-        default:
+        case let .restart(reason, carriesWholeFile):
+            if response.status == 416 { await HTTPTransport.discard(response.head.body) }
+            throw Restart(reason: reason, response: carriesWholeFile ? response : nil)
+        case .failure:
             throw await HTTPTransport.failure(response, url: url)
         }
-    }
-
-    /// Checks a 206 against what was asked and what is known (rule 4). Returns its
-    /// Content-Range, whose range is then known to be present.
-    static func checkPartial(
-        _ headers: HTTPHeaders,
-        requestStart: Int64,
-        requestLast: Int64?,
-        totalLength: Int64?,
-        validators: Validators
-    ) throws -> ContentRange {
-        guard let header = headers.first(name: "Content-Range"), let contentRange = ContentRange(parsing: header),
-            let range = contentRange.range
-        else {
-            throw Restart(reason: "206 with a missing or malformed Content-Range")
-        }
-        guard range.lowerBound == requestStart else {
-            throw Restart(reason: "206 starts at \(range.lowerBound), asked for \(requestStart)")
-        }
-        if let requestLast, range.upperBound > requestLast {
-            throw Restart(reason: "206 ends at \(range.upperBound), asked for at most \(requestLast)")
-        }
-        if let total = totalLength, contentRange.completeLength != total {
-            throw Restart(
-                reason:
-                    "206 says the file is \(contentRange.completeLength.map(String.init) ?? "*") bytes, was \(total)"
-            )
-        }
-        if let length = headers.first(name: "Content-Length").flatMap({ Int64($0) }), length != contentRange.length {
-            throw Restart(reason: "206 Content-Length \(length) disagrees with Content-Range \(header)")
-        }
-        if let change = validators.contradiction(headers) {
-            throw Restart(reason: "206 shows another version of the file: \(change)")
-        }
-        return contentRange
     }
 
     /// Writes a response's body into its segment in batches, up to the segment's end.
@@ -293,23 +244,8 @@ struct SegmentWorker: Sendable {
                     break
                 }
             }
-        } catch let error as Restart {
-            throw error
-        } catch let error as HaulError where error.code != .connection {
-            try? await batch.flush(to: part, evenIfStopped: true)
-            plan.wrote(upTo: batch.offset, segmentStart: start)
-            throw error
         } catch {
-            // The connection broke or we were stopped: keep what arrived, then report.
-            try await batch.flush(to: part, evenIfStopped: true)
-            plan.wrote(upTo: batch.offset, segmentStart: start)
-            if control.requested != nil || error is CancellationError { throw CancellationError() }
-            // A timeout says more than "ended early"; any other break before the promised end
-            // is rule 8's short body.
-            if let end = segment.expectedEnd, position < end, !HTTPTransport.isTimeout(error) {
-                throw endedEarly(segment, at: position, end: end)
-            }
-            throw transport.connectionError(error, url: url)
+            throw try await broke(segment, with: error, at: position, keeping: &batch)
         }
         try await batch.flush(to: part)
         plan.wrote(upTo: batch.offset, segmentStart: start)
@@ -324,6 +260,37 @@ struct SegmentWorker: Sendable {
             // Rule 8: short is a network failure, never a finished file.
             throw endedEarly(segment, at: position, end: min(end, segment.expectedEnd ?? end))
         }
+    }
+
+    /// What a stream that ended with `error` reports, after keeping what arrived. Decided
+    /// in one place, by what the error is:
+    /// - another version (``Restart``): its bytes are not written, it goes up as it is;
+    /// - a stop (requested, or the task cancelled): what arrived is kept, the stop goes up;
+    /// - Haul's own verdict (too many bytes, a file system error): kept, and it goes up;
+    /// - the network: kept, and reported as rule 8's short body when the response promised
+    ///   more, else in words (timed out, closed).
+    private func broke(
+        _ segment: SegmentResponse,
+        with error: any Error,
+        at position: Int64,
+        keeping batch: inout WriteBatch
+    ) async throws -> any Error {
+        if error is Restart { return error }
+        let verdict = (error as? HaulError).flatMap { $0.code == .connection ? nil : $0 }
+        do {
+            try await batch.flush(to: part, evenIfStopped: true)
+        } catch where verdict != nil {
+            // The verdict says more than the write that failed after it.
+        }
+        plan.wrote(upTo: batch.offset, segmentStart: segment.segmentStart)
+        if control.requested != nil || error is CancellationError { return CancellationError() }
+        if let verdict { return verdict }
+        // A timeout says more than "ended early"; any other break before the promised end
+        // is rule 8's short body.
+        if let end = segment.expectedEnd, position < end, !HTTPTransport.isTimeout(error) {
+            return endedEarly(segment, at: position, end: end)
+        }
+        return transport.connectionError(error, url: url)
     }
 
     /// Rule 8's failure: the body stopped before the bytes it promised.

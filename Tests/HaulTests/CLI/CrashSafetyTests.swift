@@ -139,7 +139,7 @@ struct CrashSafetyTests {
             }
             #expect(starts.count == resumed.count, "every resumed request is ranged")
             for segment in unfinished {
-                let overlap = min(segment.committed - segment.start, Transfer.overlapLength)
+                let overlap = min(segment.committed - segment.start, TransferRules.overlapLength)
                 #expect(
                     starts.contains(segment.committed - overlap),
                     "segment at \(segment.start) resumed at \(segment.committed) less its overlap: \(starts)"

@@ -70,7 +70,7 @@ struct RangeCorrectnessTests {
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             let requests = server.requests(for: "/f.bin")
-            #expect(requests.map { $0.header("Range") } == ["bytes=\((1 << 20) - Int(Transfer.overlapLength))-"])
+            #expect(requests.map { $0.header("Range") } == ["bytes=\((1 << 20) - Int(TransferRules.overlapLength))-"])
             #expect(requests.first?.header("If-Range") == nil)
             #expect(result.resumedFrom == 1 << 20)
             #expect(result.bytesFetched == Int64(Self.size - (1 << 20)))

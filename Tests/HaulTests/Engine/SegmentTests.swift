@@ -110,7 +110,7 @@ struct SegmentTests {
             let resumed = server.requests(for: "/f.bin").dropFirst(before)
             let starts = Set(resumed.compactMap { Self.range($0)?.first })
             for segment in unfinished {
-                let overlap = min(segment.committed - segment.start, Transfer.overlapLength)
+                let overlap = min(segment.committed - segment.start, TransferRules.overlapLength)
                 #expect(
                     starts.contains(Int(segment.committed - overlap)),
                     "segment \(segment) resumed at its committed offset, less the overlap it compares"

@@ -37,7 +37,7 @@ struct InteropTests {
                 #expect(last[1] == "206")
                 #expect(last[2] == resumeRange(from: resumeData.bytesCommitted))
                 #expect(last[3] == etag)
-                #expect(Int(last[4]) == Self.size - Int(resumeData.bytesCommitted) + Int(Transfer.overlapLength))
+                #expect(Int(last[4]) == Self.size - Int(resumeData.bytesCommitted) + Int(TransferRules.overlapLength))
             }
         }
     }

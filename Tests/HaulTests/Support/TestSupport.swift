@@ -152,5 +152,5 @@ func writeOwnedPart(at path: String, owner: UUID, bytes: [UInt8]) throws {
 /// The Range of a resume from `committed`: it starts up to 64 KiB earlier, at the overlap
 /// that is compared with the disk.
 func resumeRange(from committed: Int64) -> String {
-    "bytes=\(committed - min(committed, Transfer.overlapLength))-"
+    "bytes=\(committed - min(committed, TransferRules.overlapLength))-"
 }

@@ -1,0 +1,168 @@
+import Foundation
+
+/// How a transfer ends: a file already complete recognised without a request, the verified
+/// part file moved into place (size, `fdatasync`, checksum, rename, the directory's sync),
+/// or the end recorded — paused, queued again, cancelled or failed — with the error to report.
+extension Transfer {
+    /// A task completed earlier whose file is still in place completes again without a request.
+    /// So does one that crashed between moving its verified file into place and recording
+    /// that: every byte was committed, the part file is gone, and a file of exactly that
+    /// length is at the destination.
+    func alreadyComplete() async throws -> DownloadResult? {
+        guard !task.overwrite, let destination = task.destinationPath, let size = FileOps.size(destination) else {
+            return nil
+        }
+        let recorded = task.state == TaskState.completed.rawValue && size == task.totalLength ?? size
+        let renamedBeforeCrash =
+            task.totalLength == size && committedBytes == size
+            && !FileOps.exists(task.partPath ?? destination + ".part")
+        guard recorded || renamedBeforeCrash else { return nil }
+        if let checksum {
+            // Reading the whole file: on FileIO, like the digest before the rename.
+            let algorithm = checksum.algorithm
+            let digest = try await FileIO.run {
+                let file = try PartFile(readingAt: destination)
+                defer { file.close() }
+                return try file.digest(algorithm, length: size)
+            }
+            guard digest == checksum.hex else { return nil }
+        }
+        logger.info("already complete", metadata: ["path": "\(destination)"])
+        if !recorded { try await record(.completed) }
+        progress.update {
+            $0.fileName = task.fileName
+            $0.totalBytes = size
+            $0.bytesReceived = size
+        }
+        return DownloadResult(
+            taskID: task.id,
+            path: destination,
+            bytes: size,
+            bytesFetched: 0,
+            resumedFrom: nil,
+            alreadyComplete: true
+        )
+    }
+
+    /// Refuses to replace a file that is already at the destination unless asked to.
+    func checkDestinationFree() throws {
+        guard !task.overwrite, let destination = task.destinationPath, FileOps.exists(destination) else { return }
+        throw HaulError.destinationExists(destination, url: url)
+    }
+
+    /// Verifies and moves the part file into place.
+    func finish(started: ContinuousClock.Instant) async throws -> DownloadResult {
+        let part = try await openPart()
+        let total = task.totalLength ?? committedBytes
+        guard let destination = task.destinationPath, let partPath = task.partPath else {
+            throw HaulError(.invalidResponse, "No file name chosen", url: url)
+        }
+        // Blocking file work (truncate, fsync, reading the whole file for a digest, rename and
+        // the directory's fsync) runs on NIO's thread pool, never on Swift's cooperative threads.
+        try await FileIO.run {
+            if try part.size() != total { try part.truncate(to: total) }
+            try part.sync()
+        }
+        if let checksum {
+            let algorithm = checksum.algorithm
+            let actual = try await FileIO.run { try part.digest(algorithm, length: total) }
+            guard actual == checksum.hex else {
+                // The bytes are wrong; keeping them would only make a rerun verify them again.
+                FileOps.remove(partPath)
+                part.close()
+                self.part = nil
+                try await forgetPart()
+                try await resetToZero(validators: Validators())
+                var error = HaulError(
+                    .checksumMismatch,
+                    "Checksum mismatch for \(destination): expected \(checksum.algorithm.name) \(checksum.hex), got \(actual)",
+                    url: url,
+                    path: destination,
+                    hint: "Nothing was saved; check the checksum or the URL"
+                )
+                error.underlying = nil
+                throw error
+            }
+        }
+        try checkDestinationFree()
+        let replacing = task.overwrite
+        try await FileIO.run { try FileOps.rename(partPath, to: destination, replacing: replacing) }
+        part.unmark()  // The finished file is the user's, not a part file.
+        part.close()
+        self.part = nil
+        try await forgetPart()
+        // A crash right here leaves the file in place and the task not yet completed; the
+        // next run recognises it (see alreadyComplete) instead of calling it a stranger's file.
+        try await record(.completed)
+        let fetched = progress.snapshot().bytesThisRun
+        logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
+        return DownloadResult(
+            taskID: task.id,
+            path: destination,
+            bytes: total,
+            bytesFetched: fetched,
+            resumedFrom: progress.snapshot().resumedFrom,
+            alreadyComplete: false,
+            elapsed: ContinuousClock.now - started,
+            lengthConfirmed: lengthConfirmed
+        )
+    }
+
+    /// Records how the run ended and turns any error into the ``HaulError`` to report.
+    func conclude(after error: any Error) async -> HaulError {
+        if part == nil, let error = error as? HaulError, error.code == .busy {
+            return error  // Another process owns this download and its records.
+        }
+        let stop = control.requested
+        part?.close()
+        part = nil
+        let resumeData = makeResumeData()
+        do {
+            switch stop {
+            case .pause, .yield:
+                try await record(stop == .pause ? .paused : .queued)
+                var paused = HaulError(.paused, "Paused \(task.url) at \(committedBytes) bytes", url: url)
+                paused.resumeData = resumeData
+                return paused
+            case .cancel:
+                if let partPath = task.partPath {
+                    PartFile.remove(at: partPath, owner: task.id, identity: task.partIdentity)
+                    try await forgetPart()
+                }
+                try await record(.cancelled)
+                return HaulError(.cancelled, "Cancelled \(task.url)", url: url)
+            case nil:
+                var failure =
+                    error as? HaulError
+                    ?? HaulError(.connection, "Download of \(task.url) failed", url: url, underlying: error)
+                if failure.path == nil { failure.path = task.destinationPath }
+                if failure.code != .checksumMismatch, committedBytes > 0 { failure.resumeData = resumeData }
+                let message = failure.description
+                try await record(.failed, error: message)
+                return failure
+            }
+        } catch {
+            return error as? HaulError
+                ?? HaulError(.store, "Recording the end of \(task.url) failed", underlying: error)
+        }
+    }
+
+    /// Records a state in the store and in the task this transfer holds, so a later save of
+    /// the task (validators, segments) never writes back a stale state.
+    func record(_ state: TaskState, error: String? = nil) async throws {
+        let (store, id) = (store, task.id)
+        try await uncancellable { try await store.setState(id, state.rawValue, error: error) }
+        task.state = state.rawValue
+        task.errorMessage = error
+    }
+
+    func makeResumeData() -> ResumeData {
+        ResumeData(record: task, segments: segments)
+    }
+}
+
+/// Runs `body` to the end even when the calling task is cancelled: the bookkeeping after a
+/// pause (the last checkpoint, the state) must still reach the store.
+func uncancellable<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await Task { try await body() }.value
+}

@@ -1,0 +1,87 @@
+import Foundation
+
+/// The part file of a transfer: opened and locked, created beside the destination,
+/// truncated when the download starts over, forgotten once moved into place.
+extension Transfer {
+    /// Forgets all partial data: truncates the part file and records offset 0 and the new
+    /// validators in one transaction, before any byte of the new representation is written.
+    func resetToZero(validators: Validators) async throws {
+        task.validators = validators
+        segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
+        if part != nil || task.partPath.map(FileOps.exists) == true { try await openPart().truncate(to: 0) }
+        try await store.saveResponse(task, segments: segments)
+        progress.update {
+            $0.bytesReceived = 0
+            $0.bytesThisRun = 0
+            $0.resumedFrom = nil
+        }
+    }
+
+    /// The task's part file, opened and locked: the one it created, when that is still
+    /// there and still its own; else a new one. A file that is not this task's — another
+    /// download's part file, a file Haul did not create, a hard link, a symbolic link — is
+    /// never written into: the download starts over in a part file of its own.
+    func openPart() async throws -> PartFile {
+        if let part { return part }
+        guard let destination = task.destinationPath else {
+            throw HaulError(.invalidResponse, "No file name chosen before writing", url: url)
+        }
+        if let path = task.partPath {
+            do {
+                let file = try PartFile.openOwned(at: path, owner: task.id, identity: task.partIdentity)
+                part = file
+                return file
+            } catch PartFile.Claim.missing {
+                if committedBytes > 0 { logger.warning("the part file is gone; starting over", metadata: ["path": "\(path)"]) }
+            } catch let PartFile.Claim.foreign(reason) {
+                logger.warning(
+                    "leaving alone a file that is not this download's part file; starting over in a new one",
+                    metadata: ["path": "\(path)", "reason": "\(reason)"]
+                )
+            }
+        }
+        let file = try await createPart(beside: destination)
+        part = file
+        task.partPath = file.path
+        task.partIdentity = file.identity
+        try await store.setPart(task.id, path: file.path, identity: file.identity)
+        // The bytes the store counted are not in this new file.
+        if committedBytes > 0 { try await resetToZero(validators: task.validators) }
+        return file
+    }
+
+    /// Creates a part file beside the destination: `NAME.part`, or `NAME.<id>.part` when a
+    /// file (or another task's record) already has that name.
+    func createPart(beside destination: String) async throws -> PartFile {
+        let id = task.id.uuidString.lowercased()
+        for candidate in [destination + ".part", destination + ".\(id.prefix(8)).part", destination + ".\(id).part"] {
+            if try await store.isPartPathTaken(candidate, byOtherThan: task.id) { continue }
+            do {
+                return try PartFile.create(at: candidate, owner: task.id)
+            } catch PartFile.Claim.exists {
+                // This task's own, from a run that stopped before recording it: adopt it.
+                do {
+                    let mine = try PartFile.openOwned(at: candidate, owner: task.id, identity: nil)
+                    try mine.truncate(to: 0)
+                    return mine
+                } catch is PartFile.Claim {
+                    continue
+                }
+            }
+        }
+        throw HaulError(
+            .fileSystem,
+            "Every part file name beside \(destination) is taken by other files",
+            path: destination,
+            hint: "Remove the stale \((destination as NSString).lastPathComponent).*.part files or choose another name with -o"
+        )
+    }
+
+    /// Forgets the part file once it is gone (moved into place or deleted).
+    func forgetPart() async throws {
+        task.partPath = nil
+        task.partIdentity = nil
+        let (store, id) = (store, task.id)
+        try await uncancellable { try await store.setPart(id, path: nil, identity: nil) }
+    }
+}
