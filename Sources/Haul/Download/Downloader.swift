@@ -188,18 +188,16 @@ public final class Downloader: Sendable {
         background: Bool = false,
         priority: Int = 0
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
-        let encoder = JSONEncoder()
         let now = Date()
         let items = try requests.map { request -> (new: TaskRecord, reAdd: Store.ReAdd) in
             try request.validate()
-            let headers = String(decoding: try encoder.encode(request.headers), as: UTF8.self)
             var record = TaskRecord(
                 id: UUID(),
-                url: request.url.absoluteString,
+                url: request.url,
                 destination: request.destination,
                 explicitName: request.destination.fileName != nil,
-                requestHeaders: headers,
-                checksum: request.checksum?.description,
+                requestHeaders: request.headers,
+                checksum: request.checksum,
                 overwrite: request.overwrite,
                 session: request.session,
                 background: background,
@@ -212,8 +210,8 @@ public final class Downloader: Sendable {
             let reAdd = Store.ReAdd(
                 background: background,
                 session: request.session,
-                requestHeaders: headers,
-                checksum: request.checksum?.description,
+                requestHeaders: request.headers,
+                checksum: request.checksum,
                 overwrite: request.overwrite,
                 connections: request.connections,
                 minSplitSize: request.minSplitSize,
@@ -223,11 +221,11 @@ public final class Downloader: Sendable {
         }
         return try await store.findOrInsert(items) { existing in
             // A task of the daemon that is not finished is not taken over by another process.
-            guard existing.background, !background, existing.state != TaskState.completed.rawValue else { return }
+            guard existing.background, !background, existing.state != .completed else { return }
             throw HaulError(
                 .busy,
                 "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
-                url: URL(string: existing.url),
+                url: existing.url,
                 hint: "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
             )
         }
@@ -255,23 +253,23 @@ public final class Downloader: Sendable {
             try await store.task(id: resumeData.taskID)
             ?? TaskRecord(
                 id: resumeData.taskID,
-                url: resumeData.url.absoluteString,
+                url: resumeData.url,
                 destination: resumeData.destination,
                 explicitName: false,
-                requestHeaders: "[]",
+                requestHeaders: [],
                 checksum: nil,
                 overwrite: false,
                 now: now
             )
-        record.url = resumeData.url.absoluteString
-        record.finalURL = resumeData.finalURL?.absoluteString
+        record.url = resumeData.url
+        record.finalURL = resumeData.finalURL
         record.directory = resumeData.destination.directory
         record.fileName = resumeData.destination.fileName
-        record.requestHeaders = String(decoding: try JSONEncoder().encode(resumeData.headers), as: UTF8.self)
-        record.checksum = resumeData.checksum?.description
+        record.requestHeaders = resumeData.headers
+        record.checksum = resumeData.checksum
         record.overwrite = resumeData.overwrite
         record.validators = resumeData.validators
-        record.state = TaskState.queued.rawValue
+        record.state = .queued
         record.queuedAt = now
         record.background = background
         if let session = resumeData.session { record.session = session }
@@ -299,7 +297,7 @@ public final class Downloader: Sendable {
             segments = [SegmentRecord(taskID: resumeData.taskID, ordinal: 0, start: 0, end: nil, committed: 0)]
             record.validators = Validators()
         }
-        try await store.save(record, segments: segments)
+        try await store.adopt(record, segments: segments)
         return (record, segments)
     }
 

@@ -117,15 +117,14 @@ public struct ResumeData: Codable, Sendable, Equatable {
 
     /// The resume data of a task as the store records it.
     init(record: TaskRecord, segments: [SegmentRecord]) {
-        let headers = (try? JSONDecoder().decode([HTTPHeaderField].self, from: Data(record.requestHeaders.utf8))) ?? []
         self.init(
             taskID: record.id,
-            url: URL(string: record.url)!,
-            finalURL: record.finalURL.flatMap(URL.init(string:)),
-            headers: headers,
+            url: record.url,
+            finalURL: record.finalURL,
+            headers: record.requestHeaders,
             validators: record.validators,
             destination: Destination(directory: record.directory, fileName: record.fileName),
-            checksum: record.checksum.flatMap { try? Checksum(parsing: $0) },
+            checksum: record.checksum,
             overwrite: record.overwrite,
             partPath: record.partPath,
             segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) }

@@ -12,7 +12,7 @@ extension Transfer {
         guard !task.overwrite, let destination = task.destinationPath, let size = FileOps.size(destination) else {
             return nil
         }
-        let recorded = task.state == TaskState.completed.rawValue && size == task.totalLength ?? size
+        let recorded = task.state == .completed && size == task.totalLength ?? size
         let renamedBeforeCrash =
             task.totalLength == size && committedBytes == size
             && !FileOps.exists(task.partPath ?? destination + ".part")
@@ -151,8 +151,8 @@ extension Transfer {
     /// the task (validators, segments) never writes back a stale state.
     func record(_ state: TaskState, error: String? = nil) async throws {
         let (store, id) = (store, task.id)
-        try await uncancellable { try await store.setState(id, state.rawValue, error: error) }
-        task.state = state.rawValue
+        try await uncancellable { try await store.setState(id, state, error: error) }
+        task.state = state
         task.errorMessage = error
     }
 

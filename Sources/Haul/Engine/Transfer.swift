@@ -69,11 +69,9 @@ final class Transfer {
         self.logger = logger
     }
 
-    var url: URL { URL(string: task.url)! }
-    private var requestHeaders: [HTTPHeaderField] {
-        (try? JSONDecoder().decode([HTTPHeaderField].self, from: Data(task.requestHeaders.utf8))) ?? []
-    }
-    var checksum: Checksum? { task.checksum.flatMap { try? Checksum(parsing: $0) } }
+    var url: URL { task.url }
+    private var requestHeaders: [HTTPHeaderField] { task.requestHeaders }
+    var checksum: Checksum? { task.checksum }
     var store: Store { environment.store }
     /// The range rules over the version of the file the store holds.
     private var rules: TransferRules { TransferRules(task.validators) }
@@ -249,7 +247,7 @@ final class Transfer {
         confirming: Bool,
         restarted: Bool
     ) async throws -> SegmentResponse? {
-        task.finalURL = response.url.absoluteString
+        task.finalURL = response.url
         switch rules.classify(status: response.status, headers: response.headers, to: opening, confirming: confirming) {
         case let .wholeFile(length):
             if opening != .whole || restarted {

@@ -191,7 +191,8 @@ public actor DownloadManager {
         let records = try await store.tasks(inStates: TaskState.allCases, background: background)
         for record in records {
             // A task added meanwhile (when `run()` was called by hand) is already known.
-            guard machines[record.id] == nil, let state = TaskState(rawValue: record.state) else { continue }
+            guard machines[record.id] == nil else { continue }
+            let state = record.state
             if state == .completed || state == .cancelled {
                 machines[record.id] = TaskStateMachine(state)
                 continue
@@ -199,7 +200,7 @@ public actor DownloadManager {
             var machine = TaskStateMachine(state)
             if state == .running {
                 _ = try? machine.handle(.recover)
-                try await store.setState(record.id, TaskState.queued.rawValue)
+                try await store.setState(record.id, .queued)
             }
             machines[record.id] = machine
             let entry = DownloadManager.entry(for: record)
@@ -352,7 +353,7 @@ public actor DownloadManager {
                 continue
             }
             do {
-                try await store.setState(id, state.rawValue, error: state == .failed ? message : nil)
+                try await store.setState(id, state, error: state == .failed ? message : nil)
                 storeRefusing = false
             } catch {
                 break  // Still refused: try again at the next tick.
@@ -438,8 +439,8 @@ public actor DownloadManager {
     }
 
     private static func entry(for record: TaskRecord) -> Scheduler.Entry {
-        let url = URL(string: record.url)
-        let host = "\(url?.host?.lowercased() ?? ""):\(url?.port ?? (url?.scheme == "https" ? 443 : 80))"
+        let url = record.url
+        let host = "\(url.host?.lowercased() ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
         return Scheduler.Entry(id: record.id, host: host, priority: record.priority, queueOrder: record.queueOrder)
     }
 
@@ -503,7 +504,7 @@ extension DownloadManager {
         let id = record.id
         let info = DownloadInfo(
             id: id,
-            url: URL(string: record.url)!,
+            url: record.url,
             path: record.destinationPath,
             directory: record.directory,
             state: .queued,
@@ -543,8 +544,8 @@ extension DownloadManager {
             try await store.setPriority(id, priority)
             record.priority = priority
         }
-        if record.state != TaskState.completed.rawValue {
-            record.queueOrder = try await store.requeue(id, state: TaskState.queued.rawValue)
+        if record.state != .completed {
+            record.queueOrder = try await store.requeue(id, state: .queued)
         }
         // A completed task keeps its record: its transfer finds the verified file in place
         // and completes without a request (or fetches it again if the file is gone).
@@ -560,7 +561,7 @@ extension DownloadManager {
             throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
         }
         var record = try await downloader.prepare(resumingFrom: resumeData, background: background).record
-        record.queueOrder = try await store.requeue(record.id, state: TaskState.queued.rawValue)
+        record.queueOrder = try await store.requeue(record.id, state: .queued)
         if record.priority != priority {
             try await store.setPriority(record.id, priority)
             record.priority = priority
@@ -578,7 +579,7 @@ extension DownloadManager {
         }
         machines[id] = TaskStateMachine(.queued)
         entries[id] = DownloadManager.entry(for: record)
-        let url = URL(string: record.url)!
+        let url = record.url
         hub.publish(
             .added(
                 DownloadInfo(
@@ -628,7 +629,7 @@ extension DownloadManager {
             throw HaulError(.invalidArgument, "Cannot resume task \(id): it is \(state.rawValue)")
         }
         if let priority { try await store.setPriority(id, priority) }
-        let order = try await store.requeue(id, state: TaskState.queued.rawValue)
+        let order = try await store.requeue(id, state: .queued)
         unrecorded[id] = nil
         storeFailures[id] = nil
         move(id, .resume)
@@ -668,7 +669,7 @@ extension DownloadManager {
         scheduler.remove(id)
         let held = heldForStore.remove(id) != nil
         do {
-            try await store.setState(id, state.rawValue)
+            try await store.setState(id, state)
         } catch {
             if previous == .queued {
                 if held { heldForStore.insert(id) } else if let entry = entries[id] { scheduler.enqueue(entry) }

@@ -180,13 +180,13 @@ public final class Store: Sendable {
 
     /// The most recent task for this URL going into this directory (with this name, when the
     /// user fixed it), so rerunning a command continues it instead of starting over.
-    func findTask(url: String, directory: String, fileName: String?) async throws -> TaskRecord? {
+    func findTask(url: URL, directory: String, fileName: String?) async throws -> TaskRecord? {
         try await read { db in try Store.findTask(db, url: url, directory: directory, fileName: fileName) }
     }
 
     /// The task that is not cancelled for a URL into a directory, with the name the user
     /// fixed (`fileName`) or with none fixed (nil).
-    private static func findTask(_ db: Database, url: String, directory: String, fileName: String?) throws -> TaskRecord? {
+    private static func findTask(_ db: Database, url: URL, directory: String, fileName: String?) throws -> TaskRecord? {
         // A cached statement (adding thousands of tasks runs it once each), whose literal
         // 'cancelled' lets SQLite use the partial index task_one_per_destination.
         let statement: Statement
@@ -198,7 +198,7 @@ public final class Store: Sendable {
                     ORDER BY createdAt DESC LIMIT 1
                     """
             )
-            arguments = [url, directory, fileName]
+            arguments = [url.absoluteString, directory, fileName]
         } else {
             statement = try db.cachedStatement(
                 sql: """
@@ -206,7 +206,7 @@ public final class Store: Sendable {
                     ORDER BY createdAt DESC LIMIT 1
                     """
             )
-            arguments = [url, directory]
+            arguments = [url.absoluteString, directory]
         }
         return try TaskRecord.fetchOne(statement, arguments: arguments)
     }
@@ -235,8 +235,8 @@ public final class Store: Sendable {
     struct ReAdd: Sendable {
         var background: Bool
         var session: String
-        var requestHeaders: String
-        var checksum: String?
+        var requestHeaders: [HTTPHeaderField]
+        var checksum: Checksum?
         var overwrite: Bool
         var connections: Int?
         var minSplitSize: Int64?
@@ -282,7 +282,8 @@ public final class Store: Sendable {
                                 connections = ?, minSplitSize = ?, rateLimit = ?, updatedAt = ? WHERE id = ?
                             """,
                         arguments: [
-                            reAdd.background, reAdd.session, reAdd.requestHeaders, reAdd.checksum, reAdd.overwrite,
+                            reAdd.background, reAdd.session, try TaskRecord.text(of: reAdd.requestHeaders),
+                            reAdd.checksum?.description, reAdd.overwrite,
                             reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, StoreDate.now, existing.id,
                         ]
                     )
@@ -319,13 +320,13 @@ public final class Store: Sendable {
     }
 
     /// Moves a task to the back of the waiting line in `state`; returns its new position.
-    func requeue(_ id: UUID, state: String) async throws -> Int64 {
+    func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
         try await write { db in
             let order = try Store.nextQueueOrder(db)
             try db.execute(
                 sql:
                     "UPDATE task SET state = ?, queueOrder = ?, queuedAt = ?, errorMessage = NULL, updatedAt = ? WHERE id = ?",
-                arguments: [state, order, StoreDate.now, StoreDate.now, id]
+                arguments: [state.rawValue, order, StoreDate.now, StoreDate.now, id]
             )
             return order
         }
@@ -380,16 +381,23 @@ public final class Store: Sendable {
             var infos: [DownloadInfo] = []
             let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
             while let row = try rows.next() {
+                let id: UUID = row[0]
                 let directory: String = row[2]
                 let fileName: String? = row[3]
                 let state: String = row[4]
+                guard let url = URL(string: row[1]) else {
+                    throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its url is not a URL")
+                }
+                guard let state = TaskState(rawValue: state) else {
+                    throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its state '\(state)' is not a state")
+                }
                 infos.append(
                     DownloadInfo(
-                        id: row[0],
-                        url: URL(string: row[1])!,
+                        id: id,
+                        url: url,
                         path: fileName.map { (directory as NSString).appendingPathComponent($0) },
                         directory: directory,
-                        state: TaskState(rawValue: state) ?? .failed,
+                        state: state,
                         priority: row[5],
                         bytesCommitted: row[8],
                         totalBytes: row[6],
@@ -408,12 +416,19 @@ public final class Store: Sendable {
         try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(queueOrder), 0) + 1 FROM task") ?? 1
     }
 
-    /// Replaces a task's record and all its segments in one transaction.
-    func save(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+    /// Records a task re-created from resume data — request, response, part file, state and
+    /// segments, every group at once — inserting it when this store has never seen it. Only
+    /// for a task that is not running: nothing else writes its columns meanwhile.
+    func adopt(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
         try await write { db in
             var task = task
             task.updatedAt = Date()
-            try task.save(db)
+            if try TaskRecord.exists(db, key: task.id) {
+                try task.update(db)
+            } else {
+                task.queueOrder = try Store.nextQueueOrder(db)
+                try task.insert(db)
+            }
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
             for segment in segments { try segment.insert(db) }
         }
@@ -430,8 +445,8 @@ public final class Store: Sendable {
                         totalLength = ?, updatedAt = ? WHERE id = ?
                     """,
                 arguments: [
-                    task.finalURL, task.fileName, task.etag, task.lastModified, task.serverDate, task.totalLength,
-                    StoreDate.now, task.id,
+                    task.finalURL?.absoluteString, task.fileName, task.etag, task.lastModified, task.serverDate,
+                    task.totalLength, StoreDate.now, task.id,
                 ]
             )
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
@@ -475,11 +490,12 @@ public final class Store: Sendable {
         }
     }
 
-    func setState(_ id: UUID, _ state: String, error: String? = nil) async throws {
+    /// Records a task's state and, for a failure, its error (the state group).
+    func setState(_ id: UUID, _ state: TaskState, error: String? = nil) async throws {
         try await write { db in
             try db.execute(
                 sql: "UPDATE task SET state = ?, errorMessage = ?, updatedAt = ? WHERE id = ?",
-                arguments: [state, error, StoreDate.now, id]
+                arguments: [state.rawValue, error, StoreDate.now, id]
             )
         }
     }

@@ -2,24 +2,44 @@ import Foundation
 import GRDB
 
 /// One download as the store keeps it.
-struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+///
+/// Typed in memory, plain text in the table: the state a ``TaskState``, the URLs `URL`s, the
+/// request headers `[HTTPHeaderField]` (a JSON array in their column), the checksum a
+/// ``Checksum`` (`sha256=HEX`). Rows are read and written by hand (``init(row:)``,
+/// ``encode(to:)``): a row that cannot be read is an error naming the task and the column,
+/// never a crash or a silently dropped value.
+///
+/// The columns fall into groups, each written by one intent of ``Store`` — so writers that
+/// run at the same time (a transfer's checkpoints, the scheduler's states, a re-add) never
+/// write back each other's stale values:
+/// - the request (``Store/findOrInsert(_:accept:)``'s re-add, ``Store/setRateLimit(_:for:)``,
+///   ``Store/setPriority(_:_:)``): what the user asked for;
+/// - the response (``Store/saveResponse(_:segments:)``): what the server said — final URL,
+///   file name, validators, length — and the segments it implies;
+/// - the checkpoint (``Store/checkpoint(_:segments:)``): the segments' committed offsets;
+/// - the part file (``Store/setPart(_:path:identity:)``);
+/// - the state (``Store/setState(_:_:error:)``, ``Store/requeue(_:state:)``): state, error,
+///   place in the waiting line.
+/// Only a new task (``Store/insert(_:segments:)``) and a task re-created from resume data
+/// (``Store/adopt(_:segments:)``, not running by definition) write every group at once.
+struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     static let databaseTableName = "task"
 
     var id: UUID
     var session: String
-    var url: String
-    var finalURL: String?
+    var url: URL
+    var finalURL: URL?
     /// The directory the finished file goes into.
     var directory: String
     /// The file name, once known: given by the user, or chosen from the first response.
     var fileName: String?
     /// Whether the user fixed the name (`-o`); otherwise the server's response may choose it.
     var explicitName: Bool
-    /// Extra request headers, JSON-encoded `[HTTPHeaderField]`.
-    var requestHeaders: String
-    var checksum: String?
+    /// Extra request headers.
+    var requestHeaders: [HTTPHeaderField]
+    var checksum: Checksum?
     var overwrite: Bool
-    var state: String
+    var state: TaskState
     var priority: Int
     var etag: String?
     var lastModified: String?
@@ -45,27 +65,33 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
     var partIdentity: String?
 
     enum Columns {
-        static let id = Column(CodingKeys.id)
-        static let session = Column(CodingKeys.session)
-        static let url = Column(CodingKeys.url)
-        static let directory = Column(CodingKeys.directory)
-        static let fileName = Column(CodingKeys.fileName)
-        static let explicitName = Column(CodingKeys.explicitName)
-        static let state = Column(CodingKeys.state)
-        static let createdAt = Column(CodingKeys.createdAt)
-        static let queuedAt = Column(CodingKeys.queuedAt)
-        static let queueOrder = Column(CodingKeys.queueOrder)
-        static let background = Column(CodingKeys.background)
-        static let partPath = Column(CodingKeys.partPath)
-    }
-
-    /// Dates are written by hand in GRDB's text format (see ``StoreDate``).
-    static func databaseDateEncodingStrategy(for column: String) -> DatabaseDateEncodingStrategy {
-        .custom { StoreDate.text($0) }
-    }
-
-    static func databaseDateDecodingStrategy(for column: String) -> DatabaseDateDecodingStrategy {
-        .custom { StoreDate.date($0) }
+        static let id = Column("id")
+        static let session = Column("session")
+        static let url = Column("url")
+        static let finalURL = Column("finalURL")
+        static let directory = Column("directory")
+        static let fileName = Column("fileName")
+        static let explicitName = Column("explicitName")
+        static let requestHeaders = Column("requestHeaders")
+        static let checksum = Column("checksum")
+        static let overwrite = Column("overwrite")
+        static let state = Column("state")
+        static let priority = Column("priority")
+        static let etag = Column("etag")
+        static let lastModified = Column("lastModified")
+        static let serverDate = Column("serverDate")
+        static let totalLength = Column("totalLength")
+        static let createdAt = Column("createdAt")
+        static let queuedAt = Column("queuedAt")
+        static let updatedAt = Column("updatedAt")
+        static let errorMessage = Column("errorMessage")
+        static let queueOrder = Column("queueOrder")
+        static let background = Column("background")
+        static let connections = Column("connections")
+        static let minSplitSize = Column("minSplitSize")
+        static let rateLimit = Column("rateLimit")
+        static let partPath = Column("partPath")
+        static let partIdentity = Column("partIdentity")
     }
 
     var destinationPath: String? {
@@ -83,15 +109,157 @@ struct TaskRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRec
     }
 }
 
+// MARK: Reading and writing rows
+
+extension TaskRecord {
+    init(row: Row) throws {
+        let id = try row.decode(UUID.self, forColumn: Columns.id)
+        var reader = RowReader(row: row, taskID: id)
+        self.id = id
+        session = try reader.value(Columns.session)
+        url = try reader.url(Columns.url)
+        finalURL = try reader.optionalURL(Columns.finalURL)
+        directory = try reader.value(Columns.directory)
+        fileName = try reader.value(Columns.fileName)
+        explicitName = try reader.value(Columns.explicitName)
+        requestHeaders = try reader.headers(Columns.requestHeaders)
+        checksum = try reader.checksum(Columns.checksum)
+        overwrite = try reader.value(Columns.overwrite)
+        state = try reader.state(Columns.state)
+        priority = try reader.value(Columns.priority)
+        etag = try reader.value(Columns.etag)
+        lastModified = try reader.value(Columns.lastModified)
+        serverDate = try reader.value(Columns.serverDate)
+        totalLength = try reader.value(Columns.totalLength)
+        createdAt = try reader.date(Columns.createdAt)
+        queuedAt = try reader.date(Columns.queuedAt)
+        updatedAt = try reader.date(Columns.updatedAt)
+        errorMessage = try reader.value(Columns.errorMessage)
+        queueOrder = try reader.value(Columns.queueOrder)
+        background = try reader.value(Columns.background)
+        connections = try reader.value(Columns.connections)
+        minSplitSize = try reader.value(Columns.minSplitSize)
+        rateLimit = try reader.value(Columns.rateLimit)
+        partPath = try reader.value(Columns.partPath)
+        partIdentity = try reader.value(Columns.partIdentity)
+    }
+
+    func encode(to container: inout PersistenceContainer) throws {
+        container[Columns.id] = id
+        container[Columns.session] = session
+        container[Columns.url] = url.absoluteString
+        container[Columns.finalURL] = finalURL?.absoluteString
+        container[Columns.directory] = directory
+        container[Columns.fileName] = fileName
+        container[Columns.explicitName] = explicitName
+        container[Columns.requestHeaders] = try TaskRecord.text(of: requestHeaders)
+        container[Columns.checksum] = checksum?.description
+        container[Columns.overwrite] = overwrite
+        container[Columns.state] = state.rawValue
+        container[Columns.priority] = priority
+        container[Columns.etag] = etag
+        container[Columns.lastModified] = lastModified
+        container[Columns.serverDate] = serverDate
+        container[Columns.totalLength] = totalLength
+        container[Columns.createdAt] = StoreDate.text(createdAt)
+        container[Columns.queuedAt] = StoreDate.text(queuedAt)
+        container[Columns.updatedAt] = StoreDate.text(updatedAt)
+        container[Columns.errorMessage] = errorMessage
+        container[Columns.queueOrder] = queueOrder
+        container[Columns.background] = background
+        container[Columns.connections] = connections
+        container[Columns.minSplitSize] = minSplitSize
+        container[Columns.rateLimit] = rateLimit
+        container[Columns.partPath] = partPath
+        container[Columns.partIdentity] = partIdentity
+    }
+
+    /// The request headers as their column holds them: a JSON array of `{"name", "value"}`,
+    /// keys sorted so the same headers are always the same text.
+    static func text(of headers: [HTTPHeaderField]) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return String(decoding: try encoder.encode(headers), as: UTF8.self)
+    }
+
+    /// Reads a task's columns, turning any value that is not what Haul wrote into one
+    /// sentence naming the task and the column.
+    private struct RowReader {
+        let row: Row
+        let taskID: UUID
+
+        func unreadable(_ column: Column, _ what: String) -> HaulError {
+            HaulError(
+                .store,
+                "Task \(taskID) in the Haul store cannot be read: its \(column.name) \(what)",
+                hint: "Remove it with 'haul remove \(taskID)', or point HAUL_HOME at another directory"
+            )
+        }
+
+        func value<Value: DatabaseValueConvertible>(_ column: Column) throws -> Value {
+            do {
+                return try row.decode(Value.self, forColumn: column)
+            } catch {
+                throw unreadable(column, "is not a \(Value.self)")
+            }
+        }
+
+        func url(_ column: Column) throws -> URL {
+            let text: String = try value(column)
+            guard let url = URL(string: text) else { throw unreadable(column, "is not a URL") }
+            return url
+        }
+
+        func optionalURL(_ column: Column) throws -> URL? {
+            let text: String? = try value(column)
+            return try text.map { text in
+                guard let url = URL(string: text) else { throw unreadable(column, "is not a URL") }
+                return url
+            }
+        }
+
+        func headers(_ column: Column) throws -> [HTTPHeaderField] {
+            let text: String = try value(column)
+            do {
+                return try JSONDecoder().decode([HTTPHeaderField].self, from: Data(text.utf8))
+            } catch {
+                throw unreadable(column, "is not a list of headers")
+            }
+        }
+
+        func checksum(_ column: Column) throws -> Checksum? {
+            let text: String? = try value(column)
+            return try text.map { text in
+                do {
+                    return try Checksum(parsing: text)
+                } catch {
+                    throw unreadable(column, "is not a checksum")
+                }
+            }
+        }
+
+        func state(_ column: Column) throws -> TaskState {
+            let text: String = try value(column)
+            guard let state = TaskState(rawValue: text) else { throw unreadable(column, "'\(text)' is not a state") }
+            return state
+        }
+
+        func date(_ column: Column) throws -> Date {
+            guard let date = StoreDate.date(row[column] as DatabaseValue) else { throw unreadable(column, "is not a date") }
+            return date
+        }
+    }
+}
+
 extension TaskRecord {
     /// A new, queued task with no response seen yet.
     init(
         id: UUID,
-        url: String,
+        url: URL,
         destination: Destination,
         explicitName: Bool,
-        requestHeaders: String,
-        checksum: String?,
+        requestHeaders: [HTTPHeaderField],
+        checksum: Checksum?,
         overwrite: Bool,
         session: String = DownloadRequest.defaultSession,
         background: Bool = false,
@@ -111,7 +279,7 @@ extension TaskRecord {
             requestHeaders: requestHeaders,
             checksum: checksum,
             overwrite: overwrite,
-            state: TaskState.queued.rawValue,
+            state: .queued,
             priority: 0,
             etag: nil,
             lastModified: nil,

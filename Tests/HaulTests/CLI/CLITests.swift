@@ -147,7 +147,7 @@ struct CLITests {
             #expect(sha256(file: temp.file("b.bin")) == server.sha256("/b.bin"))
             let store = try Store(path: home + "/haul.sqlite")
             let states = try await store.allTasks().map(\.state)
-            #expect(states == ["completed", "completed"])
+            #expect(states == [.completed, .completed])
         }
     }
 }

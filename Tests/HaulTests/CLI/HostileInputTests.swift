@@ -97,7 +97,7 @@ struct HostileInputTests {
             #expect(ended.stderr.isEmpty)
             let store = try Store(path: home + "/haul.sqlite")
             let task = try #require(try await store.allTasks().first)
-            #expect(task.state != TaskState.running.rawValue)
+            #expect(task.state != .running)
             let committed = try await store.segments(of: task.id).reduce(0) { $0 + $1.committed - $1.start }
             #expect(committed > 0)
 

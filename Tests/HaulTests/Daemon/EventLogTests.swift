@@ -14,17 +14,17 @@ import Testing
         let temp = try TemporaryDirectory()
         var record = TaskRecord(
             id: UUID(),
-            url: "http://127.0.0.1/x",
+            url: URL(string: "http://127.0.0.1/x")!,
             destination: .file(temp.file("x")),
             explicitName: true,
-            requestHeaders: "[]",
+            requestHeaders: [],
             checksum: nil,
             overwrite: false,
             session: session,
             background: true,
             now: Date()
         )
-        record.state = state.rawValue
+        record.state = state
         record.totalLength = 1234
         try await store.insertMany([record])
         return record.id

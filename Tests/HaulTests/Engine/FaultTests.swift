@@ -242,7 +242,7 @@ struct FaultTests {
             await task.cancel()
             #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin.part")))
             #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin")))
-            #expect(try await downloader.store.task(id: task.id)?.state == TaskState.cancelled.rawValue)
+            #expect(try await downloader.store.task(id: task.id)?.state == .cancelled)
         }
     }
 
@@ -277,7 +277,7 @@ struct FaultTests {
             server.update("/f.bin") { $0.bytesPerSecond = nil }
             let result = try await first.result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
-            #expect(try await downloader.store.task(id: first.id)?.state == TaskState.completed.rawValue)
+            #expect(try await downloader.store.task(id: first.id)?.state == .completed)
         }
     }
 
@@ -288,9 +288,9 @@ struct FaultTests {
             let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(temp.file("f.bin")))
             let prepared = try await downloader.prepare(request)
             var record = prepared.record
-            record.state = TaskState.running.rawValue
+            record.state = .running
             record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
-            try await downloader.store.save(
+            try await downloader.store.adopt(
                 record,
                 segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 20)]
             )
@@ -300,7 +300,7 @@ struct FaultTests {
             #expect(result.alreadyComplete)
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(server.requests(for: "/f.bin").isEmpty)
-            #expect(try await downloader.store.task(id: record.id)?.state == TaskState.completed.rawValue)
+            #expect(try await downloader.store.task(id: record.id)?.state == .completed)
         }
     }
 
@@ -312,7 +312,7 @@ struct FaultTests {
             let prepared = try await downloader.prepare(request)
             var record = prepared.record
             record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
-            try await downloader.store.save(
+            try await downloader.store.adopt(
                 record,
                 segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 20)]
             )

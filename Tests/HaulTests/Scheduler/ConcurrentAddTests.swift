@@ -43,7 +43,7 @@ struct ConcurrentAddTests {
                 let store = try Store(path: path)
                 let other = try Downloader(configuration: testConfiguration(store: path))
                 var committed: Int64 = 0
-                var states: [String] = []
+                var states: [TaskState] = []
                 let result = Task { try await task.result() }
                 while true {
                     let prepared = try await other.prepare(request)
@@ -51,13 +51,13 @@ struct ConcurrentAddTests {
                     let now = try #require(try await store.segments(of: task.id)).reduce(0) { $0 + $1.committed - $1.start }
                     #expect(now >= committed, "offsets went back from \(committed) to \(now)")
                     committed = now
-                    if let finished = try await store.task(id: task.id), finished.state == "completed" { break }
+                    if let finished = try await store.task(id: task.id), finished.state == .completed { break }
                 }
                 let path = try await result.value.path
                 #expect(sha256(file: path) == server.sha256("/f.bin"))
                 // Re-adds after the end leave it completed.
                 for _ in 0..<5 { _ = try await other.prepare(request) }
-                #expect(try await store.task(id: task.id)?.state == "completed")
+                #expect(try await store.task(id: task.id)?.state == .completed)
                 #expect(try await store.allTasks().count == 1)
                 try await other.shutdown()
             }
@@ -78,7 +78,7 @@ struct ConcurrentAddTests {
         try await database.write { db in
             for (index, id) in [older, newer].enumerated() {
                 var record = TaskRecord(
-                    id: id, url: url, destination: .directory(out), explicitName: false, requestHeaders: "[]",
+                    id: id, url: URL(string: url)!, destination: .directory(out), explicitName: false, requestHeaders: [],
                     checksum: nil, overwrite: false, now: Date(timeIntervalSince1970: 1_000 + Double(index))
                 )
                 record.queueOrder = Int64(index + 1)
@@ -88,8 +88,8 @@ struct ConcurrentAddTests {
         try database.close()
         let store = try Store(path: path)
         let tasks = try await store.allTasks()
-        #expect(tasks.first { $0.id == older }?.state == "cancelled")
-        #expect(tasks.first { $0.id == newer }?.state == "queued")
+        #expect(tasks.first { $0.id == older }?.state == .cancelled)
+        #expect(tasks.first { $0.id == newer }?.state == .queued)
         // And the index now refuses a second live task for it.
         let found = try await Downloader(configuration: testConfiguration(store: path))
         let prepared = try await found.prepare(DownloadRequest(url: URL(string: url)!, destination: .directory(out)))

@@ -333,8 +333,8 @@ struct DownloadManagerTests {
             }
             // As a kill -9 would leave it: the two that were running still say so.
             let crashed = try Store(path: store)
-            try await crashed.setState(ids["A"]!, TaskState.running.rawValue)
-            try await crashed.setState(ids["B"]!, TaskState.running.rawValue)
+            try await crashed.setState(ids["A"]!, .running)
+            try await crashed.setState(ids["B"]!, .running)
             for name in names { server.update("/\(name)") { $0.bytesPerSecond = 200 << 10 } }
 
             try await DownloadManager.withDownloadManager(configuration: Self.configuration(store: store, limit: 1)) {

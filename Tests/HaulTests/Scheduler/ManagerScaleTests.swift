@@ -112,10 +112,10 @@ struct ManagerScaleTests {
             (0..<10_000).map { index in
                 TaskRecord(
                     id: UUID(),
-                    url: "http://127.0.0.1/\(index)",
+                    url: URL(string: "http://127.0.0.1/\(index)")!,
                     destination: .file(temp.file("f\(index)")),
                     explicitName: true,
-                    requestHeaders: "[]",
+                    requestHeaders: [],
                     checksum: nil,
                     overwrite: false,
                     now: Date()

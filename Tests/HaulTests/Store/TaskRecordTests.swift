@@ -1,0 +1,131 @@
+import Foundation
+import GRDB
+import Testing
+
+@testable import Haul
+
+/// The typed task record over its text columns, and the store's writers owning disjoint
+/// groups of columns, on a real SQLite file.
+@Suite("Task records")
+struct TaskRecordTests {
+    /// A store on disk with one task, and a raw connection to the same file.
+    private func withStore(
+        _ body: (Store, TaskRecord, DatabaseQueue) async throws -> Void
+    ) async throws {
+        let temp = try TemporaryDirectory()
+        let path = temp.file("haul.sqlite")
+        let store = try Store(path: path)
+        let record = TaskRecord(
+            id: UUID(),
+            url: URL(string: "https://user:pw@example.test/a%20b.bin?x=1")!,
+            destination: .file(temp.file("a.bin")),
+            explicitName: true,
+            requestHeaders: [HTTPHeaderField(name: "Authorization", value: "Bearer t"), .init(name: "X-A", value: "1")],
+            checksum: try Checksum(parsing: "sha256=" + String(repeating: "ab", count: 32)),
+            overwrite: false,
+            rateLimit: 1000,
+            now: Date()
+        )
+        try await store.insert(record, segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, committed: 0)])
+        let raw = try DatabaseQueue(path: path)
+        try await body(store, record, raw)
+        try raw.close()
+        try store.closeDatabase()
+    }
+
+    @Test("a task reads back exactly as written: URL, headers, checksum and state typed, the columns plain text")
+    func roundTrip() async throws {
+        try await withStore { store, record, raw in
+            let read = try #require(try await store.task(id: record.id))
+            #expect(read.url == record.url)
+            #expect(read.requestHeaders == record.requestHeaders)
+            #expect(read.checksum == record.checksum)
+            #expect(read.state == .queued)
+            // The same TEXT columns as before the types: no migration.
+            let row = try #require(
+                try await raw.read { db in
+                    try Row.fetchOne(db, sql: "SELECT url, requestHeaders, checksum, state FROM task")
+                }
+            )
+            #expect(row["url"] as String == "https://user:pw@example.test/a%20b.bin?x=1")
+            #expect(
+                row["requestHeaders"] as String
+                    == #"[{"name":"Authorization","value":"Bearer t"},{"name":"X-A","value":"1"}]"#
+            )
+            #expect(row["checksum"] as String == "sha256=" + String(repeating: "ab", count: 32))
+            #expect(row["state"] as String == "queued")
+        }
+    }
+
+    @Test(
+        "a row Haul did not write is an error naming the task and the column, never a crash or a dropped value",
+        arguments: [
+            ("state", "'exploded'", "its state 'exploded' is not a state"),
+            ("requestHeaders", "'not json'", "its requestHeaders is not a list of headers"),
+            ("checksum", "'md7=zz'", "its checksum is not a checksum"),
+            ("url", "NULL", "its url is not a String"),
+            ("createdAt", "'yesterday'", "its createdAt is not a date"),
+        ]
+    )
+    func unreadableRow(column: String, value: String, complaint: String) async throws {
+        try await withStore { store, record, raw in
+            do {
+                try await raw.write { db in try db.execute(sql: "UPDATE task SET \(column) = \(value)") }
+            } catch {
+                // The column is NOT NULL: SQLite itself keeps that value out.
+                #expect(value == "NULL")
+                return
+            }
+            let reads: [() async throws -> TaskRecord?] = [
+                { try await store.task(id: record.id) }, { try await store.allTasks().first },
+            ]
+            for read in reads {
+                let error = await expectHaulError(.store) { _ = try await read() }
+                #expect(error?.message == "Task \(record.id) in the Haul store cannot be read: \(complaint)")
+            }
+        }
+    }
+
+    @Test("the listing query refuses an unreadable state or URL by the task's id too")
+    func unreadableListing() async throws {
+        try await withStore { store, record, raw in
+            try await raw.write { db in try db.execute(sql: "UPDATE task SET state = 'exploded'") }
+            let error = await expectHaulError(.store) { _ = try await store.infos() }
+            #expect(error?.message == "Task \(record.id) in the Haul store cannot be read: its state 'exploded' is not a state")
+        }
+    }
+
+    @Test("writers of different column groups never write back each other's stale values")
+    func disjointWriters() async throws {
+        try await withStore { store, record, _ in
+            // A transfer holds `stale`, read before the scheduler paused the task and the
+            // user changed its priority and limit.
+            var stale = record
+            try await store.setState(record.id, .paused)
+            try await store.setPriority(record.id, 7)
+            try await store.setRateLimit(5000, for: [record.id])
+            stale.validators = Validators(etag: "\"v1\"", totalLength: 100)
+            stale.fileName = "a.bin"
+            let segments = [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 100, committed: 0)]
+            try await store.saveResponse(stale, segments: segments)
+            try await store.checkpoint(
+                record.id,
+                segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 100, committed: 60)]
+            )
+            try await store.setPart(record.id, path: "/tmp/a.bin.part", identity: "1:2")
+
+            let read = try #require(try await store.task(id: record.id))
+            #expect(read.state == .paused)
+            #expect(read.priority == 7)
+            #expect(read.rateLimit == 5000)
+            #expect(read.etag == "\"v1\"" && read.totalLength == 100)
+            #expect(read.partPath == "/tmp/a.bin.part")
+            #expect(try await store.segments(of: record.id).map(\.committed) == [60])
+
+            // A state change leaves the response and the part file alone.
+            try await store.setState(record.id, .failed, error: "boom")
+            let after = try #require(try await store.task(id: record.id))
+            #expect(after.etag == "\"v1\"" && after.partPath == "/tmp/a.bin.part" && after.errorMessage == "boom")
+        }
+    }
+}
