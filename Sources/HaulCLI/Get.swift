@@ -97,15 +97,14 @@ extension HaulCommand {
                 // Only the downloads this command asks for run: leftovers of other commands in
                 // the same store wait for their own command (or the daemon).
                 let configuration = DownloadManager.Configuration(
-                    store: downloader.store,
+                    downloader: downloader,
                     maxConcurrentDownloads: maxConcurrent,
                     // Each of the -j files may open its -x connections to the same host.
                     maxConnectionsPerHost: max(
                         maxConcurrent,
                         downloads.connections ?? downloader.connectionsPerDownload
                     ),
-                    recoversTasks: false,
-                    downloader: downloader
+                    recoversTasks: false
                 )
                 let (quiet, json) = (self.quiet, self.json)
                 let summary = try await DownloadManager.withDownloadManager(configuration: configuration) { manager in

@@ -322,81 +322,13 @@ public final class Downloader: Sendable {
         )
     }
 
+    /// Runs a recorded task on the execution path every download takes
+    /// (``Transfer/execute(_:segments:environment:handles:)``, as a ``DownloadManager`` does).
     private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
         let environment = self.environment
-        return DownloadTask(id: record.id, rateLimit: record.rateLimit) { progress, control, limiter in
-            let transfer = Transfer(
-                task: record,
-                segments: segments,
-                environment: environment,
-                progress: progress,
-                control: control,
-                limiter: limiter
-            )
-            return try await transfer.run()
+        return DownloadTask(id: record.id, rateLimit: record.rateLimit) { handles in
+            try await Transfer.execute(record, segments: segments, environment: environment, handles: handles).get()
         }
-    }
-}
-
-/// A running download: its progress, a way to pause or cancel it, and its result.
-public final class DownloadTask: Sendable {
-    /// The task's identifier in the store.
-    public let id: UUID
-    private let box = ProgressBox()
-    private let control = TransferControl()
-    let limiter: RateLimiter
-    private let runner: Task<DownloadResult, any Error>
-
-    init(
-        id: UUID,
-        rateLimit: Int64?,
-        operation: @escaping @Sendable (ProgressBox, TransferControl, RateLimiter) async throws -> DownloadResult
-    ) {
-        self.id = id
-        let limiter = RateLimiter(bytesPerSecond: rateLimit)
-        self.limiter = limiter
-        let (box, control) = (box, control)
-        self.runner = Task { try await operation(box, control, limiter) }
-    }
-
-    /// Changes this download's rate limit (bytes per second; nil for none) while it runs.
-    public func setRateLimit(_ bytesPerSecond: Int64?) {
-        limiter.setRate(bytesPerSecond)
-    }
-
-    /// Progress now: bytes, total, speed over the last second or more.
-    public var progress: DownloadProgress { box.snapshot() }
-
-    /// Waits for the download to end.
-    /// - Returns: the finished file.
-    /// - Throws: ``HaulError``; a pause ends it with code ``HaulError/Code/paused`` and resume data.
-    public func result() async throws -> DownloadResult {
-        try await runner.value
-    }
-
-    /// Stops the download after a last checkpoint and returns what is needed to continue it.
-    /// - Throws: ``HaulError`` when the download had already ended, or ended with a failure first.
-    public func pause() async throws -> ResumeData {
-        control.request(.pause)
-        runner.cancel()
-        do {
-            let result = try await runner.value
-            throw HaulError(
-                .invalidArgument,
-                "The download had already finished: \(result.path)",
-                path: result.path
-            )
-        } catch let error as HaulError where error.code == .paused {
-            guard let resumeData = error.resumeData else { throw error }
-            return resumeData
-        }
-    }
-
-    /// Stops the download and deletes its partial data.
-    public func cancel() async {
-        control.request(.cancel)
-        runner.cancel()
-        _ = try? await runner.value
     }
 }
 

@@ -7,125 +7,9 @@ import GRDB
 /// file is opened as a WAL `DatabasePool` with a busy timeout, so several `haul` processes
 /// on one store wait for each other instead of failing or corrupting it.
 public final class Store: Sendable {
-    private let writer: any DatabaseWriter
+    let writer: any DatabaseWriter
 
-    /// Opens (creating and migrating if needed) the store at `path`.
-    /// - Throws: ``HaulError/Code/store`` when the file cannot be opened or migrated.
-    public convenience init(path: String) throws {
-        do {
-            let directory = (path as NSString).deletingLastPathComponent
-            if !directory.isEmpty {
-                try FileManager.default.createDirectory(
-                    atPath: directory,
-                    withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o700]
-                )
-            }
-            var configuration = Configuration()
-            configuration.busyMode = .timeout(30)
-            configuration.foreignKeysEnabled = true
-            configuration.prepareDatabase { db in
-                // In WAL mode NORMAL syncs at WAL checkpoints, not at every commit. A crash of
-                // the process loses nothing; a power cut can lose the last few commits, which
-                // only makes a committed offset older than the data on disk: safe, never a hole.
-                try db.execute(sql: "PRAGMA synchronous = NORMAL")
-            }
-            // Opening a new store is not safe between processes: switching it to WAL fails with
-            // "database is locked" while another process does the same (no busy timeout
-            // applies there), and GRDB's migrator would let both create the tables. A lock
-            // file beside the store serialises opening and migrating across processes.
-            let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-            guard lock >= 0 else { throw HaulError.fileSystem("create", path: path + ".lock", errno: errno) }
-            defer { close(lock) }
-            while flock(lock, LOCK_EX) != 0 {
-                guard errno == EINTR else { throw HaulError.fileSystem("lock", path: path + ".lock", errno: errno) }
-            }
-            // A file that is there must be a Haul store: an empty file or another program's
-            // database is refused, never taken for a new store. A new one is created whole
-            // under another name and renamed into place, so a crash never leaves a half.
-            if FileManager.default.fileExists(atPath: path) {
-                try Store.checkIsHaulStore(at: path)
-            } else {
-                try Store.create(at: path, configuration: configuration)
-            }
-            let pool = try DatabasePool(path: path, configuration: configuration)
-            pool.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
-            try self.init(writer: pool)
-        } catch let error as HaulError {
-            throw error
-        } catch {
-            throw HaulError(.store, "Cannot open the Haul store at \(path)", path: path, underlying: error)
-        }
-    }
-
-    /// Opens (creating and migrating if needed) the store at `path` on NIO's thread pool:
-    /// opening waits for another process's open (a file lock) and syncs a new store to disk,
-    /// which must not block Swift's cooperative threads.
-    /// - Throws: ``HaulError/Code/store`` when the file cannot be opened or migrated.
-    public static func opened(at path: String) async throws -> Store {
-        try await FileIO.run { try Store(path: path) }
-    }
-
-    /// `PRAGMA application_id` of a Haul store: "HAUL".
-    static let applicationID: Int32 = 0x4841_554C
-
-    /// Refuses a file that is not a Haul store, saying what it is.
-    private static func checkIsHaulStore(at path: String) throws {
-        func refuse(_ what: String) -> HaulError {
-            HaulError(
-                .store,
-                "\(path) is \(what), not a Haul store; Haul will not use it",
-                path: path,
-                hint: "Move it away (Haul then creates a new store there), or point HAUL_HOME at another directory"
-            )
-        }
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw HaulError.fileSystem("stat", path: path, errno: errno) }
-        guard info.st_mode & S_IFMT == S_IFREG else { throw refuse("not a regular file") }
-        guard info.st_size > 0 else { throw refuse("an empty file") }
-        var configuration = Configuration()
-        configuration.readonly = true
-        configuration.busyMode = .timeout(30)
-        let isHaul: Bool
-        do {
-            let database = try DatabaseQueue(path: path, configuration: configuration)
-            defer { try? database.close() }
-            isHaul = try database.read { db in
-                if try Int32.fetchOne(db, sql: "PRAGMA application_id") == Store.applicationID { return true }
-                // Stores of versions before the application id: the first migration is recorded.
-                guard try db.tableExists("grdb_migrations") else { return false }
-                return try Bool.fetchOne(
-                    db,
-                    sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = ?)",
-                    arguments: ["v1: tasks and segments"]
-                ) ?? false
-            }
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
-            throw refuse("not a SQLite database")
-        }
-        guard isHaul else { throw refuse("another program's database") }
-    }
-
-    /// Creates a new store at `path`: migrated under a temporary name, synced, then renamed.
-    private static func create(at path: String, configuration: Configuration) throws {
-        let temporary = path + ".new"
-        for leftover in ["", "-journal", "-wal", "-shm"] { unlink(temporary + leftover) }
-        let database = try DatabaseQueue(path: temporary, configuration: configuration)
-        try migrator.migrate(database)
-        try database.close()
-        let descriptor = open(temporary, O_RDONLY | O_CLOEXEC)
-        if descriptor >= 0 {
-            fsync(descriptor)
-            close(descriptor)
-        }
-        guard rename(temporary, path) == 0 else { throw HaulError.fileSystem("rename", path: temporary, errno: errno) }
-    }
-
-    /// A store that lives in memory only, for tests and throwaway downloads.
-    public static func inMemory() throws -> Store {
-        try Store(writer: DatabaseQueue())
-    }
-
+    /// A store over an open database, migrated; see Store+Opening for the ways to open one.
     init(writer: any DatabaseWriter) throws {
         self.writer = writer
         let superseded: Bool
@@ -146,12 +30,6 @@ public final class Store: Sendable {
         } catch {
             throw HaulError(.store, "Cannot migrate the Haul store", underlying: error)
         }
-    }
-
-    /// Closes the database (checkpointing its WAL), so nothing is written after this
-    /// returns. Any later use of the store fails.
-    package func closeDatabase() throws {
-        try writer.close()
     }
 
     // MARK: Reading
@@ -502,61 +380,5 @@ public final class Store: Sendable {
 
     func delete(_ id: UUID) async throws {
         _ = try await write { db in try TaskRecord.deleteOne(db, key: id) }
-    }
-
-    // MARK: Plumbing
-
-    func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        do {
-            return try await writer.read(body)
-        } catch {
-            throw Store.failure("Reading", error, path: writer.path)
-        }
-    }
-
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        do {
-            return try await writer.write(body)
-        } catch {
-            throw Store.failure("Writing", error, path: writer.path)
-        }
-    }
-
-    /// One sentence for a failed store access: a full disk or a read-only store said as
-    /// such, anything else with SQLite's own message (never a library type dump).
-    static func failure(_ access: String, _ error: any Error, path: String) -> HaulError {
-        if let error = error as? HaulError { return error }
-        if error is CancellationError { return HaulError(.cancelled, "\(access) the Haul store was cancelled") }
-        guard let sqlite = error as? DatabaseError else {
-            return HaulError(.store, "\(access) the Haul store at \(path) failed", path: path, underlying: error)
-        }
-        switch sqlite.resultCode {
-        case .SQLITE_FULL:
-            // A `.store` error, not `.diskFull`: what could not be recorded is Haul's
-            // bookkeeping, which the daemon records again once it can (not the download's data).
-            return HaulError(
-                .store,
-                "No space left on device for the Haul store at \(path)",
-                path: path,
-                hint: "Free some space on that disk; the daemon goes on by itself, a 'haul get' resumes when run again"
-            )
-        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
-            return HaulError(
-                .store,
-                "\(access) the Haul store at \(path) failed: \(sqlite.message ?? "it cannot be written")",
-                path: path,
-                hint: "Check the permissions of HAUL_HOME, or point HAUL_HOME at a writable directory"
-            )
-        default:
-            var failure = HaulError(
-                .store,
-                "\(access) the Haul store at \(path) failed: \(sqlite.message ?? "SQLite error \(sqlite.resultCode.rawValue)")",
-                path: path
-            )
-            if sqlite.resultCode == .SQLITE_BUSY || sqlite.resultCode == .SQLITE_LOCKED {
-                failure.hint = "Another process holds the store; try again"
-            }
-            return failure
-        }
     }
 }

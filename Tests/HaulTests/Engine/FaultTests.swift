@@ -201,6 +201,29 @@ struct FaultTests {
         await expectHaulError(.invalidArgument) { _ = try HTTPHeaderField(parsing: "Bad Name: x") }
     }
 
+    @Test("cancelling the task that awaits a download pauses it: data kept, resume data thrown, the rest fetched later")
+    func callerCancellationPauses() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: 4 << 20, bytesPerSecond: 4 << 20))
+            let request = DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path))
+            let task = try await downloader.download(request)
+            let waiter = Task { try await task.result() }
+            #expect(try await waitUntil { task.progress.bytesReceived > 1 << 20 })
+            waiter.cancel()
+            let error = await expectHaulError(.paused) { _ = try await waiter.value }
+            let resumeData = try #require(error?.resumeData)
+            #expect(resumeData.bytesCommitted >= 1 << 20)
+            #expect(try await downloader.store.task(id: task.id)?.state == .paused)
+            #expect(FileManager.default.fileExists(atPath: temp.file("f.bin.part")))
+
+            server.update("/f.bin") { $0.bytesPerSecond = nil }
+            let result = try await downloader.download(request).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            let ranges = server.requests(for: "/f.bin").compactMap { $0.header("Range") }
+            #expect(ranges == [resumeRange(from: resumeData.bytesCommitted)])
+        }
+    }
+
     @Test("pause returns resume data that another downloader, on another store, continues")
     func pauseAndResumeElsewhere() async throws {
         let temp = try TemporaryDirectory()

@@ -11,10 +11,9 @@ import Testing
 struct DownloadManagerTests {
     static func configuration(store: String, limit: Int, perHost: Int = 100) -> DownloadManager.Configuration {
         DownloadManager.Configuration(
-            store: .sqlite(at: store),
+            downloader: testConfiguration(store: store),
             maxConcurrentDownloads: limit,
-            maxConnectionsPerHost: perHost,
-            downloader: testConfiguration(store: store)
+            maxConnectionsPerHost: perHost
         )
     }
 

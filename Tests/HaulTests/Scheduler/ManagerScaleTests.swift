@@ -44,11 +44,9 @@ struct ManagerScaleTests {
             )
             let unfinished = before.filter { $0.state != .completed }.map(\.id)
 
-            let configuration = DownloadManager.Configuration(
-                store: .store(store),
-                maxConcurrentDownloads: 1,
-                downloader: testConfiguration(store: storePath)
-            )
+            var downloader = testConfiguration(store: storePath)
+            downloader.store = .store(store)
+            let configuration = DownloadManager.Configuration(downloader: downloader, maxConcurrentDownloads: 1)
             try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                 let recorder = DownloadManagerTests.Recorder(manager.events(), state: .running)
                 #expect(
@@ -77,9 +75,8 @@ struct ManagerScaleTests {
         try await TestServer.withServer { server in
             for index in 0..<2000 { server.set("/t\(index)", .init(size: 512, seed: UInt64(index))) }
             let configuration = DownloadManager.Configuration(
-                store: .sqlite(at: temp.file("s.sqlite")),
-                maxConcurrentDownloads: 8,
-                downloader: testConfiguration(store: temp.file("s.sqlite"))
+                downloader: testConfiguration(store: temp.file("s.sqlite")),
+                maxConcurrentDownloads: 8
             )
             let started = ContinuousClock.now
             try await DownloadManager.withDownloadManager(configuration: configuration) { manager in

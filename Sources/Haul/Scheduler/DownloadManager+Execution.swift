@@ -1,0 +1,64 @@
+import Foundation
+
+// MARK: - Running one transfer
+
+extension DownloadManager {
+    /// Runs a started task's transfer on the one execution path every download takes
+    /// (``Transfer/execute(_:segments:environment:handles:)``), then hands its end back.
+    nonisolated func execute(_ id: UUID, _ handles: TransferHandles) async {
+        let outcome: Result<DownloadResult, HaulError>
+        do {
+            guard let (record, segments) = try await store.taskWithSegments(id) else {
+                throw HaulError(.store, "Task \(id) vanished from the store")
+            }
+            let committed = segments.reduce(0) { $0 + ($1.committed - $1.start) }
+            if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
+            handles.limiter.setInitialRate(record.rateLimit)
+            var environment = downloader.environment
+            // One download never opens more connections than the per-host cap allows.
+            environment.connectionCap = await limits.maxConnectionsPerHost
+            outcome = await Transfer.execute(record, segments: segments, environment: environment, handles: handles)
+        } catch {
+            outcome = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
+        }
+        await transferEnded(id, outcome: outcome, stop: handles.control.requested)
+    }
+
+    /// Moves a task by how its transfer ended, wakes whoever waited for that, and starts
+    /// what may start now.
+    func transferEnded(_ id: UUID, outcome: Result<DownloadResult, HaulError>, stop: StopReason?) {
+        running.remove(id)
+        known[id]?.transfer = nil
+        known[id]?.lastProgress = nil
+        switch outcome {
+        case .success(let result):
+            known[id]?.storeFailures = 0
+            scheduler.remove(id)
+            move(id, .complete)
+            hub.publish(.completed(id: id, result: result))
+        case .failure(let error) where error.code == .store:
+            storeFailed(id, error: error, stop: stop)
+        case .failure(let error) where error.code == .paused && stop == .yield:
+            // The scheduler already moved it back to waiting (or, during shutdown, it stays queued).
+            move(id, .yield)
+        case .failure(let error) where error.code == .paused:
+            scheduler.remove(id)
+            move(id, .pause)
+        case .failure(let error) where error.code == .cancelled:
+            scheduler.remove(id)
+            move(id, .cancel)
+        case .failure(let error):
+            scheduler.remove(id)
+            move(id, .fail)
+            hub.publish(.failed(id: id, error: error))
+        }
+        let waiters = known[id]?.endWaiters ?? []
+        known[id]?.endWaiters = []
+        for waiter in waiters { waiter.resume() }
+        if scheduler.isRunning(id), known[id]?.state == .queued {
+            // Re-admitted while it was still stopping (the limit went down, then up again).
+            start(id)
+        }
+        admitAndStart()
+    }
+}

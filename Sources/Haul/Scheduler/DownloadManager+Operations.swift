@@ -1,0 +1,365 @@
+import Foundation
+
+// MARK: - Operations
+
+extension DownloadManager {
+    /// The priorities a task can have: higher starts sooner; 0 is the default.
+    public static let priorities = -1_000...1_000
+
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a priority outside ``priorities``.
+    public static func validatePriority(_ priority: Int) throws {
+        guard priorities.contains(priority) else {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid priority \(priority): use a whole number from \(priorities.lowerBound) to \(priorities.upperBound)"
+            )
+        }
+    }
+
+    /// Queues a download (or finds the same URL already going to the same place, so a re-add
+    /// does not duplicate it). It starts when the limits allow.
+    /// - Parameter priority: higher starts sooner than older tasks of lower priority.
+    /// - Returns: the task as it stands now (queued, running, or already completed).
+    /// - Throws: ``HaulError`` for a bad URL or an unusable destination.
+    public func download(_ request: DownloadRequest, priority: Int = 0) async throws -> DownloadInfo {
+        try await download([request], priority: priority)[0]
+    }
+
+    /// Queues many downloads, in order, as ``download(_:priority:)`` does each: all are
+    /// checked, then found or recorded in one transaction, so a bad one adds none.
+    /// - Returns: the tasks as they stand now, in the order of `requests`.
+    public func download(_ requests: [DownloadRequest], priority: Int = 0) async throws -> [DownloadInfo] {
+        try DownloadManager.validatePriority(priority)
+        let prepared = try await downloader.prepare(requests, background: background, priority: priority)
+        var infos: [DownloadInfo] = []
+        infos.reserveCapacity(prepared.count)
+        for item in prepared {
+            if item.isNew {
+                infos.append(enqueueNew(item.record))
+            } else {
+                infos.append(try await reAdded(item.record, priority: priority))
+            }
+        }
+        admitAndStart()
+        return infos
+    }
+
+    /// A task just recorded: it waits for its turn, announced; nothing to read back.
+    func enqueueNew(_ record: TaskRecord) -> DownloadInfo {
+        let id = record.id
+        let info = DownloadInfo(
+            id: id,
+            url: record.url,
+            path: record.destinationPath,
+            directory: record.directory,
+            state: .queued,
+            priority: record.priority,
+            bytesCommitted: 0,
+            totalBytes: record.totalLength,
+            errorMessage: nil,
+            session: record.session,
+            rateLimit: record.rateLimit,
+            connections: record.connections
+        )
+        if let state = known[id]?.state {
+            // Another add found it meanwhile (while this one awaited an earlier re-add) and queued it.
+            var current = info
+            current.state = state
+            return current
+        }
+        let entry = DownloadManager.entry(for: record)
+        known[id] = ManagedTask(.queued, entry: entry)
+        hub.publish(.added(info))
+        scheduler.enqueue(entry)
+        return info
+    }
+
+    /// A download that was already in the store: it goes on, runs again, or stays completed.
+    func reAdded(_ record: TaskRecord, priority: Int) async throws -> DownloadInfo {
+        var record = record
+        let id = record.id
+        if let state = known[id]?.state {
+            switch state {
+            case .queued, .running: return try await info(id)
+            case .paused, .failed: return try await resume(id, priority: priority)
+            case .completed, .cancelled: break
+            }
+        }
+        if record.priority != priority {
+            try await store.setPriority(id, priority)
+            record.priority = priority
+        }
+        if record.state != .completed {
+            record.queueOrder = try await store.requeue(id, state: .queued)
+        }
+        // A completed task keeps its record: its transfer finds the verified file in place
+        // and completes without a request (or fetches it again if the file is gone).
+        return try await enqueueAdded(record, isNew: false)
+    }
+
+    /// Queues a download from resume data produced by ``pause(_:)``, a failure, or another
+    /// process; it continues from the committed bytes when its part file is still there.
+    /// - Throws: ``HaulError`` when the task is already queued or running here, or the
+    ///   resume data does not describe a usable download.
+    public func download(resumingFrom resumeData: ResumeData, priority: Int = 0) async throws -> DownloadInfo {
+        if let state = known[resumeData.taskID]?.state, state == .queued || state == .running {
+            throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
+        }
+        var record = try await downloader.prepare(resumingFrom: resumeData, background: background).record
+        record.queueOrder = try await store.requeue(record.id, state: .queued)
+        if record.priority != priority {
+            try await store.setPriority(record.id, priority)
+            record.priority = priority
+        }
+        return try await enqueueAdded(record, isNew: false)
+    }
+
+    /// Makes a freshly added (or re-added) task wait for its turn and announces it.
+    /// - Parameter isNew: a task just inserted has nothing committed, and needs no query to say so.
+    func enqueueAdded(_ record: TaskRecord, isNew: Bool) async throws -> DownloadInfo {
+        let id = record.id
+        let committed = isNew ? 0 : try await info(id).bytesCommitted
+        if let state = known[id]?.state, state == .queued || state == .running {
+            return try await info(id)  // Another add of the same download got here first.
+        }
+        let entry = DownloadManager.entry(for: record)
+        // A task known finished (or stopped) queues again, keeping what the store owes it.
+        var task = known[id] ?? ManagedTask(.queued)
+        task.machine = TaskStateMachine(.queued)
+        task.entry = entry
+        known[id] = task
+        let url = record.url
+        hub.publish(
+            .added(
+                DownloadInfo(
+                    id: id,
+                    url: url,
+                    path: record.destinationPath,
+                    directory: record.directory,
+                    state: .queued,
+                    priority: record.priority,
+                    bytesCommitted: committed,
+                    totalBytes: record.totalLength,
+                    errorMessage: nil,
+                    session: record.session
+                )
+            )
+        )
+        scheduler.enqueue(entry)
+        admitAndStart()
+        return try await info(id)
+    }
+
+    /// Pauses a task, keeping its data. A running one checkpoints first.
+    /// - Returns: resume data that continues it, here or in another process.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or one that is not queued or running.
+    @discardableResult
+    public func pause(_ id: UUID) async throws -> ResumeData {
+        let state = try currentState(id)
+        switch state {
+        case .queued:
+            try await recordStopped(id, as: .paused, was: state)
+            move(id, .pause)
+        case .running:
+            known[id]?.transfer?.control.request(.pause)
+            await waitForEnd(id)
+        default:
+            throw HaulError(.invalidArgument, "Cannot pause task \(id): it is \(state.rawValue)")
+        }
+        return try await resumeData(id)
+    }
+
+    /// Resumes a paused or failed task: it queues anew at the back, unless given a priority.
+    @discardableResult
+    public func resume(_ id: UUID, priority: Int? = nil) async throws -> DownloadInfo {
+        if let priority { try DownloadManager.validatePriority(priority) }
+        let state = try currentState(id)
+        guard TaskStateMachine.next(from: state, on: .resume) != nil else {
+            throw HaulError(.invalidArgument, "Cannot resume task \(id): it is \(state.rawValue)")
+        }
+        if let priority { try await store.setPriority(id, priority) }
+        let order = try await store.requeue(id, state: .queued)
+        known[id]?.unrecorded = nil
+        known[id]?.storeFailures = 0
+        move(id, .resume)
+        var entry = known[id]?.entry ?? Scheduler.Entry(id: id, host: "", priority: 0, queueOrder: order)
+        entry.queueOrder = order
+        if let priority { entry.priority = priority }
+        known[id]?.entry = entry
+        scheduler.enqueue(entry)
+        admitAndStart()
+        return try await info(id)
+    }
+
+    /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
+    public func cancel(_ id: UUID) async throws {
+        let state = try currentState(id)
+        switch state {
+        case .running:
+            known[id]?.transfer?.control.request(.cancel)
+            await waitForEnd(id)
+        case .queued, .paused, .failed:
+            try await recordStopped(id, as: .cancelled, was: state)
+            move(id, .cancel)
+            // Cancelled is recorded: its partial data goes; a record of it left behind is harmless.
+            if let record = try? await store.task(id: id), let path = record.partPath {
+                PartFile.remove(at: path, owner: id, identity: record.partIdentity)
+                try? await store.setPart(id, path: nil, identity: nil)
+            }
+        case .completed, .cancelled:
+            throw HaulError(.invalidArgument, "Cannot cancel task \(id): it is \(state.rawValue)")
+        }
+    }
+
+    /// Takes a task that is not running out of the line, so it cannot start meanwhile, and
+    /// records `state` for it. When the store refuses, nothing changes: a queued task goes
+    /// back where it was (in line, or held for the store) and the error is thrown.
+    func recordStopped(_ id: UUID, as state: TaskState, was previous: TaskState) async throws {
+        scheduler.remove(id)
+        let held = known[id]?.heldForStore ?? false
+        known[id]?.heldForStore = false
+        do {
+            try await store.setState(id, state)
+        } catch {
+            if previous == .queued {
+                if held {
+                    known[id]?.heldForStore = true
+                } else if let entry = known[id]?.entry {
+                    scheduler.enqueue(entry)
+                }
+                admitAndStart()
+            }
+            throw error
+        }
+        known[id]?.unrecorded = nil
+    }
+
+    /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also
+    /// deletes its finished file.
+    public func remove(_ id: UUID, deleteFile: Bool = false) async throws {
+        let state = try currentState(id)
+        if TaskOperation.cancel.applies(to: state) { try await cancel(id) }
+        let record = try await store.task(id: id)
+        if deleteFile, state == .completed, let path = record?.destinationPath { FileOps.remove(path) }
+        try await store.delete(id)
+        known[id] = nil
+        scheduler.remove(id)
+    }
+
+    /// Pauses every task in `ids` that is queued or running.
+    public func pause(_ ids: [UUID]) async throws {
+        try await perform(.pause, on: ids)
+    }
+
+    /// Resumes every task in `ids` that is paused or failed, in the order given.
+    public func resume(_ ids: [UUID]) async throws {
+        try await perform(.resume, on: ids)
+    }
+
+    /// Cancels every unfinished task in `ids`.
+    public func cancel(_ ids: [UUID]) async throws {
+        try await perform(.cancel, on: ids)
+    }
+
+    /// Applies a user's operation to many tasks, in the order given.
+    /// - Parameters:
+    ///   - strict: every id must name a task the operation applies to; checked for all of
+    ///     them before any is touched, so a bad id changes nothing. Otherwise tasks it does
+    ///     not apply to (or that are gone) are skipped.
+    ///   - deleteFiles: for ``TaskOperation/remove``, also delete finished files.
+    /// - Returns: the ids it was applied to.
+    /// - Throws: ``HaulError/Code/invalidArgument`` (strict) for an unknown task or one in a
+    ///   state the operation does not apply to.
+    @discardableResult
+    public func perform(
+        _ operation: TaskOperation,
+        on ids: [UUID],
+        strict: Bool = false,
+        deleteFiles: Bool = false
+    ) async throws -> [UUID] {
+        if strict {
+            // Every id must name a task (else 404 for the first unknown), then be in a state it applies to.
+            let states = try ids.map { try currentState($0) }
+            for (id, state) in zip(ids, states) {
+                guard operation.applies(to: state) else {
+                    throw HaulError(
+                        .invalidArgument,
+                        "Cannot \(operation.rawValue) task \(id): it is \(state.rawValue)"
+                    )
+                }
+            }
+        }
+        var done: [UUID] = []
+        // States change while earlier tasks stop: look each one up when its turn comes.
+        for id in ids {
+            guard let state = known[id]?.state, operation.applies(to: state) else { continue }
+            switch operation {
+            case .pause: try await pause(id)
+            case .resume: try await resume(id)
+            case .cancel: try await cancel(id)
+            case .remove: try await remove(id, deleteFile: deleteFiles)
+            }
+            done.append(id)
+        }
+        return done
+    }
+
+    /// Pauses every queued or running task; the queued ones first, so none starts meanwhile.
+    public func pauseAll() async throws {
+        try await pause(scheduler.waitingIDs)
+        try await pause(scheduler.runningIDs)
+    }
+
+    /// Resumes every paused or failed task, oldest first.
+    public func resumeAll() async throws {
+        let ids = try await store.tasks(inStates: [.paused, .failed], background: background).map(\.id)
+        try await resume(ids)
+    }
+
+    /// Cancels every unfinished task.
+    public func cancelAll() async throws {
+        try await cancel(scheduler.waitingIDs)
+        try await cancel(Array(known.keys))
+    }
+
+    /// Changes how many downloads run at once. Lowering it sends the most recently started
+    /// back to waiting (keeping their data and their place); raising it starts the oldest waiting.
+    public func setMaxConcurrentDownloads(_ limit: Int) throws {
+        try DownloadManager.validateLimit(limit, "maxConcurrentDownloads")
+        for id in scheduler.setMaxConcurrent(limit) { known[id]?.transfer?.control.request(.yield) }
+        admitAndStart()
+    }
+
+    /// Changes how many downloads run at once against one host, like ``setMaxConcurrentDownloads(_:)``.
+    public func setMaxConnectionsPerHost(_ limit: Int) throws {
+        try DownloadManager.validateLimit(limit, "maxConnectionsPerHost")
+        for id in scheduler.setPerHostLimit(limit) { known[id]?.transfer?.control.request(.yield) }
+        admitAndStart()
+    }
+
+    /// Changes the rate limit of tasks (bytes per second; nil for none): recorded for their
+    /// next runs and applied at once to those running.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or a rate below 1.
+    public func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
+        try DownloadRequest.validateRateLimit(bytesPerSecond)
+        for id in ids where known[id] == nil {
+            throw HaulError(.notFound, "No task \(id)")
+        }
+        try await store.setRateLimit(bytesPerSecond, for: ids)
+        for id in ids { known[id]?.transfer?.limiter.setRate(bytesPerSecond) }
+    }
+
+    /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
+    public func setOverallRateLimit(_ bytesPerSecond: Int64?) throws {
+        try DownloadRequest.validateRateLimit(bytesPerSecond)
+        downloader.setOverallRateLimit(bytesPerSecond)
+    }
+
+    /// The limit on all downloads together now; nil for none.
+    public nonisolated var overallRateLimit: Int64? { downloader.overallRateLimit }
+
+    /// The limits in force.
+    public var limits: (maxConcurrentDownloads: Int, maxConnectionsPerHost: Int) {
+        (scheduler.maxConcurrent, scheduler.perHostLimit)
+    }
+}

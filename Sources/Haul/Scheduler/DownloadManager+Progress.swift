@@ -1,0 +1,89 @@
+import Foundation
+
+// MARK: - Progress, listings and events
+
+extension DownloadManager {
+    nonisolated func publishProgressUntilShutdown() async {
+        while await publishProgress() {
+            do {
+                try await Task.sleep(for: .milliseconds(100))
+            } catch {
+                return  // Woken because every transfer has ended.
+            }
+        }
+    }
+
+    /// Publishes what changed since the last tick; false once the manager is shutting down.
+    func publishProgress() -> Bool {
+        guard !shuttingDown || !running.isEmpty else { return false }
+        for id in running {
+            guard let transfer = known[id]?.transfer else { continue }
+            let progress = transfer.progress.snapshot()
+            if known[id]?.lastProgress != progress {
+                known[id]?.lastProgress = progress
+                hub.publish(.progress(id: id, progress))
+            }
+        }
+        return true
+    }
+
+    // MARK: Looking
+
+    /// Every task of this manager's kind (background or not) in the store, in queue order;
+    /// with `session`, only that session's.
+    public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
+        let infos = try await store.infos(background: background, session: session)
+        return known.values.contains { $0.unrecorded != nil } ? infos.map(overlaid) : infos
+    }
+
+    /// One task.
+    /// - Throws: ``HaulError/Code/notFound`` when there is no such task.
+    public func info(_ id: UUID) async throws -> DownloadInfo {
+        guard let info = try await store.infos(ids: [id]).first else {
+            throw HaulError(.notFound, "No task \(id)")
+        }
+        return overlaid(info)
+    }
+
+    /// The manager as a whole: how many tasks run and wait, and their combined speed.
+    public func overallProgress() -> ManagerProgress {
+        let speeds = running.compactMap { known[$0]?.transfer?.progress.snapshot().bytesPerSecond }
+        return ManagerProgress(
+            running: scheduler.runningIDs.count,
+            waiting: scheduler.waitingIDs.count,
+            bytesPerSecond: speeds.reduce(0, +)
+        )
+    }
+
+    /// Live progress of a running task, nil for others.
+    public func progress(of id: UUID) -> DownloadProgress? {
+        known[id]?.transfer?.progress.snapshot()
+    }
+
+    /// The ids of running tasks, in the order they started.
+    public var runningTaskIDs: [UUID] { scheduler.runningIDs }
+
+    /// The ids of waiting tasks, next to start first.
+    public var waitingTaskIDs: [UUID] { scheduler.waitingIDs }
+
+    /// All events from now on.
+    public nonisolated func events() -> DownloadEvents { hub.subscribe() }
+
+    /// The events of one task from now on.
+    public nonisolated func events(for id: UUID) -> DownloadEvents { hub.subscribe(taskID: id) }
+
+    func resumeData(_ id: UUID) async throws -> ResumeData {
+        guard let record = try await store.task(id: id) else { throw HaulError(.notFound, "No task \(id)") }
+        return ResumeData(record: record, segments: try await store.segments(of: id))
+    }
+}
+
+/// A snapshot of a whole ``DownloadManager``.
+public struct ManagerProgress: Sendable, Equatable {
+    /// Tasks transferring now.
+    public var running: Int
+    /// Tasks waiting for a slot.
+    public var waiting: Int
+    /// Combined speed of the running tasks, each averaged over at least a second.
+    public var bytesPerSecond: Double
+}

@@ -1,0 +1,37 @@
+import Foundation
+
+/// Everything a ``DownloadManager`` knows of one task besides its store record, in one
+/// value: its state machine, its place in the scheduler, its running transfer, who waits
+/// for that to end, and what the store still owes it.
+///
+/// The manager keeps one `[UUID: ManagedTask]`; a task it knows has exactly one entry, and
+/// forgetting a task is removing that entry.
+struct ManagedTask: Sendable {
+    /// The task's state, changed only through its legal moves.
+    var machine: TaskStateMachine
+    /// How the scheduler sees it; nil for a task that has finished (completed, cancelled)
+    /// since the manager opened, which never waits again unless re-added.
+    var entry: Scheduler.Entry?
+    /// The transfer running for it, from its start until its end is handled.
+    var transfer: TransferHandles?
+    /// Callers waiting for the running transfer to end (a pause or cancel of a running task).
+    var endWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The progress last published, so a tick publishes only what changed.
+    var lastProgress: DownloadProgress?
+    /// Set when the store may not hold the machine's state (a write failed): the error
+    /// message to record with it, if any. ``DownloadManager`` writes it again until it sticks,
+    /// and reads show the machine's state meanwhile.
+    var unrecorded: String??
+    /// Its run ended because the store could not record it: it waits, queued but out of the
+    /// scheduler, until the store accepts a write.
+    var heldForStore = false
+    /// Runs in a row the store failed for this task, while accepting other writes.
+    var storeFailures = 0
+
+    init(_ state: TaskState, entry: Scheduler.Entry? = nil) {
+        self.machine = TaskStateMachine(state)
+        self.entry = entry
+    }
+
+    var state: TaskState { machine.state }
+}

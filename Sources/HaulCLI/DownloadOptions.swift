@@ -1,0 +1,117 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulDaemon
+
+/// What to download and where: the arguments `haul get` and `haul add` share.
+struct DownloadOptions: ParsableArguments {
+    @Argument(help: "The http:// or https:// URLs to download.")
+    var urls: [String] = []
+
+    @Option(
+        name: [.customShort("i"), .long],
+        help: "Read URLs from this file ('-' for stdin); see the README for its format."
+    )
+    var inputFile: String?
+
+    @Option(name: .shortAndLong, help: "Write the file to this path (relative to --directory if given).")
+    var output: String?
+
+    @Option(name: [.customShort("d"), .long], help: "Save into this directory (default: the current one).")
+    var directory: String?
+
+    @Option(help: "Verify the file before placing it: sha256=HEX (also sha512, sha1, md5).")
+    var checksum: String?
+
+    @Option(
+        name: [.customShort("H"), .customLong("header")],
+        help: "Send an extra header, 'Name: value'. Repeatable."
+    )
+    var headers: [String] = []
+
+    @Flag(help: "Replace a file already at the destination.")
+    var force = false
+
+    @Option(
+        name: [.customShort("x"), .customLong("connections")],
+        help: "Connections per file: a large file whose server allows ranges is split over them (default 4)."
+    )
+    var connections: Int?
+
+    @Option(name: .customLong("min-split"), help: "Never split a file into pieces smaller than this (default 4M).")
+    var minSplit: ByteCount?
+
+    @Option(name: .customLong("limit-rate"), help: "Limit each file's speed, e.g. 500K or 10M (bytes per second).")
+    var limitRate: ByteCount?
+
+    func validate() throws {
+        if let connections, !(1...DownloadRequest.maxConnections).contains(connections) {
+            throw ValidationError("-x/--connections must be 1 to \(DownloadRequest.maxConnections)")
+        }
+        if let minSplit, minSplit.bytes < DownloadRequest.smallestSplit {
+            throw ValidationError("--min-split must be at least 64K")
+        }
+        if let limitRate, limitRate.bytes < 1 {
+            throw ValidationError("--limit-rate must be at least 1 byte per second")
+        }
+        guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
+        if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+            throw ValidationError("-o names one file; with several URLs use -d (and out= in an input file)")
+        }
+    }
+
+    /// The requests the URLs and the input file describe.
+    func requests(session: String = DownloadRequest.defaultSession) throws -> [DownloadRequest] {
+        try DownloadRequest.validateSession(session)
+        let base = directory ?? "."
+        let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
+        let defaultChecksum = try checksum.map(Checksum.init(parsing:))
+        func request(_ text: String, out: String?, checksum: Checksum?, confined: Bool = false) throws
+            -> DownloadRequest
+        {
+            let url = try DownloadRequest.parseURL(text)
+            let destination: Destination
+            if let out, confined {
+                // A name from an input file stays inside -d, whoever wrote the file.
+                destination = try Destination.file(out, confinedTo: base)
+            } else if let out {
+                guard !out.hasSuffix("/") else {
+                    throw HaulError(
+                        .invalidArgument,
+                        "-o needs a file path, not a directory: \(out)",
+                        hint: "Use -d for a directory"
+                    )
+                }
+                destination = .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
+            } else {
+                destination = .directory(base)
+            }
+            return DownloadRequest(
+                url: url,
+                destination: destination,
+                headers: headerFields,
+                checksum: checksum,
+                overwrite: force,
+                session: session,
+                connections: connections,
+                minSplitSize: minSplit?.bytes,
+                rateLimit: limitRate?.bytes
+            )
+        }
+        var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }
+        if let inputFile {
+            for entry in try InputFile.read(inputFile).entries {
+                requests.append(
+                    try request(
+                        entry.url,
+                        out: entry.out,
+                        checksum: try entry.checksum.map(Checksum.init(parsing:)),
+                        confined: true
+                    )
+                )
+            }
+        }
+        guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
+        return requests
+    }
+}
