@@ -1,0 +1,164 @@
+import AsyncHTTPClient
+import Foundation
+import Haul
+import NIOCore
+import NIOHTTP1
+
+/// One event as the daemon sent it: its id, kind and JSON line, not yet decoded.
+///
+/// A client that passes events on as JSON (`haul events --json`) prints ``json`` as it
+/// is; one that reads them calls ``record()``.
+public struct StreamedEvent: Sendable {
+    /// The event's place in its session's log; nil for progress.
+    public let eventID: Int64?
+    public let kind: EventRecord.Kind
+    /// The event as one line of JSON, exactly as ``EventRecord/jsonLine()`` writes it.
+    public let json: String
+
+    init(_ message: ServerSentEvents.Message) throws {
+        guard let kind = message.event.flatMap(EventRecord.Kind.init(rawValue:)), !message.data.contains("\n") else {
+            // Not what the daemon writes: decoding says what is wrong with it.
+            self.init(try StreamedEvent.decode(message.data))
+            return
+        }
+        var eventID: Int64?
+        if let id = message.id {
+            guard let number = Int64(id) else {
+                throw HaulError(.invalidResponse, "The daemon sent an event whose id '\(id)' is not a number")
+            }
+            eventID = number
+        }
+        self.init(eventID: eventID, kind: kind, json: message.data)
+    }
+
+    private init(eventID: Int64?, kind: EventRecord.Kind, json: String) {
+        self.eventID = eventID
+        self.kind = kind
+        self.json = json
+    }
+
+    init(_ record: EventRecord) {
+        self.init(eventID: record.eventID, kind: record.kind, json: record.jsonLine())
+    }
+
+    /// The decoded event.
+    public func record() throws -> EventRecord {
+        try StreamedEvent.decode(json)
+    }
+
+    private static func decode(_ json: String) throws -> EventRecord {
+        do {
+            return try EventRecord(jsonLine: json)
+        } catch {
+            throw HaulError(.invalidResponse, "The daemon sent an event that could not be read: \(error)")
+        }
+    }
+}
+
+/// The events of an attached client: an AsyncSequence of ``EventRecord``.
+///
+/// ``unparsed`` gives the same events without decoding them.
+public struct SessionEvents: AsyncSequence, Sendable {
+    public typealias Element = EventRecord
+
+    let feed: EventFeed
+
+    init(client: HaulClient, session: String?, path: String, acknowledges: Bool) {
+        self.feed = EventFeed(client: client, session: session, path: path, acknowledges: acknowledges)
+    }
+
+    /// The shortest time between two acknowledgements of one iterator: a burst of events
+    /// costs a few requests, not one each.
+    static let acknowledgementInterval = Duration.milliseconds(100)
+
+    /// The same events as sent, each decoded only if asked (``StreamedEvent/record()``).
+    public var unparsed: UnparsedSessionEvents { UnparsedSessionEvents(feed: feed) }
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(base: feed.makeIterator())
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        var base: EventFeed.Iterator
+
+        public mutating func next() async throws -> EventRecord? {
+            try await base.next()?.record()
+        }
+    }
+}
+
+/// The events of an attached client as the daemon sent them (see ``SessionEvents``).
+public struct UnparsedSessionEvents: AsyncSequence, Sendable {
+    public typealias Element = StreamedEvent
+
+    let feed: EventFeed
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(base: feed.makeIterator())
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        var base: EventFeed.Iterator
+
+        public mutating func next() async throws -> StreamedEvent? {
+            try await base.next()
+        }
+    }
+}
+
+/// One event stream of the daemon, and the acknowledgements of what its consumer is done with.
+struct EventFeed: Sendable {
+    let client: HaulClient
+    let session: String?
+    let path: String
+    let acknowledges: Bool
+
+    func makeIterator() -> Iterator {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: StreamedEvent.self)
+        let (client, path) = (self.client, self.path)
+        let reader = Task { await client.stream(path, into: continuation) }
+        // The latest event the consumer is done with; only the newest waits to be sent.
+        let (done, acknowledgements) = AsyncStream.makeStream(of: Int64.self, bufferingPolicy: .bufferingNewest(1))
+        if acknowledges, let session {
+            Task {
+                for await eventID in done {
+                    // A failed acknowledgement only means the event may be told again.
+                    try? await client.acknowledge(session: session, through: eventID)
+                    try? await Task.sleep(for: SessionEvents.acknowledgementInterval)
+                }
+            }
+        }
+        continuation.onTermination = { _ in
+            reader.cancel()
+            acknowledgements.finish()  // The last one is still sent.
+        }
+        return Iterator(base: stream.makeAsyncIterator(), acknowledgements: acknowledges ? acknowledgements : nil)
+    }
+
+    struct Iterator {
+        var base: AsyncThrowingStream<StreamedEvent, any Error>.AsyncIterator
+        /// Where the events the consumer is done with go, when this stream acknowledges.
+        let acknowledgements: AsyncStream<Int64>.Continuation?
+        /// The last event handed out.
+        var lastTaken: Int64?
+
+        mutating func next() async throws -> StreamedEvent? {
+            // Asking for the next event says the consumer is done with the previous one.
+            if let eventID = lastTaken {
+                acknowledgements?.yield(eventID)
+                lastTaken = nil
+            }
+            do {
+                guard let event = try await base.next() else {
+                    acknowledgements?.finish()
+                    return nil
+                }
+                lastTaken = event.eventID ?? lastTaken
+                return event
+            } catch {
+                acknowledgements?.finish()
+                throw error
+            }
+        }
+    }
+}
