@@ -6,6 +6,8 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Haul", targets: ["Haul"]),
+        .library(name: "HaulWire", targets: ["HaulWire"]),
+        .library(name: "HaulClient", targets: ["HaulClient"]),
         .library(name: "HaulDaemon", targets: ["HaulDaemon"]),
         .library(name: "HaulTesting", targets: ["HaulTesting"]),
         .executable(name: "haul", targets: ["haul"]),
@@ -38,14 +40,29 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
             ]
         ),
+        // What the daemon and its clients say to each other: API bodies, event records, the
+        // server-sent events format, where a daemon's files are. No server, no HTTP client.
+        .target(name: "HaulWire", dependencies: ["Haul"]),
+        // A client of the daemon: links AsyncHTTPClient, never the web server.
+        .target(
+            name: "HaulClient",
+            dependencies: [
+                "Haul", "HaulWire",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ]
+        ),
+        // The daemon: its service, sessions and event log, and the HTTP API (Hummingbird).
         .target(
             name: "HaulDaemon",
             dependencies: [
-                "Haul",
+                "Haul", "HaulWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
@@ -53,7 +70,7 @@ let package = Package(
         .target(
             name: "HaulCLI",
             dependencies: [
-                "Haul", "HaulDaemon",
+                "Haul", "HaulWire", "HaulClient", "HaulDaemon",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -72,7 +89,8 @@ let package = Package(
         .testTarget(
             name: "HaulTests",
             dependencies: [
-                "Haul", "HaulCLI", "HaulDaemon", "HaulTesting", "haul",
+                "Haul", "HaulWire", "HaulClient", "HaulCLI", "HaulDaemon", "HaulTesting", "haul",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

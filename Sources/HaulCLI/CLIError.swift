@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulWire
 
 /// Messages for people on stderr: one line each.
 enum CLIError {

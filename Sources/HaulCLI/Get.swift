@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Haul
+import HaulWire
 import Logging
 
 extension HaulCommand {

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulWire
 import Synchronization
 
 /// One `haul get` run: adds its downloads to a manager, follows their events, draws

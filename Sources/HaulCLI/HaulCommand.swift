@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Haul
+import HaulWire
 
 /// The `haul` command: the root of every subcommand.
 public struct HaulCommand: AsyncParsableCommand {

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulWire
 
 /// The `-i/--input-file` format: one URL per line; indented `key=value` lines after a URL
 /// set options for it (`out=NAME`, `checksum=sha256=HEX`); blank lines and `#` comments

@@ -1,4 +1,5 @@
 import Haul
+import HaulWire
 
 #if canImport(Glibc)
 import Glibc

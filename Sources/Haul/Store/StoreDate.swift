@@ -13,8 +13,8 @@ import Darwin
 ///
 /// Formatted by hand rather than with GRDB's default `DateFormatter`, which loads ICU and
 /// its data (about 6 MiB of resident memory) into every process that writes a task.
-enum StoreDate {
-    static func text(_ date: Date) -> String {
+package enum StoreDate {
+    package static func text(_ date: Date) -> String {
         let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
         var seconds = time_t(milliseconds.quotientAndRemainder(dividingBy: 1000).quotient)
         var millis = Int(milliseconds % 1000)
@@ -64,5 +64,5 @@ enum StoreDate {
     }
 
     /// Now, as stored text.
-    static var now: String { text(Date()) }
+    package static var now: String { text(Date()) }
 }

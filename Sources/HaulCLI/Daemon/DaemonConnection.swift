@@ -1,5 +1,7 @@
 import Foundation
 import Haul
+import HaulWire
+import HaulClient
 import HaulDaemon
 
 /// Finds the daemon of this `HAUL_HOME`, starting it in the background when none runs.

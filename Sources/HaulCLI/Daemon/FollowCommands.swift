@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Haul
+import HaulWire
+import HaulClient
 import HaulDaemon
 import Synchronization
 

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Haul
+import HaulWire
+import HaulClient
 import HaulDaemon
 
 /// Which of the daemon's tasks a command is about: ids (or unique prefixes), a session, or all.

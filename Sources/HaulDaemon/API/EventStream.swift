@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulWire
 import Hummingbird
 
 /// One client's stream of events (Server-Sent Events): the logged events after `after`,
@@ -33,7 +34,7 @@ struct EventStream: Sendable {
         do {
             // The first write goes out at once, so the client knows it is attached.
             try await writer.write(ByteBuffer(string: ServerSentEvents.heartbeat))
-            var position = Position(sent: after, seenThrough: try await core.manager.store.lastEventID())
+            var position = Position(sent: after, seenThrough: try await core.lastEventID())
             try await sendLogged(&position, to: &writer, reader: reader)
             for await item in live {
                 switch item {
@@ -75,7 +76,7 @@ struct EventStream: Sendable {
     /// Sends the logged events after what was sent, from the store.
     private func sendLogged(_ position: inout Position, to writer: inout any ResponseBodyWriter, reader: UUID) async throws {
         while true {
-            let records = try await core.manager.store.loggedEvents(session: session, after: position.sent, limit: 500)
+            let records = try await core.loggedEvents(session: session, after: position.sent, limit: 500)
             guard !records.isEmpty else { return }
             try await send(records.map(LiveEvent.init), &position, to: &writer, reader: reader)
             position.seenThrough = max(position.seenThrough, position.sent)

@@ -1,4 +1,5 @@
 import Haul
+import HaulWire
 import Synchronization
 
 /// Writes the acknowledgements of event followers to the store, many in one transaction.

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulWire
 import Logging
 import Synchronization
 
@@ -39,6 +40,40 @@ final class DaemonCore: Sendable {
 
     func onShutdownRequest(_ trigger: @escaping @Sendable () async -> Void) {
         shutdownTrigger.withLock { $0 = trigger }
+    }
+
+    // MARK: Sessions and their event logs
+
+    /// Every session with its tasks and the events its clients have yet to acknowledge.
+    func sessions() async throws -> [API.Session] {
+        try await manager.store.sessionSummaries().map {
+            API.Session(name: $0.name, tasks: $0.tasks, pendingEvents: $0.pendingEvents)
+        }
+    }
+
+    /// Logged events of a session (of all sessions with nil) after `after`, oldest first.
+    func loggedEvents(session: String?, after: Int64, limit: Int = 1_000) async throws -> [EventRecord] {
+        try await manager.store.loggedEvents(session: session, after: after, limit: limit)
+    }
+
+    /// The last event a session's clients acknowledged.
+    func acknowledgedEventID(session: String) async throws -> Int64 {
+        try await manager.store.acknowledgedEventID(session: session)
+    }
+
+    /// The id of the newest event ever logged (0 before the first), acknowledged or not.
+    func lastEventID() async throws -> Int64 {
+        try await manager.store.lastEventID()
+    }
+
+    /// The limits in force, as `GET /v1/settings` shows them.
+    func settings() async -> API.Settings {
+        let limits = await manager.limits
+        return API.Settings(
+            maxConcurrentDownloads: limits.maxConcurrentDownloads,
+            maxConnectionsPerHost: limits.maxConnectionsPerHost,
+            overallRateLimit: manager.overallRateLimit ?? 0
+        )
     }
 
     /// Stops the daemon cleanly, as SIGTERM does.

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulWire
 import Hummingbird
 import Logging
 import NIOCore

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulWire
 
 #if canImport(Glibc)
 import Glibc

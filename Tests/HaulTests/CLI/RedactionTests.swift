@@ -1,6 +1,8 @@
 import Foundation
 import HaulDaemon
 import HaulTesting
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

@@ -5,6 +5,8 @@ import HaulDaemon
 import HaulTesting
 import NIOCore
 import NIOHTTP1
+import HaulClient
+import HaulWire
 import Testing
 
 /// Hostile bodies for the daemon's API: nothing reaches a trap, a rejected request changes

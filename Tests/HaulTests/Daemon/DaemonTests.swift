@@ -4,6 +4,8 @@ import Haul
 import HaulDaemon
 import HaulTesting
 import Logging
+import HaulClient
+import HaulWire
 import Testing
 
 /// Runs a daemon in this process on a temporary home, and a client of it.

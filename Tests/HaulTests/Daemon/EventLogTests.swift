@@ -2,6 +2,8 @@ import Foundation
 import HaulTesting
 import Logging
 import Synchronization
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

@@ -3,6 +3,8 @@ import GRDB
 import HaulDaemon
 import HaulTesting
 import Logging
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

@@ -1,4 +1,6 @@
 import Foundation
+@testable import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

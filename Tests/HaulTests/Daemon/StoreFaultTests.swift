@@ -2,6 +2,8 @@ import Foundation
 import Haul
 import HaulDaemon
 import HaulTesting
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

@@ -1,6 +1,8 @@
 import Dispatch
 import Foundation
 import Synchronization
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

@@ -1,5 +1,7 @@
 import Foundation
 import HaulTesting
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

@@ -1,6 +1,8 @@
 import Foundation
 import GRDB
 import NIOHTTP1
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

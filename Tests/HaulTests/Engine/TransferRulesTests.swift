@@ -1,5 +1,7 @@
 import Foundation
 import NIOHTTP1
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

@@ -1,6 +1,8 @@
 import AsyncHTTPClient
 import Foundation
 import HaulTesting
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

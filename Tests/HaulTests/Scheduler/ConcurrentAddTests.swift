@@ -2,6 +2,8 @@ import Foundation
 import GRDB
 import HaulTesting
 import Synchronization
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

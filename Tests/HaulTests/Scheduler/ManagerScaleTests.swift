@@ -1,6 +1,8 @@
 import Foundation
 import HaulTesting
 import Synchronization
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

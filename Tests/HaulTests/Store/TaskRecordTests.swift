@@ -1,5 +1,7 @@
 import Foundation
 import GRDB
+import HaulClient
+import HaulWire
 import Testing
 
 @testable import Haul

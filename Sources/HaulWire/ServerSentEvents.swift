@@ -3,34 +3,36 @@ import Haul
 
 /// Server-Sent Events (the `text/event-stream` format of the HTML standard), as the
 /// daemon writes them and the client reads them.
-enum ServerSentEvents {
+package enum ServerSentEvents {
     /// One event: `id:` (logged events only), `event:` the kind, `data:` the JSON record.
-    static func format(_ record: EventRecord) -> String {
+    package static func format(_ record: EventRecord) -> String {
         var text = ""
         if let id = record.eventID { text += "id: \(id)\n" }
         return text + "event: \(record.kind.rawValue)\ndata: \(record.jsonLine())\n\n"
     }
 
     /// A comment line: ignored by readers, it keeps the connection busy and detects a gone client.
-    static let heartbeat = ": heartbeat\n\n"
+    package static let heartbeat = ": heartbeat\n\n"
 
     /// One received event.
-    struct Message: Equatable {
+    package struct Message: Equatable {
         /// The `id:` of this event (not carried over to the next, unlike a browser's last event id).
-        var id: String?
-        var event: String?
-        var data: String
+        package var id: String?
+        package var event: String?
+        package var data: String
     }
 
     /// Reads the stream line by line, across chunk boundaries.
-    struct Parser {
+    package struct Parser {
+        package init() {}
+
         private var buffer: [UInt8] = []
         private var id: String?
         private var event: String?
         private var data: [String] = []
 
         /// The messages completed by `bytes`.
-        mutating func feed(_ bytes: some Sequence<UInt8>) -> [Message] {
+        package mutating func feed(_ bytes: some Sequence<UInt8>) -> [Message] {
             buffer.append(contentsOf: bytes)
             var messages: [Message] = []
             var start = 0

@@ -1,7 +1,9 @@
 import AsyncHTTPClient
 import Foundation
 import Haul
+import HaulWire
 import NIOCore
+import NIOFoundationCompat
 import NIOHTTP1
 
 /// One event as the daemon sent it: its id, kind and JSON line, not yet decoded.

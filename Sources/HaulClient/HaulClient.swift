@@ -1,7 +1,9 @@
 import AsyncHTTPClient
 import Foundation
 import Haul
+import HaulWire
 import NIOCore
+import NIOFoundationCompat
 import NIOHTTP1
 
 /// A client of `haul daemon`: the same operations as a ``DownloadManager``, carried out by

@@ -96,7 +96,7 @@ public enum API {
 
         /// - Throws: ``HaulError/Code/invalidArgument`` unless exactly one of ids, session or
         ///   all is given, and a session is a valid name.
-        func validate() throws {
+        package func validate() throws {
             let given = [ids != nil, session != nil, all == true].filter { $0 }.count
             guard given == 1 else {
                 throw HaulError(.invalidArgument, "Name the tasks: give exactly one of ids, session, or all")
@@ -147,6 +147,10 @@ public enum API {
     /// `POST /v1/shutdown`: the daemon is stopping.
     public struct Stopping: Codable, Sendable {
         public var stopping: Bool
+
+        public init(stopping: Bool) {
+            self.stopping = stopping
+        }
     }
 
     /// `GET /v1/status`.
@@ -170,6 +174,40 @@ public enum API {
         public var maxConnectionsPerHost: Int
         /// Event streams attached now (`/v1/sessions/{S}/events`, `/v1/events`).
         public var eventStreams: Int
+
+        public init(
+            pid: Int32,
+            version: String,
+            startedAt: Date,
+            uptimeSeconds: Double,
+            home: String,
+            socket: String,
+            store: String,
+            listen: String?,
+            tasks: [String: Int],
+            running: Int,
+            waiting: Int,
+            bytesPerSecond: Double,
+            maxConcurrentDownloads: Int,
+            maxConnectionsPerHost: Int,
+            eventStreams: Int
+        ) {
+            self.pid = pid
+            self.version = version
+            self.startedAt = startedAt
+            self.uptimeSeconds = uptimeSeconds
+            self.home = home
+            self.socket = socket
+            self.store = store
+            self.listen = listen
+            self.tasks = tasks
+            self.running = running
+            self.waiting = waiting
+            self.bytesPerSecond = bytesPerSecond
+            self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.eventStreams = eventStreams
+        }
     }
 
     /// `GET /v1/sessions`: one session.
@@ -178,6 +216,12 @@ public enum API {
         public var tasks: Int
         /// Events logged and not yet acknowledged by a client.
         public var pendingEvents: Int
+
+        public init(name: String, tasks: Int, pendingEvents: Int) {
+            self.name = name
+            self.tasks = tasks
+            self.pendingEvents = pendingEvents
+        }
     }
 
     /// The body of every error response.

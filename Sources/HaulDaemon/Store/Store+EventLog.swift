@@ -1,4 +1,6 @@
 import Foundation
+import Haul
+import HaulWire
 import GRDB
 
 /// The daemon's event log: per-session events with increasing ids, kept until a client

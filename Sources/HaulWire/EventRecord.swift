@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 
 /// A ``DownloadEvent`` as plain, Codable values: what `haul get --json` prints, what the
 /// daemon keeps in its per-session event log and sends to its clients.
@@ -117,7 +118,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
 
     /// The task state this event tells a listener about, if any. `completed` and `failed`
     /// are told by their own events, which carry the file or the reason.
-    var announcedState: TaskState? {
+    package var announcedState: TaskState? {
         switch kind {
         case .added: return state ?? .queued
         case .state: return to == .completed || to == .failed ? nil : to
