@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
 import Haul
-import HaulWire
 import HaulClient
 import HaulDaemon
+import HaulWire
 
 /// What to download and where: the arguments `haul get` and `haul add` share.
 struct DownloadOptions: ParsableArguments {
@@ -68,7 +68,12 @@ struct DownloadOptions: ParsableArguments {
         let base = directory ?? "."
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))
-        func request(_ text: String, out: String?, checksum: Checksum?, confined: Bool = false) throws
+        func request(
+            _ text: String,
+            out: String?,
+            checksum: Checksum?,
+            confined: Bool = false
+        ) throws
             -> DownloadRequest
         {
             let url = try DownloadRequest.parseURL(text)

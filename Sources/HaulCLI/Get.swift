@@ -36,7 +36,8 @@ extension HaulCommand {
 
         @Option(
             name: .customLong("retry-max-wait"),
-            help: "The longest wait a server may ask for (Retry-After) before a retry, in seconds; longer fails at once."
+            help:
+                "The longest wait a server may ask for (Retry-After) before a retry, in seconds; longer fails at once."
         )
         var retryMaxWait: Double = 600
 

@@ -67,4 +67,3 @@ struct InputFile {
         return try InputFile(parsing: String(decoding: data, as: UTF8.self), source: path == "-" ? "stdin" : path)
     }
 }
-

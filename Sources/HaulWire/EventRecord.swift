@@ -55,7 +55,8 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case taskID = "id"
         case kind = "event"
         case time, url, state, from, to, received, thisRun, total,
-            bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, lengthConfirmed, error, code, status, resumable
+            bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, lengthConfirmed, error, code,
+            status, resumable
     }
 
     public init(taskID: UUID, kind: Kind, session: String? = nil, time: Date? = Date()) {

@@ -16,14 +16,22 @@ public struct HTTPHeaderField: Sendable, Hashable, Codable {
     /// - Throws: ``HaulError/Code/invalidArgument`` naming the header.
     public func validate() throws {
         guard !name.isEmpty, name.count <= 256, name.allSatisfy({ HTTPHeaderField.tokenCharacters.contains($0) }) else {
-            throw HaulError(.invalidArgument, "Invalid header name '\(name.prefix(64))'", hint: "A header name is a token: letters, digits and !#$%&'*+-.^_`|~")
+            throw HaulError(
+                .invalidArgument,
+                "Invalid header name '\(name.prefix(64))'",
+                hint: "A header name is a token: letters, digits and !#$%&'*+-.^_`|~"
+            )
         }
-        guard value.utf8.count <= 16384, !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+        guard value.utf8.count <= 16384,
+            !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" })
+        else {
             throw HaulError(.invalidArgument, "Header '\(name)' holds a line break, NUL or more than 16 KiB")
         }
     }
 
-    private static let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    private static let tokenCharacters = Set(
+        "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    )
 
     /// Parses `Name: value`.
     /// - Throws: ``HaulError/Code/invalidArgument`` when there is no colon, the name is not a
@@ -60,8 +68,9 @@ public struct Destination: Sendable, Hashable, Codable {
     /// paths refused). For names from files and other programs, such as an input file's `out=`.
     /// - Throws: ``HaulError/Code/invalidArgument`` for a name that would leave the directory.
     public static func file(_ relative: String, confinedTo directory: String) throws -> Destination {
-        guard !relative.hasPrefix("/"), relative.split(separator: "/", omittingEmptySubsequences: false)
-            .allSatisfy({ FileNaming.isPlainName(String($0)) })
+        guard !relative.hasPrefix("/"),
+            relative.split(separator: "/", omittingEmptySubsequences: false)
+                .allSatisfy({ FileNaming.isPlainName(String($0)) })
         else {
             throw HaulError(
                 .invalidArgument,
@@ -154,7 +163,10 @@ public struct DownloadRequest: Sendable {
             )
         }
         if let minSplitSize, !(DownloadRequest.smallestSplit...DownloadRequest.largestSplit).contains(minSplitSize) {
-            throw HaulError(.invalidArgument, "The minimum split size must be from 64 KiB to 1 TiB, not \(minSplitSize)")
+            throw HaulError(
+                .invalidArgument,
+                "The minimum split size must be from 64 KiB to 1 TiB, not \(minSplitSize)"
+            )
         }
         try DownloadRequest.validateRateLimit(rateLimit)
     }
@@ -224,7 +236,10 @@ public struct DownloadRequest: Sendable {
             throw HaulError.invalidURL(original ?? url.absoluteString, reason: "it has no host")
         }
         if let port = url.port, !(1...65535).contains(port) {
-            throw HaulError.invalidURL(original ?? url.absoluteString, reason: "port \(port) is not between 1 and 65535")
+            throw HaulError.invalidURL(
+                original ?? url.absoluteString,
+                reason: "port \(port) is not between 1 and 65535"
+            )
         }
     }
 }

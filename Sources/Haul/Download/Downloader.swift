@@ -226,7 +226,8 @@ public final class Downloader: Sendable {
                 .busy,
                 "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
                 url: existing.url,
-                hint: "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
+                hint:
+                    "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
             )
         }
     }

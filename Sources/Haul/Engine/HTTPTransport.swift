@@ -145,7 +145,11 @@ struct HTTPTransport: Sendable {
                     url: url
                 )
             case .remoteConnectionClosed:
-                return HaulError(.connection, "The server closed the connection early for \(url.absoluteString)", url: url)
+                return HaulError(
+                    .connection,
+                    "The server closed the connection early for \(url.absoluteString)",
+                    url: url
+                )
             default: break
             }
         }

@@ -119,7 +119,9 @@ final class PartFile: Sendable {
         guard info.st_nlink == 1 else { throw refuse("it has \(info.st_nlink) hard links") }
         switch PartFile.mark(of: fd) {
         case .owner(let mark):
-            guard mark == owner.uuidString.lowercased() else { throw refuse("it belongs to another download (\(mark))") }
+            guard mark == owner.uuidString.lowercased() else {
+                throw refuse("it belongs to another download (\(mark))")
+            }
         case .none:
             throw refuse("Haul did not create it")
         case .unsupported:

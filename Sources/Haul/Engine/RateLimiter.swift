@@ -71,7 +71,8 @@ public final class RateLimiter: Sendable {
     /// Takes `count` tokens, sleeping as long as the rate requires.
     func take(_ count: Int) async throws {
         var (wait, generation): (Double, Int) = state.withLock { state in
-            guard let rate = state.rate, rate > 0 else { return (0, state.generation) }  // Unlimited: a lock, nothing more.
+            // Unlimited: a lock, nothing more.
+            guard let rate = state.rate, rate > 0 else { return (0, state.generation) }
             let now = ContinuousClock.now
             let elapsed = now - state.last
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18

@@ -279,7 +279,7 @@ struct SegmentWorker: Sendable {
         let verdict = (error as? HaulError).flatMap { $0.code == .connection ? nil : $0 }
         do {
             try await batch.flush(to: part, evenIfStopped: true)
-        } catch where verdict != nil {
+        } catch  where verdict != nil {
             // The verdict says more than the write that failed after it.
         }
         plan.wrote(upTo: batch.offset, segmentStart: segment.segmentStart)

@@ -32,7 +32,9 @@ extension Transfer {
                 part = file
                 return file
             } catch PartFile.Claim.missing {
-                if committedBytes > 0 { logger.warning("the part file is gone; starting over", metadata: ["path": "\(path)"]) }
+                if committedBytes > 0 {
+                    logger.warning("the part file is gone; starting over", metadata: ["path": "\(path)"])
+                }
             } catch let PartFile.Claim.foreign(reason) {
                 logger.warning(
                     "leaving alone a file that is not this download's part file; starting over in a new one",
@@ -73,7 +75,8 @@ extension Transfer {
             .fileSystem,
             "Every part file name beside \(destination) is taken by other files",
             path: destination,
-            hint: "Remove the stale \((destination as NSString).lastPathComponent).*.part files or choose another name with -o"
+            hint:
+                "Remove the stale \((destination as NSString).lastPathComponent).*.part files or choose another name with -o"
         )
     }
 

@@ -31,7 +31,7 @@ struct TransferEnvironment: Sendable {
 /// beside them (``Checkpointer``: `fdatasync`, then the committed offsets in the store),
 /// and acts on how each attempt ended (``AttemptOutcome``). Its part file lives in
 /// Transfer+PartFile.swift, its end (verification, the atomic rename, the recorded state)
-/// in Transfer+Completion.swift. The rules are numbered in docs/design.md.
+/// in Transfer+Completion.swift. The rules are numbered in docs/architecture.md.
 final class Transfer {
     var task: TaskRecord
     var segments: [SegmentRecord]
@@ -139,7 +139,8 @@ final class Transfer {
                 throw outcome.error ?? CancellationError()
             case let .restart(restart):
                 given = restart.response
-                if let response = restart.response, rules.isSameFile(status: response.status, headers: response.headers) {
+                if let response = restart.response, rules.isSameFile(status: response.status, headers: response.headers)
+                {
                     // Rule 5 without a change: the server ignored the range and sent the same
                     // file whole. Written from byte 0, but it is a retry, not a new version.
                     if progressed() { failures = 0 }
@@ -152,7 +153,9 @@ final class Transfer {
                             "Gave up after \(environment.retry.maxRetries) retries (the server ignores ranges, so each starts from 0)"
                         throw error
                     }
-                    logger.notice("the server ignored the range; writing its whole response from byte 0 on one connection")
+                    logger.notice(
+                        "the server ignored the range; writing its whole response from byte 0 on one connection"
+                    )
                     rangesDeclined = true
                     try await resetToZero(validators: Validators())
                     continue

@@ -40,4 +40,3 @@ final class TransferControl: Sendable {
         for await _ in signal { return }
     }
 }
-

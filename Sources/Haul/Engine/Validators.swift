@@ -115,7 +115,10 @@ enum HTTPDate {
     static func parse(_ text: String) -> Date? {
         let fields = text.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "-" || $0 == ":" }).map(String.init)
         guard fields.count == 7 || fields.count == 8 else { return nil }
-        let day: Int, month: Int, year: Int, clock: ArraySlice<String>
+        let day: Int
+        let month: Int
+        let year: Int
+        let clock: ArraySlice<String>
         if fields.count == 7 {
             // asctime: weekday month day hh mm ss year
             guard days.contains(fields[0]), let m = months.firstIndex(of: fields[1]),
@@ -155,7 +158,8 @@ enum HTTPDate {
         var parts = tm()
         gmtime_r(&seconds, &parts)
         func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
+        return
+            "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
             + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
     }
 

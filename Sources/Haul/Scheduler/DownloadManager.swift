@@ -2,7 +2,7 @@ import Foundation
 import Logging
 
 /// Many downloads through one queue: a concurrency limit, a per-host cap, the ordering
-/// rules of docs/design.md, pause/resume/cancel, restart recovery, and one stream of events.
+/// rules of docs/architecture.md, pause/resume/cancel, restart recovery, and one stream of events.
 ///
 /// ```swift
 /// try await DownloadManager.withDownloadManager(
@@ -253,7 +253,10 @@ public actor DownloadManager {
     /// Rejects a concurrency limit below 1.
     public static func validateLimit(_ value: Int, _ name: String) throws {
         guard limits.contains(value) else {
-            throw HaulError(.invalidArgument, "\(name) must be from \(limits.lowerBound) to \(limits.upperBound), not \(value)")
+            throw HaulError(
+                .invalidArgument,
+                "\(name) must be from \(limits.lowerBound) to \(limits.upperBound), not \(value)"
+            )
         }
     }
 

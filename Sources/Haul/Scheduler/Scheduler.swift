@@ -1,6 +1,6 @@
 import Foundation
 
-/// Decides which tasks run, by the scheduling rules of docs/design.md. A plain value: the manager
+/// Decides which tasks run, by the scheduling rules of docs/architecture.md. A plain value: the manager
 /// tells it what happened and starts or stops what it says.
 ///
 /// - Waiting tasks start oldest-first by the order they were queued; a higher priority

@@ -9,7 +9,8 @@ package struct StoredLimits: Sendable, Equatable {
     /// Bytes per second over all downloads together; 0 for none.
     package var overallRateLimit: Int64?
 
-    package init(maxConcurrentDownloads: Int? = nil, maxConnectionsPerHost: Int? = nil, overallRateLimit: Int64? = nil) {
+    package init(maxConcurrentDownloads: Int? = nil, maxConnectionsPerHost: Int? = nil, overallRateLimit: Int64? = nil)
+    {
         self.maxConcurrentDownloads = maxConcurrentDownloads
         self.maxConnectionsPerHost = maxConnectionsPerHost
         self.overallRateLimit = overallRateLimit
@@ -83,7 +84,8 @@ extension Store {
         try await write { db in
             for case let (name, value?) in values {
                 try db.execute(
-                    sql: "INSERT INTO setting (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                    sql:
+                        "INSERT INTO setting (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                     arguments: [name.rawValue, value]
                 )
             }

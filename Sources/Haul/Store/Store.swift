@@ -144,7 +144,12 @@ public final class Store: Sendable {
         try await write { db in
             var order = try Store.nextQueueOrder(db)
             return try items.map { new, reAdd in
-                if var existing = try Store.findTask(db, url: new.url, directory: new.directory, fileName: new.explicitName ? new.fileName : nil) {
+                if var existing = try Store.findTask(
+                    db,
+                    url: new.url,
+                    directory: new.directory,
+                    fileName: new.explicitName ? new.fileName : nil
+                ) {
                     try accept(existing)
                     existing.background = reAdd.background
                     existing.session = reAdd.session
@@ -267,7 +272,10 @@ public final class Store: Sendable {
                     throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its url is not a URL")
                 }
                 guard let state = TaskState(rawValue: state) else {
-                    throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its state '\(state)' is not a state")
+                    throw HaulError(
+                        .store,
+                        "Task \(id) in the Haul store cannot be read: its state '\(state)' is not a state"
+                    )
                 }
                 infos.append(
                     DownloadInfo(

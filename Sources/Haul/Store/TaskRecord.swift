@@ -114,7 +114,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
 extension TaskRecord {
     init(row: Row) throws {
         let id = try row.decode(UUID.self, forColumn: Columns.id)
-        var reader = RowReader(row: row, taskID: id)
+        let reader = RowReader(row: row, taskID: id)
         self.id = id
         session = try reader.value(Columns.session)
         url = try reader.url(Columns.url)
@@ -245,7 +245,9 @@ extension TaskRecord {
         }
 
         func date(_ column: Column) throws -> Date {
-            guard let date = StoreDate.date(row[column] as DatabaseValue) else { throw unreadable(column, "is not a date") }
+            guard let date = StoreDate.date(row[column] as DatabaseValue) else {
+                throw unreadable(column, "is not a date")
+            }
             return date
         }
     }

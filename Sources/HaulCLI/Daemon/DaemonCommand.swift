@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
 import Haul
-import HaulWire
 import HaulClient
 import HaulDaemon
+import HaulWire
 import Logging
 
 extension HaulCommand {
@@ -57,7 +57,8 @@ extension HaulCommand {
 
             @Option(
                 name: .customLong("total-limit-rate"),
-                help: "Limit all downloads together, e.g. 20M (bytes per second), 0 for none (default: as last set); 'haul set --limit-rate' changes it."
+                help:
+                    "Limit all downloads together, e.g. 20M (bytes per second), 0 for none (default: as last set); 'haul set --limit-rate' changes it."
             )
             var totalLimitRate: ByteCount?
 
@@ -68,7 +69,9 @@ extension HaulCommand {
             var checkpointInterval: Double?
 
             func validate() throws {
-                guard maxConcurrent ?? 1 >= 1, maxPerHost ?? 1 >= 1 else { throw ValidationError("Limits must be 1 or more") }
+                guard maxConcurrent ?? 1 >= 1, maxPerHost ?? 1 >= 1 else {
+                    throw ValidationError("Limits must be 1 or more")
+                }
                 guard Logger.Level(rawValue: logLevel) != nil else {
                     throw ValidationError("Unknown log level '\(logLevel)'")
                 }

@@ -1,8 +1,8 @@
 import Foundation
 import Haul
-import HaulWire
 import HaulClient
 import HaulDaemon
+import HaulWire
 
 /// Finds the daemon of this `HAUL_HOME`, starting it in the background when none runs.
 enum DaemonConnection {
@@ -56,7 +56,11 @@ enum DaemonConnection {
             if let started, kill(started.pid, 0) != 0, DaemonLock.holder(paths.lock) == nil {
                 // It ended: its error line says why (it cannot listen, the store is not Haul's…).
                 if let reason = lastError(inLog: paths.log, from: started.logOffset) {
-                    throw HaulError(.connection, "The Haul daemon did not start: \(reason)", hint: "See its log: \(paths.log)")
+                    throw HaulError(
+                        .connection,
+                        "The Haul daemon did not start: \(reason)",
+                        hint: "See its log: \(paths.log)"
+                    )
                 }
                 break
             }

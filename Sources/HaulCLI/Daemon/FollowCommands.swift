@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
 import Haul
-import HaulWire
 import HaulClient
 import HaulDaemon
+import HaulWire
 import Synchronization
 
 extension HaulCommand {

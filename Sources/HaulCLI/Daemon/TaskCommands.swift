@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
 import Haul
-import HaulWire
 import HaulClient
 import HaulDaemon
+import HaulWire
 
 /// Which of the daemon's tasks a command is about: ids (or unique prefixes), a session, or all.
 struct TaskSelection: ParsableArguments {

@@ -77,7 +77,10 @@ enum APIFailure {
             )
         }
         let failure = HaulError(.store, "The daemon could not answer this request", underlying: error)
-        return response(API.Failure(error: failure.description, code: failure.code.description), status: .internalServerError)
+        return response(
+            API.Failure(error: failure.description, code: failure.code.description),
+            status: .internalServerError
+        )
     }
 }
 

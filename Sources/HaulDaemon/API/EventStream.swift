@@ -74,7 +74,11 @@ struct EventStream: Sendable {
     }
 
     /// Sends the logged events after what was sent, from the store.
-    private func sendLogged(_ position: inout Position, to writer: inout any ResponseBodyWriter, reader: UUID) async throws {
+    private func sendLogged(
+        _ position: inout Position,
+        to writer: inout any ResponseBodyWriter,
+        reader: UUID
+    ) async throws {
         while true {
             let records = try await core.loggedEvents(session: session, after: position.sent, limit: 500)
             guard !records.isEmpty else { return }

@@ -70,7 +70,11 @@ enum RequestBody {
             let keys = context.codingPath + (last.map { [$0] } ?? [])
             var text = ""
             for key in keys {
-                if let index = key.intValue { text += "[\(index)]" } else { text += (text.isEmpty ? "" : ".") + key.stringValue }
+                if let index = key.intValue {
+                    text += "[\(index)]"
+                } else {
+                    text += (text.isEmpty ? "" : ".") + key.stringValue
+                }
             }
             return text.isEmpty ? "the body" : "field '\(text)'"
         }
@@ -92,8 +96,8 @@ enum RequestBody {
         case is String.Type: "a string"
         case is Bool.Type: "true or false"
         case is Int.Type, is Int64.Type: "a whole number that fits in 64 bits"
-        case is Array<Any>.Type: "an array"
-        case is Dictionary<String, Any>.Type: "a JSON object"
+        case is [Any].Type: "an array"
+        case is [String: Any].Type: "a JSON object"
         default: "a \(String(describing: type).lowercased())"
         }
     }

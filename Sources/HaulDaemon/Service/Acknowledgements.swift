@@ -65,7 +65,10 @@ final class Acknowledgements: Sendable {
             }
             guard !batch.isEmpty else { return }
             do {
-                let last = try await store.acknowledgeEvents(batch.map { ($0.session, $0.through) }, keepingAfter: floor)
+                let last = try await store.acknowledgeEvents(
+                    batch.map { ($0.session, $0.through) },
+                    keepingAfter: floor
+                )
                 for waiting in batch {
                     if waiting.through > last {
                         waiting.continuation.resume(throwing: Store.acknowledgementBeyond(last: last, waiting.through))

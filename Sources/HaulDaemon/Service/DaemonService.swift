@@ -99,7 +99,9 @@ public final class DaemonService: Service, Sendable {
         let store = try await Store.opened(at: paths.home.storePath)
         defer {
             // Before the lock goes: once another process sees it free, this one writes nothing.
-            do { try store.closeDatabase() } catch { logger.error("cannot close the store", metadata: ["error": "\(error)"]) }
+            do { try store.closeDatabase() } catch {
+                logger.error("cannot close the store", metadata: ["error": "\(error)"])
+            }
         }
         let limits = try await DaemonService.startingLimits(configuration, store: store, logger: logger)
         var managerConfiguration = DownloadManager.Configuration(
@@ -177,7 +179,11 @@ public final class DaemonService: Service, Sendable {
     /// The limits to start with: those given in the configuration over those the store kept
     /// (which are saved, so the next start keeps them too). A kept value out of range is
     /// named in the log and ignored.
-    static func startingLimits(_ configuration: Configuration, store: Store, logger: Logger) async throws
+    static func startingLimits(
+        _ configuration: Configuration,
+        store: Store,
+        logger: Logger
+    ) async throws
         -> StoredLimits
     {
         let given = StoredLimits(
@@ -188,7 +194,10 @@ public final class DaemonService: Service, Sendable {
         try given.validate()
         let (kept, rejected) = try await store.storedLimits()
         for setting in rejected {
-            logger.warning("ignoring a setting kept in the store that is out of range", metadata: ["setting": "\(setting)"])
+            logger.warning(
+                "ignoring a setting kept in the store that is out of range",
+                metadata: ["setting": "\(setting)"]
+            )
         }
         if given != StoredLimits() { try await store.saveLimits(given) }
         return kept.merging(given)

@@ -142,7 +142,7 @@ final class EventLog: Sendable {
             }
             logger.info("logging \(records.count) final states not told before")
             return await append(records)
-        } catch where !Task.isCancelled {
+        } catch  where !Task.isCancelled {
             logger.error("cannot repair the event log", metadata: ["error": "\(error)"])
             return false
         } catch {

@@ -42,10 +42,9 @@ package enum HomeFile {
             throw HaulError.fileSystem("stat", path: path, errno: code)
         }
         let problem: String? =
-            if info.st_mode & S_IFMT != S_IFREG { "is not a regular file" }
-            else if info.st_uid != geteuid() { "belongs to another user" }
-            else if info.st_nlink != 1 { "has other hard links" }
-            else { nil }
+            if info.st_mode & S_IFMT != S_IFREG { "is not a regular file" } else if info.st_uid != geteuid() {
+                "belongs to another user"
+            } else if info.st_nlink != 1 { "has other hard links" } else { nil }
         if let problem {
             close(descriptor)
             throw refused(path, problem)
@@ -74,7 +73,9 @@ package enum HomeFile {
             return
         }
         guard info.st_mode & S_IFMT == S_IFSOCK else { throw refused(path, "is not a socket") }
-        guard unlink(path) == 0 || errno == ENOENT else { throw HaulError.fileSystem("remove", path: path, errno: errno) }
+        guard unlink(path) == 0 || errno == ENOENT else {
+            throw HaulError.fileSystem("remove", path: path, errno: errno)
+        }
     }
 
     /// Removes the daemon's socket when it stops, if a socket is still what is there.

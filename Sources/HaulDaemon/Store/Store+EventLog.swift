@@ -1,7 +1,7 @@
 import Foundation
+import GRDB
 import Haul
 import HaulWire
-import GRDB
 
 /// The daemon's event log: per-session events with increasing ids, kept until a client
 /// acknowledges them, and the task state each task's events last told.
@@ -96,7 +96,11 @@ extension Store {
     /// - Parameter floor: the events after this id stay, however far the acknowledgement
     ///   goes: a stream attached to the session has yet to send them. They go with a later
     ///   acknowledgement, or ``dropAcknowledgedEvents(session:keepingAfter:)``.
-    package func acknowledgeEvents(session: String, through eventID: Int64, keepingAfter floor: Int64? = nil) async throws {
+    package func acknowledgeEvents(
+        session: String,
+        through eventID: Int64,
+        keepingAfter floor: Int64? = nil
+    ) async throws {
         let last = try await acknowledgeEvents([(session, eventID)], keepingAfter: { _ in floor })
         if eventID > last { throw Store.acknowledgementBeyond(last: last, eventID) }
     }
@@ -146,7 +150,8 @@ extension Store {
     package func dropAcknowledgedEvents(session: String, keepingAfter floor: Int64?) async throws {
         try await write { db in
             let acknowledged =
-                try Int64.fetchOne(db, sql: "SELECT acknowledged FROM session WHERE name = ?", arguments: [session]) ?? 0
+                try Int64.fetchOne(db, sql: "SELECT acknowledged FROM session WHERE name = ?", arguments: [session])
+                ?? 0
             try db.execute(
                 sql: "DELETE FROM event WHERE session = ? AND id <= ?",
                 arguments: [session, min(acknowledged, floor ?? acknowledged)]

@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 

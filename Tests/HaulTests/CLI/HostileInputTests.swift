@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -105,19 +105,32 @@ struct HostileInputTests {
 
             server.update("/f.bin") { $0.bytesPerSecond = nil }
             let before = server.requests(for: "/f.bin").count
-            let rerun = try await HaulProcess.run(["get", "-q", server.url("/f.bin").absoluteString], home: home, directory: temp.path)
+            let rerun = try await HaulProcess.run(
+                ["get", "-q", server.url("/f.bin").absoluteString],
+                home: home,
+                directory: temp.path
+            )
             #expect(rerun.status == 0, "\(rerun.stderr)")
             #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"))
-            #expect(server.requests(for: "/f.bin").dropFirst(before).first?.header("Range") == resumeRange(from: committed))
+            #expect(
+                server.requests(for: "/f.bin").dropFirst(before).first?.header("Range") == resumeRange(from: committed)
+            )
         }
     }
 
     @Test("a port out of range fails at once with the reason")
     func portOutOfRange() async throws {
         let temp = try TemporaryDirectory()
-        let result = try await HaulProcess.run(["get", "http://127.0.0.1:99999/x"], home: temp.file("home"), directory: temp.path)
+        let result = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:99999/x"],
+            home: temp.file("home"),
+            directory: temp.path
+        )
         #expect(result.status == 1)
-        #expect(result.stderr == "haul: error: Invalid URL 'http://127.0.0.1:99999/x': port 99999 is not between 1 and 65535. Give a full http:// or https:// URL\n")
+        #expect(
+            result.stderr
+                == "haul: error: Invalid URL 'http://127.0.0.1:99999/x': port 99999 is not between 1 and 65535. Give a full http:// or https:// URL\n"
+        )
     }
 
     @Test(

@@ -1,7 +1,7 @@
 import Foundation
+import HaulClient
 import HaulDaemon
 import HaulTesting
-import HaulClient
 import HaulWire
 import Testing
 
@@ -21,8 +21,14 @@ struct RedactionTests {
                 "https://b.s3.amazonaws.com/k?X-Amz-Credential=SECRET&X-Amz-Date=20261123&X-Amz-Signature=SECRET",
                 "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Date=20261123&X-Amz-Signature=***"
             ),
-            ("failed: HTTP 404 for https://u:SECRET@h/x (try https://h/y?sig=SECRET)", "failed: HTTP 404 for https://u:***@h/x (try https://h/y?sig=***)"),
-            ("mail alice@example.org about https://h/?keyboard=1", "mail alice@example.org about https://h/?keyboard=1"),
+            (
+                "failed: HTTP 404 for https://u:SECRET@h/x (try https://h/y?sig=SECRET)",
+                "failed: HTTP 404 for https://u:***@h/x (try https://h/y?sig=***)"
+            ),
+            (
+                "mail alice@example.org about https://h/?keyboard=1",
+                "mail alice@example.org about https://h/?keyboard=1"
+            ),
             ("https://h/a?monkey=1&key=SECRET#frag", "https://h/a?monkey=1&key=***#frag"),
         ]
     )
@@ -40,8 +46,16 @@ struct RedactionTests {
         #expect(error.url == url)
 
         let info = DownloadInfo(
-            id: UUID(), url: url, path: nil, directory: "/d", state: .failed, priority: 0, bytesCommitted: 0,
-            totalBytes: nil, errorMessage: "HTTP 404 for \(url.absoluteString)", session: "s"
+            id: UUID(),
+            url: url,
+            path: nil,
+            directory: "/d",
+            state: .failed,
+            priority: 0,
+            bytesCommitted: 0,
+            totalBytes: nil,
+            errorMessage: "HTTP 404 for \(url.absoluteString)",
+            session: "s"
         )
         #expect(info.url == url)
         let json = String(decoding: try HaulJSON.encoder().encode(info), as: UTF8.self)

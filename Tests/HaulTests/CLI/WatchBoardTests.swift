@@ -23,9 +23,21 @@ import Testing
 
     private func status(running: Int, waiting: Int, completed: Int) -> API.Status {
         API.Status(
-            pid: 1, version: "test", startedAt: Date(), uptimeSeconds: 1, home: "/h", socket: "/h/daemon.sock",
-            store: "/h/haul.sqlite", listen: nil, tasks: ["completed": completed], running: running, waiting: waiting,
-            bytesPerSecond: 0, maxConcurrentDownloads: 3, maxConnectionsPerHost: 8, eventStreams: 1
+            pid: 1,
+            version: "test",
+            startedAt: Date(),
+            uptimeSeconds: 1,
+            home: "/h",
+            socket: "/h/daemon.sock",
+            store: "/h/haul.sqlite",
+            listen: nil,
+            tasks: ["completed": completed],
+            running: running,
+            waiting: waiting,
+            bytesPerSecond: 0,
+            maxConcurrentDownloads: 3,
+            maxConnectionsPerHost: 8,
+            eventStreams: 1
         )
     }
 

@@ -1,12 +1,12 @@
 import AsyncHTTPClient
 import Foundation
 import Haul
+import HaulClient
 import HaulDaemon
 import HaulTesting
+import HaulWire
 import NIOCore
 import NIOHTTP1
-import HaulClient
-import HaulWire
 import Testing
 
 /// Hostile bodies for the daemon's API: nothing reaches a trap, a rejected request changes
@@ -59,7 +59,9 @@ struct APIHardeningTests {
         }
     }
 
-    @Test("limits set live outlive a restart; a start's own flag wins and is kept; a kept value out of range is ignored")
+    @Test(
+        "limits set live outlive a restart; a start's own flag wins and is kept; a kept value out of range is ignored"
+    )
     func settingsKept() async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
@@ -84,7 +86,9 @@ struct APIHardeningTests {
         }
         try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
             let kept = try await client.settings()
-            #expect(kept == API.Settings(maxConcurrentDownloads: 2, maxConnectionsPerHost: 2, overallRateLimit: 5_000_000))
+            #expect(
+                kept == API.Settings(maxConcurrentDownloads: 2, maxConnectionsPerHost: 2, overallRateLimit: 5_000_000)
+            )
             // Removing the overall limit (0) is kept as well.
             _ = try await client.update(API.Settings(overallRateLimit: 0))
         }
@@ -115,7 +119,12 @@ struct APIHardeningTests {
                 #expect(text.contains("downloads[1]"), "\(text)")
                 #expect(try await client.tasks().isEmpty)
                 #expect(server.requests(for: "/good").isEmpty)
-                let (emptyStatus, _) = try await Self.send(.POST, "/tasks", #"{"downloads": []}"#, home: temp.file("home"))
+                let (emptyStatus, _) = try await Self.send(
+                    .POST,
+                    "/tasks",
+                    #"{"downloads": []}"#,
+                    home: temp.file("home")
+                )
                 #expect(emptyStatus == 400)
             }
         }
@@ -137,8 +146,11 @@ struct APIHardeningTests {
                 #expect(text.contains("Header 'X' holds a line break"), "\(text)")
                 #expect(try await client.tasks().isEmpty)
             }
-            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("lib.sqlite"))) { downloader in
-                for header in [HTTPHeaderField(name: "X", value: "a\r\nB: c"), HTTPHeaderField(name: "Bad Name", value: "v")] {
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("lib.sqlite"))) {
+                downloader in
+                for header in [
+                    HTTPHeaderField(name: "X", value: "a\r\nB: c"), HTTPHeaderField(name: "Bad Name", value: "v"),
+                ] {
                     await expectHaulError(.invalidArgument) {
                         _ = try await downloader.download(
                             DownloadRequest(url: server.url("/f"), destination: .directory(out), headers: [header])
@@ -167,15 +179,27 @@ struct APIHardeningTests {
             server.set("/a", .init(size: 10_000, seed: 1))
             server.set("/b", .init(size: 10_000, seed: 2))
             try await withDaemon(home: home) { client, _ in
-                let a = try await client.add([DownloadRequest(url: server.url("/a"), destination: .directory(out), session: "s")])
+                let a = try await client.add([
+                    DownloadRequest(url: server.url("/a"), destination: .directory(out), session: "s")
+                ])
                 #expect(try await waitUntil { try await client.info(a[0].id).state == .completed })
-                let (status, text) = try await Self.send(.POST, "/sessions/s/ack", #"{"through": 999999999}"#, home: home)
+                let (status, text) = try await Self.send(
+                    .POST,
+                    "/sessions/s/ack",
+                    #"{"through": 999999999}"#,
+                    home: home
+                )
                 #expect(status == 400)
                 #expect(text.contains("the last event is"), "\(text)")
-                let b = try await client.add([DownloadRequest(url: server.url("/b"), destination: .directory(out), session: "s")])
+                let b = try await client.add([
+                    DownloadRequest(url: server.url("/b"), destination: .directory(out), session: "s")
+                ])
                 #expect(try await waitUntil { try await client.info(b[0].id).state == .completed })
                 let logged = try await client.loggedEvents(session: "s")
-                #expect(logged.contains { $0.kind == .completed && $0.taskID == b[0].id }, "later events are not hidden")
+                #expect(
+                    logged.contains { $0.kind == .completed && $0.taskID == b[0].id },
+                    "later events are not hidden"
+                )
                 #expect(logged.contains { $0.kind == .completed && $0.taskID == a[0].id }, "nothing was acknowledged")
             }
         }
@@ -199,7 +223,10 @@ struct APIHardeningTests {
         arguments: [
             ("/tasks", #"{"downloads": [{"directory": "/tmp"}]}"#, "field 'downloads[0].url' is missing"),
             ("/settings", #"{"overallRateLimit": "fast"}"#, "field 'overallRateLimit' must be a whole number"),
-            ("/settings", #"{"maxConcurrentDownloads": true}"#, "field 'maxConcurrentDownloads' must be a whole number"),
+            (
+                "/settings", #"{"maxConcurrentDownloads": true}"#,
+                "field 'maxConcurrentDownloads' must be a whole number"
+            ),
             ("/settings", #"{"maxConcurrentDownloads": 1e99}"#, "a number in it does not fit in 64 bits"),
             ("/tasks", "not json", "it is not valid JSON"),
         ]
@@ -207,7 +234,12 @@ struct APIHardeningTests {
     func malformedBodies(path: String, body: String, expected: String) async throws {
         let temp = try TemporaryDirectory()
         try await withDaemon(home: temp.file("home")) { client, _ in
-            let (status, text) = try await Self.send(path == "/settings" ? .PUT : .POST, path, body, home: temp.file("home"))
+            let (status, text) = try await Self.send(
+                path == "/settings" ? .PUT : .POST,
+                path,
+                body,
+                home: temp.file("home")
+            )
             #expect(status == 400)
             #expect(text.contains(expected), "\(text)")
             #expect(!text.contains("DecodingError") && !text.contains("CodingKeys"), "\(text)")
@@ -221,7 +253,10 @@ struct APIHardeningTests {
         try await withDaemon(home: home) { _, _ in
             let (missing, missingText, _) = try await Self.exchange(.GET, "/nothing/here", "", home: home)
             #expect(missing == 404)
-            #expect(missingText.contains("\"code\":\"notFound\"") && missingText.contains("No such endpoint: GET /v1/nothing/here"))
+            #expect(
+                missingText.contains("\"code\":\"notFound\"")
+                    && missingText.contains("No such endpoint: GET /v1/nothing/here")
+            )
             let (wrong, wrongText, allow) = try await Self.exchange(.DELETE, "/settings", "", home: home)
             #expect(wrong == 405, "\(wrongText)")
             #expect(allow == "GET, PUT")
@@ -252,7 +287,9 @@ struct APIHardeningTests {
         func add(_ download: String, priority: String? = nil) -> String {
             #"{"downloads": [\#(download)]"# + (priority.map { #", "priority": \#($0)"# } ?? "") + "}"
         }
-        func download(_ extra: String) -> String { #"{"url": "http://127.0.0.1:9/x", "directory": "\#(dir)", \#(extra)}"# }
+        func download(_ extra: String) -> String {
+            #"{"url": "http://127.0.0.1:9/x", "directory": "\#(dir)", \#(extra)}"#
+        }
         let huge = #"{"downloads": [""# + String(repeating: "x", count: 17 << 20) + #""]}"#
         var cases: [BadRequest] = [
             // POST /v1/tasks
@@ -270,20 +307,42 @@ struct APIHardeningTests {
             .init(method: .POST, path: "/tasks", body: add(download(#""minSplitSize": 99999999999999999"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""overwrite": "yes""#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""conections": 4"#))),
-            .init(method: .POST, path: "/tasks", body: add(download(#""headers": [{"name": "X", "value": "a\r\nInjected: b"}]"#))),
-            .init(method: .POST, path: "/tasks", body: add(download(#""headers": [{"name": "Bad Name", "value": "a"}]"#))),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(download(#""headers": [{"name": "X", "value": "a\r\nInjected: b"}]"#))
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(download(#""headers": [{"name": "Bad Name", "value": "a"}]"#))
+            ),
             .init(method: .POST, path: "/tasks", body: add(download(#""headers": [{"name": "X"}]"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""fileName": "../escape""#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""session": "a/b""#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""checksum": "sha256:zz""#))),
-            .init(method: .POST, path: "/tasks", body: add(#"{"url": "http://127.0.0.1:9/x", "directory": "\#(dir)\u0000x"}"#)),
-            .init(method: .POST, path: "/tasks", body: add(#"{"url": "http://127.0.0.1:9/x", "directory": "relative"}"#)),
-            .init(method: .POST, path: "/tasks", body: add(#"{"url": "ftp://127.0.0.1/x", "directory": "\#(dir)"}"#)),
-            .init(method: .POST, path: "/tasks", body: add(#"{"url": "http://127.0.0.1:99999/x", "directory": "\#(dir)"}"#)),
             .init(
                 method: .POST,
                 path: "/tasks",
-                body: add(#"{"url": "http://127.0.0.1:9/\#(String(repeating: "y", count: 70_000))", "directory": "\#(dir)"}"#)
+                body: add(#"{"url": "http://127.0.0.1:9/x", "directory": "\#(dir)\u0000x"}"#)
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(#"{"url": "http://127.0.0.1:9/x", "directory": "relative"}"#)
+            ),
+            .init(method: .POST, path: "/tasks", body: add(#"{"url": "ftp://127.0.0.1/x", "directory": "\#(dir)"}"#)),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(#"{"url": "http://127.0.0.1:99999/x", "directory": "\#(dir)"}"#)
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(
+                    #"{"url": "http://127.0.0.1:9/\#(String(repeating: "y", count: 70_000))", "directory": "\#(dir)"}"#
+                )
             ),
             .init(method: .POST, path: "/tasks", body: add(good + ", " + download(#""connections": -3"#))),
             .init(method: .POST, path: "/tasks", body: huge, status: 413),
@@ -295,24 +354,59 @@ struct APIHardeningTests {
             .init(method: .POST, path: "/tasks/rate-limit", body: "{"),
             .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": {"all": true}}"#),
             .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": {"all": true}, "bytesPerSecond": -5}"#),
-            .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": {"all": true}, "bytesPerSecond": 9223372036854775807}"#),
+            .init(
+                method: .POST,
+                path: "/tasks/rate-limit",
+                body: #"{"tasks": {"all": true}, "bytesPerSecond": 9223372036854775807}"#
+            ),
             .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": {"all": true}, "bytesPerSecond": 1e30}"#),
             .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": "all", "bytesPerSecond": 5}"#),
-            .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": {"ids": ["\#(unknown)"]}, "bytesPerSecond": 5}"#, status: 404),
-            .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": {"ids": ["\#(task)", "\#(unknown)"]}, "bytesPerSecond": 5}"#, status: 404),
-            .init(method: .POST, path: "/tasks/rate-limit", body: #"{"tasks": {"all": true, "extra": 1}, "bytesPerSecond": 5}"#),
+            .init(
+                method: .POST,
+                path: "/tasks/rate-limit",
+                body: #"{"tasks": {"ids": ["\#(unknown)"]}, "bytesPerSecond": 5}"#,
+                status: 404
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks/rate-limit",
+                body: #"{"tasks": {"ids": ["\#(task)", "\#(unknown)"]}, "bytesPerSecond": 5}"#,
+                status: 404
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks/rate-limit",
+                body: #"{"tasks": {"all": true, "extra": 1}, "bytesPerSecond": 5}"#
+            ),
             // PUT /v1/settings
             .init(method: .PUT, path: "/settings", body: "{"),
             .init(method: .PUT, path: "/settings", body: "[1, 2]"),
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 0}"#),
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 1000000}"#),
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": "7"}"#),
-            .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": -1}"#),
-            .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 7, "overallRateLimit": 9223372036854775807}"#),
+            .init(
+                method: .PUT,
+                path: "/settings",
+                body: #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": -1}"#
+            ),
+            .init(
+                method: .PUT,
+                path: "/settings",
+                body: #"{"maxConcurrentDownloads": 7, "overallRateLimit": 9223372036854775807}"#
+            ),
             .init(method: .PUT, path: "/settings", body: #"{"maxConcurentDownloads": 7}"#),
             // Nesting deeper than any parser should follow: refused, never a stack overflow.
-            .init(method: .PUT, path: "/settings", body: #"{"x": "# + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000) + "}"),
-            .init(method: .PUT, path: "/settings", body: #"{"maxConcurrentDownloads": 7, "x": "#  + String(repeating: "1", count: 17 << 20) + "}", status: 413),
+            .init(
+                method: .PUT,
+                path: "/settings",
+                body: #"{"x": "# + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000) + "}"
+            ),
+            .init(
+                method: .PUT,
+                path: "/settings",
+                body: #"{"maxConcurrentDownloads": 7, "x": "# + String(repeating: "1", count: 17 << 20) + "}",
+                status: 413
+            ),
             // POST /v1/sessions/NAME/ack
             .init(method: .POST, path: "/sessions/s/ack", body: #"{"through": -1}"#),
             .init(method: .POST, path: "/sessions/s/ack", body: #"{"through": 999999999}"#),
@@ -370,7 +464,9 @@ struct APIHardeningTests {
         }
     }
 
-    @Test("every route × malformed JSON, wrong types, out-of-range numbers, huge bodies, bad headers, unknown ids: a 4xx JSON error, nothing changed, the daemon still answering")
+    @Test(
+        "every route × malformed JSON, wrong types, out-of-range numbers, huge bodies, bad headers, unknown ids: a 4xx JSON error, nothing changed, the daemon still answering"
+    )
     func badInputTable() async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
@@ -389,13 +485,25 @@ struct APIHardeningTests {
 
                 let cases = Self.badRequests(dir: out, task: added[0].id, unknown: UUID())
                 for bad in cases {
-                    let (status, text, _) = try await Self.exchange(bad.method, bad.path, bad.body, home: home, headers: bad.headers)
+                    let (status, text, _) = try await Self.exchange(
+                        bad.method,
+                        bad.path,
+                        bad.body,
+                        home: home,
+                        headers: bad.headers
+                    )
                     #expect(status == bad.status, "\(bad): \(text.prefix(300))")
                     let failure = try? HaulJSON.decoder.decode(API.Failure.self, from: Data(text.utf8))
                     #expect(failure != nil, "\(bad): not the API's JSON error: \(text.prefix(300))")
                     if let failure {
-                        #expect(!failure.error.isEmpty && !failure.error.contains("DecodingError"), "\(bad): \(failure.error)")
-                        #expect(failure.error.count < 400, "\(bad): one sentence, not an echo: \(failure.error.prefix(200))")
+                        #expect(
+                            !failure.error.isEmpty && !failure.error.contains("DecodingError"),
+                            "\(bad): \(failure.error)"
+                        )
+                        #expect(
+                            failure.error.count < 400,
+                            "\(bad): one sentence, not an echo: \(failure.error.prefix(200))"
+                        )
                     }
                     #expect(try await Snapshot(client) == before, "\(bad) changed something")
                 }

@@ -1,7 +1,7 @@
 import Foundation
+import HaulClient
 import HaulDaemon
 import HaulTesting
-import HaulClient
 import HaulWire
 import Testing
 
@@ -152,7 +152,9 @@ import Testing
         }
     }
 
-    @Test("haul events --json prints followed events exactly as --no-follow does: one JSON line each, no progress, secrets hidden")
+    @Test(
+        "haul events --json prints followed events exactly as --no-follow does: one JSON line each, no progress, secrets hidden"
+    )
     func followedEventsAsJSON() async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
@@ -171,7 +173,10 @@ import Testing
             let follower = try HaulProcess(["events", "--session", "j", "--after", "0", "--json"], home: home)
             let logged = try await client.loggedEvents(session: "j", after: 0)
             #expect(try await waitUntil { try await client.status().eventStreams >= 1 })
-            let listed = try await HaulProcess.run(["events", "--session", "j", "--after", "0", "--no-follow", "--json"], home: home)
+            let listed = try await HaulProcess.run(
+                ["events", "--session", "j", "--after", "0", "--no-follow", "--json"],
+                home: home
+            )
             #expect(listed.status == 0, "\(listed.stderr)")
             // The stream sends the logged events at once; stop it once the last has been printed.
             let lastID = try #require(logged.last?.eventID)
@@ -180,7 +185,10 @@ import Testing
             let followed = await follower.finish()
 
             let lines = followed.stdout.split(separator: "\n").map(String.init)
-            #expect(lines == listed.stdout.split(separator: "\n").map(String.init), "\(followed.stdout)\n--\n\(listed.stdout)")
+            #expect(
+                lines == listed.stdout.split(separator: "\n").map(String.init),
+                "\(followed.stdout)\n--\n\(listed.stdout)"
+            )
             #expect(lines.count == logged.count)
             for line in lines {
                 let record = try EventRecord(jsonLine: line)

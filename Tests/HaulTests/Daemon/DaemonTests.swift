@@ -1,11 +1,11 @@
 import AsyncHTTPClient
 import Foundation
 import Haul
+import HaulClient
 import HaulDaemon
 import HaulTesting
-import Logging
-import HaulClient
 import HaulWire
+import Logging
 import Testing
 
 /// Runs a daemon in this process on a temporary home, and a client of it.

@@ -1,9 +1,9 @@
 import Foundation
+import HaulClient
 import HaulTesting
+import HaulWire
 import Logging
 import Synchronization
-import HaulClient
-import HaulWire
 import Testing
 
 @testable import Haul
@@ -105,8 +105,12 @@ import Testing
         let store = try Store(path: temp.file("s.sqlite"))
         let x = try await backgroundTask(store, state: .running, session: "x")
         let y = try await backgroundTask(store, state: .running, session: "y")
-        let xIDs = try await store.appendEvents((0..<20).map { _ in event(x, .resumed, session: "x") }).compactMap(\.eventID)
-        let yIDs = try await store.appendEvents((0..<5).map { _ in event(y, .resumed, session: "y") }).compactMap(\.eventID)
+        let xIDs = try await store.appendEvents((0..<20).map { _ in event(x, .resumed, session: "x") }).compactMap(
+            \.eventID
+        )
+        let yIDs = try await store.appendEvents((0..<5).map { _ in event(y, .resumed, session: "y") }).compactMap(
+            \.eventID
+        )
         let last = yIDs.last!
         // A stream of x has sent through xIDs[9]: nothing after it may go.
         let acknowledgements = Acknowledgements(store: store) { $0 == "x" ? xIDs[9] : nil }
@@ -121,7 +125,11 @@ import Testing
                             try await acknowledgements.acknowledge(session: session, through: id)
                             return (id, true)
                         } catch let error as HaulError {
-                            return (id, error.code == .invalidArgument && error.message.contains("the last event is \(last)") ? false : true)
+                            return (
+                                id,
+                                error.code == .invalidArgument && error.message.contains("the last event is \(last)")
+                                    ? false : true
+                            )
                         } catch {
                             return (id, true)
                         }
@@ -132,7 +140,10 @@ import Testing
         }
         #expect(outcomes.count == 7 * (xIDs.count + yIDs.count) + marks.count)
         #expect(acknowledgements.transactions < outcomes.count / 2, "those that waited together went together")
-        #expect(outcomes.filter { !$0.1 }.map(\.0).sorted() == [last + 1, last + 1_000], "only those beyond the last are refused")
+        #expect(
+            outcomes.filter { !$0.1 }.map(\.0).sorted() == [last + 1, last + 1_000],
+            "only those beyond the last are refused"
+        )
         #expect(try await store.acknowledgedEventID(session: "x") == xIDs.last)
         #expect(try await store.acknowledgedEventID(session: "y") == last)
         #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[10...]))
@@ -176,7 +187,11 @@ import Testing
                     var added: [UUID] = []
                     for batch in 0..<2 {
                         let requests = (0..<300).map {
-                            DownloadRequest(url: server.url("/t\(batch * 300 + $0)"), destination: .directory(out), session: "s")
+                            DownloadRequest(
+                                url: server.url("/t\(batch * 300 + $0)"),
+                                destination: .directory(out),
+                                session: "s"
+                            )
                         }
                         added += try await client.add(requests).map(\.id)
                     }
@@ -187,7 +202,10 @@ import Testing
                     if !done { group.cancelAll() }
                     try await group.waitForAll()
                     for (follower, ids) in seen.all {
-                        #expect(ids.count == 600 && Set(ids) == Set(added), "follower \(follower): \(ids.count), \(Set(ids).count) distinct")
+                        #expect(
+                            ids.count == 600 && Set(ids) == Set(added),
+                            "follower \(follower): \(ids.count), \(Set(ids).count) distinct"
+                        )
                     }
                 }
             }

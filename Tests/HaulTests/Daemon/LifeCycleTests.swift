@@ -1,10 +1,10 @@
 import Foundation
 import GRDB
+import HaulClient
 import HaulDaemon
 import HaulTesting
-import Logging
-import HaulClient
 import HaulWire
+import Logging
 import Testing
 
 @testable import Haul
@@ -23,7 +23,8 @@ struct LifeCycleTests {
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, length) == 0 && listen(descriptor, 1) == 0 && getsockname(descriptor, $0, &length) == 0
+                bind(descriptor, $0, length) == 0 && listen(descriptor, 1) == 0
+                    && getsockname(descriptor, $0, &length) == 0
             }
         }
         #expect(bound)
@@ -51,7 +52,10 @@ struct LifeCycleTests {
             try await Self.withPortInUse { port in
                 // It wedged in about half of the starts: try several.
                 for _ in 0..<3 {
-                    let start = try HaulProcess(["daemon", "--foreground", "--listen", "127.0.0.1:\(port)"], home: home)
+                    let start = try HaulProcess(
+                        ["daemon", "--foreground", "--listen", "127.0.0.1:\(port)"],
+                        home: home
+                    )
                     let ended = try #require(await start.finish(within: .seconds(60)), "the failed start did not end")
                     #expect(ended.status == 1)
                     // One line from haul says why; the server library's own log lines (timestamped)
@@ -59,7 +63,8 @@ struct LifeCycleTests {
                     let told = ended.stderr.split(separator: "\n").filter { $0.hasPrefix("haul:") }
                     #expect(told.count == 1, "\(ended.stderr)")
                     #expect(
-                        told.first?.hasPrefix("haul: error: Cannot listen on 127.0.0.1:\(port): Address already in use") == true,
+                        told.first?.hasPrefix("haul: error: Cannot listen on 127.0.0.1:\(port): Address already in use")
+                            == true,
                         "\(ended.stderr)"
                     )
                     #expect(DaemonLock.holder(home + "/daemon.lock") == nil)
@@ -69,7 +74,10 @@ struct LifeCycleTests {
                 let background = try HaulProcess(["daemon", "--listen", "127.0.0.1:\(port)"], home: home)
                 let ended = try #require(await background.finish(within: .seconds(60)))
                 #expect(ended.status == 1)
-                #expect(ended.stderr.contains("The Haul daemon did not start: Cannot listen on 127.0.0.1:\(port)"), "\(ended.stderr)")
+                #expect(
+                    ended.stderr.contains("The Haul daemon did not start: Cannot listen on 127.0.0.1:\(port)"),
+                    "\(ended.stderr)"
+                )
             }
             // The recovered task was sent back to the queue, not failed.
             let task = try #require(try await Store(path: home + "/haul.sqlite").infos().first)
@@ -117,7 +125,10 @@ struct LifeCycleTests {
             let start = try HaulProcess(arguments, home: home)
             let ended = try #require(await start.finish(within: .seconds(60)))
             #expect(ended.status == 1)
-            #expect(ended.stderr.contains("\(home)/\(name) is a symbolic link; Haul will not use it"), "\(ended.stderr)")
+            #expect(
+                ended.stderr.contains("\(home)/\(name) is a symbolic link; Haul will not use it"),
+                "\(ended.stderr)"
+            )
             #expect(try String(contentsOfFile: victim, encoding: .utf8) == "keep me\n")
             #expect(DaemonLock.holder(home + "/daemon.lock") == nil)
         }
@@ -166,7 +177,9 @@ struct LifeCycleTests {
             for command in commands {
                 let ended = await command.finish()
                 #expect(ended.status == 0, "\(ended.stderr)")
-                notes += ended.stderr.split(separator: "\n").map(String.init).filter { $0.contains("started the daemon") }
+                notes += ended.stderr.split(separator: "\n").map(String.init).filter {
+                    $0.contains("started the daemon")
+                }
             }
             let client = HaulClient(home: HaulHome(path: home))
             let pid = try await client.status().pid
@@ -192,7 +205,9 @@ struct LifeCycleTests {
         let path = home + "/haul.sqlite"
         if content == "sqlite" {
             let other = try DatabaseQueue(path: path)
-            try await other.write { try $0.execute(sql: "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine')") }
+            try await other.write {
+                try $0.execute(sql: "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine')")
+            }
             try other.close()
         } else {
             try content.write(toFile: path, atomically: false, encoding: .utf8)

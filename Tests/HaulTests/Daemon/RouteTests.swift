@@ -111,7 +111,10 @@ struct RouteTests {
             }
             try await client.execute(uri: "/v1/settings", method: .get) { response in
                 let settings = try JSONDecoder().decode(API.Settings.self, from: Data(buffer: response.body))
-                #expect(settings == API.Settings(maxConcurrentDownloads: 7, maxConnectionsPerHost: 8, overallRateLimit: 1 << 20))
+                #expect(
+                    settings
+                        == API.Settings(maxConcurrentDownloads: 7, maxConnectionsPerHost: 8, overallRateLimit: 1 << 20)
+                )
             }
         }
     }

@@ -1,9 +1,9 @@
 import Foundation
-@testable import HaulClient
 import HaulWire
 import Testing
 
 @testable import Haul
+@testable import HaulClient
 @testable import HaulDaemon
 
 /// The event stream's wire format, as the daemon writes it and the client reads it.
@@ -11,7 +11,12 @@ import Testing
     private let taskID = UUID(uuidString: "6F1C9B0E-2D4A-4E55-9D0B-7A51C2F0A001")!
 
     private func logged(_ id: Int64) -> EventRecord {
-        var record = EventRecord(taskID: taskID, kind: .completed, session: "s", time: Date(timeIntervalSince1970: 1_790_000_000))
+        var record = EventRecord(
+            taskID: taskID,
+            kind: .completed,
+            session: "s",
+            time: Date(timeIntervalSince1970: 1_790_000_000)
+        )
         record.eventID = id
         record.path = "/data/a b\u{1F600}.bin"
         record.bytes = 42
@@ -20,7 +25,8 @@ import Testing
 
     @Test func messagesSplitAcrossChunksAreReadWhole() throws {
         let progress = EventRecord(taskID: taskID, kind: .progress, session: "s")
-        let wire = ServerSentEvents.heartbeat + ServerSentEvents.format(logged(7)) + ServerSentEvents.format(progress)
+        let wire =
+            ServerSentEvents.heartbeat + ServerSentEvents.format(logged(7)) + ServerSentEvents.format(progress)
             + ServerSentEvents.format(logged(8))
         let bytes = Array(wire.utf8)
         // Every split point, including inside a multi-byte character.

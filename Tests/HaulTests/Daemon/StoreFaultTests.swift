@@ -1,8 +1,8 @@
 import Foundation
 import Haul
+import HaulClient
 import HaulDaemon
 import HaulTesting
-import HaulClient
 import HaulWire
 import Testing
 
@@ -27,7 +27,12 @@ import Testing
             try await withDaemon(home: home, maxConcurrent: 2) { client, _ in
                 let added = try await client.add(
                     (0..<4).map {
-                        DownloadRequest(url: server.url("/f\($0)"), destination: .directory(out), session: "s", connections: 1)
+                        DownloadRequest(
+                            url: server.url("/f\($0)"),
+                            destination: .directory(out),
+                            session: "s",
+                            connections: 1
+                        )
                     }
                 )
                 let ids = added.map(\.id)
@@ -53,7 +58,10 @@ import Testing
                 #expect(held, "\(statesWhileFull)")
                 // A refused checkpoint stops the connections at once, not after the rest of the file.
                 for index in 0..<4 {
-                    #expect(server.bodyBytesSent("/f\(index)") < size, "f\(index) was fetched on while nothing could be recorded")
+                    #expect(
+                        server.bodyBytesSent("/f\(index)") < size,
+                        "f\(index) was fetched on while nothing could be recorded"
+                    )
                 }
 
                 StoreFaults.setFull(false, atPath: storePath)

@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -53,7 +53,9 @@ struct DiskFullTests {
     func commandIntoAFullDisk(connections: Int) async throws {
         let temp = try TemporaryDirectory()
         let mountPoint = try temp.directory("small")
-        guard try await Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint]) == 0 else { return }
+        guard try await Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint]) == 0 else {
+            return
+        }
         do {
             try await TestServer.withServer { server in
                 server.set("/f.bin", .init(size: 6 << 20))

@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -252,7 +252,9 @@ struct FaultTests {
                 #expect(sha256(file: result.path) == server.sha256("/f.bin"))
                 #expect(result.resumedFrom == resumeData.bytesCommitted)
             }
-            #expect(server.requests(for: "/f.bin").last?.header("Range") == resumeRange(from: resumeData.bytesCommitted))
+            #expect(
+                server.requests(for: "/f.bin").last?.header("Range") == resumeRange(from: resumeData.bytesCommitted)
+            )
         }
     }
 

@@ -1,8 +1,8 @@
 import Dispatch
 import Foundation
-import Synchronization
 import HaulClient
 import HaulWire
+import Synchronization
 import Testing
 
 @testable import Haul

@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -22,7 +22,14 @@ struct IntegrityTests {
     /// Resume data for a part file holding the first `committed` bytes of version 1, with the
     /// validators a first response gave.
     func seed(_ server: TestServer, _ temp: TemporaryDirectory, validators: Validators) throws -> ResumeData {
-        try seedPartial(server, "/f.bin", into: temp.path, name: "f.bin", committed: Self.committed, validators: validators)
+        try seedPartial(
+            server,
+            "/f.bin",
+            into: temp.path,
+            name: "f.bin",
+            committed: Self.committed,
+            validators: validators
+        )
     }
 
     @Test("a weak ETag that changed between runs restarts from 0, even when the bytes at the resume point match")
@@ -75,7 +82,9 @@ struct IntegrityTests {
             server.bumpVersion("/f.bin")
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
-            #expect(server.requests(for: "/f.bin").map { $0.header("Range") } == ["bytes=\(Self.committed - 65536)-", nil])
+            #expect(
+                server.requests(for: "/f.bin").map { $0.header("Range") } == ["bytes=\(Self.committed - 65536)-", nil]
+            )
         }
     }
 
@@ -167,7 +176,9 @@ struct IntegrityTests {
             let result = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(Bool(true))
-            #expect(server.requests(for: "/f.bin").map { $0.header("Range") } == [nil, resumeRange(from: Int64(Self.size))])
+            #expect(
+                server.requests(for: "/f.bin").map { $0.header("Range") } == [nil, resumeRange(from: Int64(Self.size))]
+            )
             #expect(server.requests(for: "/f.bin").last?.header("If-Range") == "\"v1-1\"")
             let info = try await downloader.store.task(id: result.taskID)
             #expect(info?.totalLength == Int64(Self.size))
@@ -195,8 +206,7 @@ struct IntegrityTests {
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(Bool(true))
             #expect(server.requests(for: "/f.bin").count == 2)
-            
-            
+
         }
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -21,7 +21,8 @@ struct MessageTests {
         try await TestServer.withServer { server in
             // 100 KB, then nothing, every time.
             server.set("/f.bin", .init(size: 1 << 20, stallAt: 100_000))
-            try await Downloader.withDownloader(configuration: downloader(temp, readTimeout: .seconds(1))) { downloader in
+            try await Downloader.withDownloader(configuration: downloader(temp, readTimeout: .seconds(1))) {
+                downloader in
                 let error = await expectHaulError(.connection) {
                     _ = try await fetch(server, "/f.bin", with: downloader, into: temp.path)
                 }

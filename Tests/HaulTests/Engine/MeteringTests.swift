@@ -69,7 +69,10 @@ struct MeteringTests {
         #expect(huge.bytesPerSecond == nil)
     }
 
-    @Test("a connection asleep on a 1 B/s limit wakes when the limit is raised or removed", arguments: [nil, 1_000_000_000])
+    @Test(
+        "a connection asleep on a 1 B/s limit wakes when the limit is raised or removed",
+        arguments: [nil, 1_000_000_000]
+    )
     func limiterWakes(newRate: Int64?) async throws {
         let limiter = RateLimiter(bytesPerSecond: 1)
         // A megabyte at 1 B/s: eleven days, unless the change wakes it.

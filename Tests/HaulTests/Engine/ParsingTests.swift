@@ -1,8 +1,8 @@
 import Foundation
 import GRDB
-import NIOHTTP1
 import HaulClient
 import HaulWire
+import NIOHTTP1
 import Testing
 
 @testable import Haul

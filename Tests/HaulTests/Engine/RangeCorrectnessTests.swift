@@ -1,12 +1,12 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
 @testable import Haul
 
-/// One test per correctness rule of docs/design.md, each checking the final file's SHA-256 or
+/// One test per correctness rule of docs/architecture.md, each checking the final file's SHA-256 or
 /// the exact error, and the exact headers the server saw.
 @Suite("Range correctness rules")
 struct RangeCorrectnessTests {

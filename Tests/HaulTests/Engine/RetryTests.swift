@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -61,7 +61,11 @@ struct RetryTests {
             #expect(result.status == 1)
             let last = try #require(result.stderr.split(separator: "\n").last)
             #expect(last.hasPrefix("haul: error: HTTP 503"))
-            #expect(last.contains("the server asked to wait 60 s before trying again (Retry-After), longer than the 5 s Haul waits"))
+            #expect(
+                last.contains(
+                    "the server asked to wait 60 s before trying again (Retry-After), longer than the 5 s Haul waits"
+                )
+            )
         }
     }
 }

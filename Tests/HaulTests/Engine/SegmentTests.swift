@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -368,7 +368,8 @@ struct RateLimitTests {
         }
     }
 
-    static func removeLimitThenFinish(_ server: TestServer, _ downloader: Downloader, _ directory: String) async throws {
+    static func removeLimitThenFinish(_ server: TestServer, _ downloader: Downloader, _ directory: String) async throws
+    {
         let task = try await downloader.download(
             DownloadRequest(url: server.url("/f.bin"), destination: .directory(directory), rateLimit: 1)
         )
@@ -384,7 +385,6 @@ struct RateLimitTests {
         let path = try await task.result().path
         #expect(sha256(file: path) == server.sha256("/f.bin"))
     }
-
 
     /// A limit holds: never above it by more than the measurement's 10 %, and not stuck far
     /// below it. A loaded machine only makes transfers slower, so the upper bound is exact
@@ -427,7 +427,7 @@ struct RateLimitTests {
     ) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
-        try await ExternalServer.with({ try await ExternalServer.startNginx() }) { server in
+        try await ExternalServer.with(try await ExternalServer.startNginx()) { server in
             for (index, name) in names.enumerated() {
                 let bytes = TestContent.bytes(count: 24 << 20, seed: UInt64(index + 1))
                 try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/" + name))

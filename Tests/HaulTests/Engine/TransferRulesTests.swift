@@ -1,7 +1,7 @@
 import Foundation
-import NIOHTTP1
 import HaulClient
 import HaulWire
+import NIOHTTP1
 import Testing
 
 @testable import Haul
@@ -33,12 +33,18 @@ struct TransferRulesTests {
     @Test("nothing written: ask for the whole file")
     func freshStartAsksForWhole() {
         #expect(Self.strong.opening(segments: Self.one(committed: 0), partSize: 0, confirming: false) == .whole)
-        #expect(Self.unknown.opening(segments: Self.one(committed: 0, end: nil), partSize: 0, confirming: false) == .whole)
+        #expect(
+            Self.unknown.opening(segments: Self.one(committed: 0, end: nil), partSize: 0, confirming: false) == .whole
+        )
     }
 
     @Test("a resume sends If-Range with the strong validator and re-reads 64 KiB before the offset")
     func resumeWithIfRange() {
-        let opening = Self.strong.opening(segments: Self.one(committed: Self.mib), partSize: Self.mib, confirming: false)
+        let opening = Self.strong.opening(
+            segments: Self.one(committed: Self.mib),
+            partSize: Self.mib,
+            confirming: false
+        )
         #expect(opening == .resume(offset: Self.mib, overlap: 65536, ifRange: Self.etag))
         #expect(opening.range == "bytes=983040-")
         #expect(opening.ifRange == Self.etag)
@@ -261,7 +267,12 @@ struct TransferRulesTests {
                 == .complete(length: 100, unconfirmed: "the server ignores ranges")
         )
         #expect(
-            Self.unknown.classify(status: 200, headers: Self.headers(("Content-Length", "100")), to: opening, confirming: true)
+            Self.unknown.classify(
+                status: 200,
+                headers: Self.headers(("Content-Length", "100")),
+                to: opening,
+                confirming: true
+            )
                 == .complete(length: 100, unconfirmed: nil)
         )
         #expect(
@@ -272,7 +283,12 @@ struct TransferRulesTests {
         #expect(Self.unknown.classify(status: 503, headers: [:], to: opening, confirming: true) == .failure)
         // A longer 200 is more file: the whole of it, from byte 0.
         #expect(
-            Self.unknown.classify(status: 200, headers: Self.headers(("Content-Length", "150")), to: opening, confirming: true)
+            Self.unknown.classify(
+                status: 200,
+                headers: Self.headers(("Content-Length", "150")),
+                to: opening,
+                confirming: true
+            )
                 == .wholeFile(length: 150)
         )
     }
@@ -293,7 +309,9 @@ struct TransferRulesTests {
 
     @Test("any other status is the transport's failure", arguments: [404, 500, 503, 204, 301])
     func otherStatusFails(status: Int) {
-        #expect(Self.strong.classify(status: status, headers: [:], to: Self.resumeAt1MiB, confirming: false) == .failure)
+        #expect(
+            Self.strong.classify(status: status, headers: [:], to: Self.resumeAt1MiB, confirming: false) == .failure
+        )
     }
 
     // MARK: A segment's answer
@@ -302,12 +320,22 @@ struct TransferRulesTests {
     func segmentAnswers() {
         let good = Self.headers(("Content-Range", "bytes 1048576-2097151/4194304"))
         #expect(
-            Self.strong.classifySegment(status: 206, headers: good, requestStart: Self.mib, requestLast: 2 * Self.mib - 1)
+            Self.strong.classifySegment(
+                status: 206,
+                headers: good,
+                requestStart: Self.mib,
+                requestLast: 2 * Self.mib - 1
+            )
                 == .continues(end: 2 * Self.mib)
         )
         let tooLong = Self.headers(("Content-Range", "bytes 1048576-4194303/4194304"))
         #expect(
-            Self.strong.classifySegment(status: 206, headers: tooLong, requestStart: Self.mib, requestLast: 2 * Self.mib - 1)
+            Self.strong.classifySegment(
+                status: 206,
+                headers: tooLong,
+                requestStart: Self.mib,
+                requestLast: 2 * Self.mib - 1
+            )
                 == .restart("206 ends at 4194303, asked for at most 2097151", carriesWholeFile: false)
         )
         #expect(
@@ -348,7 +376,12 @@ struct TransferRulesTests {
     func attemptOutcomes() {
         let refused = HaulError(.connection, "refused")
         let notFound = HaulError.httpStatus(404, reason: "Not Found", url: URL(string: "http://h/f")!, retryAfter: nil)
-        let unavailable = HaulError.httpStatus(503, reason: "Unavailable", url: URL(string: "http://h/f")!, retryAfter: nil)
+        let unavailable = HaulError.httpStatus(
+            503,
+            reason: "Unavailable",
+            url: URL(string: "http://h/f")!,
+            retryAfter: nil
+        )
         var final = refused
         final.isFinal = true
 

@@ -1,6 +1,6 @@
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -21,7 +21,7 @@ struct InteropTests {
 
     @Test("nginx: pause mid-transfer, resume with If-Range: the ETag nginx sent, get a 206", .enabled(if: nginxUsable))
     func nginxPauseResume() async throws {
-        try await ExternalServer.with({ try await ExternalServer.startNginx(slowRate: "4m") }) { server in
+        try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: "4m")) { server in
             let digest = try Self.writeFile(server.root + "/big.bin", seed: 7)
             let temp = try TemporaryDirectory()
             try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
@@ -46,7 +46,7 @@ struct InteropTests {
 
     @Test("nginx: the file changes during a pause; the new file arrives whole, never mixed", .enabled(if: nginxUsable))
     func nginxChangedDuringPause() async throws {
-        try await ExternalServer.with({ try await ExternalServer.startNginx(slowRate: "4m") }) { server in
+        try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: "4m")) { server in
             let path = server.root + "/big.bin"
             let oldDigest = try Self.writeFile(path, seed: 7)
             let temp = try TemporaryDirectory()
@@ -75,7 +75,7 @@ struct InteropTests {
 
     @Test("nginx: a full download matches, and a second command run makes no request", .enabled(if: nginxUsable))
     func nginxFullDownload() async throws {
-        try await ExternalServer.with({ try await ExternalServer.startNginx() }) { server in
+        try await ExternalServer.with(try await ExternalServer.startNginx()) { server in
             let digest = try Self.writeFile(server.root + "/big.bin", seed: 3)
             let temp = try TemporaryDirectory()
             let first = try await HaulProcess.run(
@@ -102,7 +102,7 @@ struct InteropTests {
         .enabled(if: ExternalServer.python != nil || ExternalServer.isCI)
     )
     func pythonWithoutRanges() async throws {
-        try await ExternalServer.with({ try await ExternalServer.startPython() }) { server in
+        try await ExternalServer.with(try await ExternalServer.startPython()) { server in
             let digest = try Self.writeFile(server.root + "/big.bin", seed: 5)
             try FileManager.default.setAttributes(
                 [.modificationDate: Date().addingTimeInterval(-3600)],
@@ -121,7 +121,11 @@ struct InteropTests {
                 let half = Self.size / 2
                 let destination = temp.file("resumed.bin")
                 let taskID = UUID()
-                try writeOwnedPart(at: destination + ".part", owner: taskID, bytes: [UInt8](repeating: 0xAB, count: half))
+                try writeOwnedPart(
+                    at: destination + ".part",
+                    owner: taskID,
+                    bytes: [UInt8](repeating: 0xAB, count: half)
+                )
                 let resumeData = ResumeData(
                     taskID: taskID,
                     url: server.url("/big.bin"),

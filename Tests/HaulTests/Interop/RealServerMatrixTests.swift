@@ -1,7 +1,7 @@
 import AsyncHTTPClient
 import Foundation
-import HaulTesting
 import HaulClient
+import HaulTesting
 import HaulWire
 import Testing
 
@@ -52,7 +52,9 @@ struct RealServerMatrixTests {
     }
 
     static let cases = Server.allCases.flatMap { server in
-        [1, 4].flatMap { connections in [false, true].map { Case(server: server, connections: connections, replaced: $0) } }
+        [1, 4].flatMap { connections in
+            [false, true].map { Case(server: server, connections: connections, replaced: $0) }
+        }
     }
     static let size = 12 << 20
 
@@ -62,7 +64,10 @@ struct RealServerMatrixTests {
         let temporary = root + "/.big.bin.new"
         try Data(bytes).write(to: URL(fileURLWithPath: temporary))
         chmod(temporary, 0o644)
-        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(age)], ofItemAtPath: temporary)
+        try FileManager.default.setAttributes(
+            [.modificationDate: Date().addingTimeInterval(age)],
+            ofItemAtPath: temporary
+        )
         #expect(rename(temporary, root + "/big.bin") == 0)
         return TestContent.sha256(bytes)
     }
@@ -78,14 +83,16 @@ struct RealServerMatrixTests {
     @Test(arguments: RealServerMatrixTests.cases)
     func killNineRerunOneVersion(_ test: Case) async throws {
         guard test.server.installed || ExternalServer.isCI else { return }
-        try await ExternalServer.with({ try await test.server.start() }) { server in
+        try await ExternalServer.with(try await test.server.start()) { server in
             // Written just now: Apache answers with a weak ETag, as for any file changed in
             // the last second.
             let first = try Self.publish(server.root, seed: 31, age: 0)
             let temp = try TemporaryDirectory()
             // On a loaded machine the whole file can arrive before the kill lands; such a run
             // tests no resume, so the first phase starts over in a fresh home (three tries).
-            var home = "", out = "", arguments: [String] = []
+            var home = ""
+            var out = ""
+            var arguments: [String] = []
             var atKill: Int64 = 0
             for attempt in 1...3 {
                 home = temp.file("home\(attempt)")
@@ -96,7 +103,9 @@ struct RealServerMatrixTests {
                 ]
                 let child = try HaulProcess(arguments, home: home)
                 let storePath = home + "/haul.sqlite"
-                #expect(try await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: storePath) })
+                #expect(
+                    try await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: storePath) }
+                )
                 let store = try Store(path: storePath)
                 func committed() async throws -> Int64 {
                     guard let task = try await store.allTasks().first else { return 0 }
@@ -119,7 +128,9 @@ struct RealServerMatrixTests {
                 #expect(try await waitUntil { try await Self.validators(server, test.server.path) != before })
             }
             let rerun = try await HaulProcess.run(arguments + ["-v"], home: home)
-            let decisions = rerun.stderr.split(separator: "\n").filter { $0.contains(" notice ") || $0.contains(" warning ") }
+            let decisions = rerun.stderr.split(separator: "\n").filter {
+                $0.contains(" notice ") || $0.contains(" warning ")
+            }
             #expect(rerun.status == 0, "\(decisions) \(rerun.stderr.suffix(2000))")
             #expect(sha256(file: out + "/big.bin") == expected, "never a mix of two versions")
             let saved = rerun.stderr.split(separator: "\n").last { $0.hasPrefix("Saved ") }.map(String.init) ?? ""
@@ -136,7 +147,7 @@ struct RealServerMatrixTests {
         .enabled(if: Server.apache.installed || ExternalServer.isCI)
     )
     func apacheWeakETagChangedAwayFromResumePoint() async throws {
-        try await ExternalServer.with({ try await Server.apache.start() }) { server in
+        try await ExternalServer.with(try await Server.apache.start()) { server in
             let old = TestContent.bytes(count: Self.size, seed: 41)
             let path = server.root + "/big.bin"
             try Data(old).write(to: URL(fileURLWithPath: path))
@@ -144,9 +155,15 @@ struct RealServerMatrixTests {
             let temp = try TemporaryDirectory()
             let home = temp.file("home")
             let out = try temp.directory("out")
-            let arguments = ["get", "-x", "1", "--checkpoint-interval", "0.2", "-d", out, server.url("/slow/big.bin").absoluteString]
+            let arguments = [
+                "get", "-x", "1", "--checkpoint-interval", "0.2", "-d", out, server.url("/slow/big.bin").absoluteString,
+            ]
             let child = try HaulProcess(arguments, home: home)
-            #expect(try await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: home + "/haul.sqlite") })
+            #expect(
+                try await waitUntil(timeout: .seconds(30)) {
+                    FileManager.default.fileExists(atPath: home + "/haul.sqlite")
+                }
+            )
             let store = try Store(path: home + "/haul.sqlite")
             func committed() async throws -> Int64 {
                 guard let task = try await store.allTasks().first else { return 0 }
@@ -170,7 +187,10 @@ struct RealServerMatrixTests {
             let before = try await Self.validators(server, "/slow/big.bin")
             try Data(new).write(to: URL(fileURLWithPath: path + ".new"))
             chmod(path + ".new", 0o644)
-            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(2)], ofItemAtPath: path + ".new")
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date().addingTimeInterval(2)],
+                ofItemAtPath: path + ".new"
+            )
             #expect(rename(path + ".new", path) == 0)
             #expect(try await waitUntil { try await Self.validators(server, "/slow/big.bin") != before })
 

@@ -1,9 +1,9 @@
 import Foundation
 import GRDB
-import HaulTesting
-import Synchronization
 import HaulClient
+import HaulTesting
 import HaulWire
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -18,7 +18,10 @@ struct ConcurrentAddTests {
         let out = try temp.directory("out")
         let downloaders = try (0..<4).map { _ in try Downloader(configuration: testConfiguration(store: path)) }
         for round in 0..<5 {
-            let request = DownloadRequest(url: URL(string: "http://127.0.0.1:9/f\(round)")!, destination: .directory(out))
+            let request = DownloadRequest(
+                url: URL(string: "http://127.0.0.1:9/f\(round)")!,
+                destination: .directory(out)
+            )
             let ids = try await withThrowingTaskGroup(of: UUID.self) { group in
                 for index in 0..<16 {
                     let downloader = downloaders[index % 4]
@@ -50,7 +53,9 @@ struct ConcurrentAddTests {
                 while true {
                     let prepared = try await other.prepare(request)
                     states.append(prepared.record.state)
-                    let now = try #require(try await store.segments(of: task.id)).reduce(0) { $0 + $1.committed - $1.start }
+                    let now = try #require(try await store.segments(of: task.id)).reduce(0) {
+                        $0 + $1.committed - $1.start
+                    }
                     #expect(now >= committed, "offsets went back from \(committed) to \(now)")
                     committed = now
                     if let finished = try await store.task(id: task.id), finished.state == .completed { break }
@@ -80,8 +85,14 @@ struct ConcurrentAddTests {
         try await database.write { db in
             for (index, id) in [older, newer].enumerated() {
                 var record = TaskRecord(
-                    id: id, url: URL(string: url)!, destination: .directory(out), explicitName: false, requestHeaders: [],
-                    checksum: nil, overwrite: false, now: Date(timeIntervalSince1970: 1_000 + Double(index))
+                    id: id,
+                    url: URL(string: url)!,
+                    destination: .directory(out),
+                    explicitName: false,
+                    requestHeaders: [],
+                    checksum: nil,
+                    overwrite: false,
+                    now: Date(timeIntervalSince1970: 1_000 + Double(index))
                 )
                 record.queueOrder = Int64(index + 1)
                 try record.insert(db)
@@ -111,7 +122,9 @@ struct ConcurrentAddTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for consumer in 0..<2 {
                 group.addTask {
-                    for await event in events { received.byConsumer.withLock { $0[consumer, default: []].append(event.taskID) } }
+                    for await event in events {
+                        received.byConsumer.withLock { $0[consumer, default: []].append(event.taskID) }
+                    }
                 }
             }
             // Both wait before the first event.

@@ -1,8 +1,8 @@
 import Foundation
-import HaulTesting
-import Synchronization
 import HaulClient
+import HaulTesting
 import HaulWire
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -192,7 +192,9 @@ struct DownloadManagerTests {
         }
     }
 
-    @Test("pauseAll pauses running and waiting tasks; resumeAll queues them oldest first; cancelAll cancels what is unfinished only")
+    @Test(
+        "pauseAll pauses running and waiting tasks; resumeAll queues them oldest first; cancelAll cancels what is unfinished only"
+    )
     func operationsOnAll() async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
@@ -204,7 +206,9 @@ struct DownloadManagerTests {
             try await DownloadManager.withDownloadManager(
                 configuration: Self.configuration(store: temp.file("s.sqlite"), limit: 2)
             ) { manager in
-                let done = try await manager.download(DownloadRequest(url: server.url("/done"), destination: .directory(temp.path)))
+                let done = try await manager.download(
+                    DownloadRequest(url: server.url("/done"), destination: .directory(temp.path))
+                )
                 #expect(try await waitUntil { try await manager.info(done.id).state == .completed })
                 let tasks = try await manager.download(
                     (0..<4).map { DownloadRequest(url: server.url("/f\($0)"), destination: .directory(temp.path)) }
@@ -219,10 +223,12 @@ struct DownloadManagerTests {
 
                 try await manager.resumeAll()
                 // Queued again oldest first: the first two run, the others wait.
-                #expect(try await waitUntil {
-                    let now = try await manager.tasks()
-                    return Set(now.filter { $0.state == .running }.map(\.id)) == Set(ids[0..<2])
-                })
+                #expect(
+                    try await waitUntil {
+                        let now = try await manager.tasks()
+                        return Set(now.filter { $0.state == .running }.map(\.id)) == Set(ids[0..<2])
+                    }
+                )
                 let waiting = try await manager.tasks().filter { $0.state == .queued }.map(\.id)
                 #expect(Set(waiting) == Set(ids[2...]))
 
@@ -231,7 +237,9 @@ struct DownloadManagerTests {
                 #expect(states == [.cancelled, .cancelled, .cancelled, .cancelled])
                 #expect(try await manager.info(done.id).state == .completed)
                 #expect(sha256(file: temp.file("done")) == server.sha256("/done"))
-                let left = try FileManager.default.contentsOfDirectory(atPath: temp.path).filter { $0.hasSuffix(".part") }
+                let left = try FileManager.default.contentsOfDirectory(atPath: temp.path).filter {
+                    $0.hasSuffix(".part")
+                }
                 #expect(left.isEmpty, "\(left)")
             }
         }

@@ -1,8 +1,8 @@
 import Foundation
-import HaulTesting
-import Synchronization
 import HaulClient
+import HaulTesting
 import HaulWire
+import Synchronization
 import Testing
 
 @testable import Haul

@@ -57,7 +57,7 @@ struct TaskStateMachineTests {
 
 @Suite("Scheduling order")
 struct SchedulerTests {
-    /// Named tasks so expected orders read like the examples of docs/design.md.
+    /// Named tasks so expected orders read like the examples of docs/architecture.md.
     struct Names {
         private var ids: [String: UUID] = [:]
         private var names: [UUID: String] = [:]

@@ -22,7 +22,9 @@ struct TaskRecordTests {
             url: URL(string: "https://user:pw@example.test/a%20b.bin?x=1")!,
             destination: .file(temp.file("a.bin")),
             explicitName: true,
-            requestHeaders: [HTTPHeaderField(name: "Authorization", value: "Bearer t"), .init(name: "X-A", value: "1")],
+            requestHeaders: [
+                HTTPHeaderField(name: "Authorization", value: "Bearer t"), .init(name: "X-A", value: "1"),
+            ],
             checksum: try Checksum(parsing: "sha256=" + String(repeating: "ab", count: 32)),
             overwrite: false,
             rateLimit: 1000,
@@ -93,7 +95,10 @@ struct TaskRecordTests {
         try await withStore { store, record, raw in
             try await raw.write { db in try db.execute(sql: "UPDATE task SET state = 'exploded'") }
             let error = await expectHaulError(.store) { _ = try await store.infos() }
-            #expect(error?.message == "Task \(record.id) in the Haul store cannot be read: its state 'exploded' is not a state")
+            #expect(
+                error?.message
+                    == "Task \(record.id) in the Haul store cannot be read: its state 'exploded' is not a state"
+            )
         }
     }
 

@@ -39,7 +39,7 @@ final class ExternalServer: Sendable {
 
     /// Runs `body` with a started server and stops it afterwards, whether `body` throws or not.
     static func with(
-        _ start: () async throws -> ExternalServer,
+        _ start: @autoclosure () async throws -> ExternalServer,
         _ body: (ExternalServer) async throws -> Void
     ) async throws {
         let server = try await start()

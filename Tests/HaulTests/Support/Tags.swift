@@ -17,6 +17,9 @@ extension Tag {
 extension Trait where Self == ConditionTrait {
     /// Off in the fast loop (see ``Tag/fastLoop``); always on in CI and by default.
     static var leftOutOfFastLoop: Self {
-        .disabled(if: Tag.fastLoop && ProcessInfo.processInfo.environment["CI"] == nil, "left out of the fast loop (HAUL_FAST_TESTS=1)")
+        .disabled(
+            if: Tag.fastLoop && ProcessInfo.processInfo.environment["CI"] == nil,
+            "left out of the fast loop (HAUL_FAST_TESTS=1)"
+        )
     }
 }

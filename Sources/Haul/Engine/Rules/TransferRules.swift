@@ -1,7 +1,7 @@
 import Foundation
 import NIOHTTP1
 
-/// The range rules of docs/design.md as a value: which request opens an attempt, and
+/// The range rules of docs/architecture.md as a value: which request opens an attempt, and
 /// what every answer means. It does no I/O and keeps no clock; ``Transfer`` and
 /// ``SegmentWorker`` do the requests, the writes and the store, and ask it what to do.
 ///
@@ -194,7 +194,12 @@ struct TransferRules: Sendable, Equatable {
 
     /// Classifies the answer to `bytes=requestStart-requestLast` (`requestLast` nil for the
     /// file's last segment, asked open-ended).
-    func classifySegment(status: Int, headers: HTTPHeaders, requestStart: Int64, requestLast: Int64?)
+    func classifySegment(
+        status: Int,
+        headers: HTTPHeaders,
+        requestStart: Int64,
+        requestLast: Int64?
+    )
         -> SegmentAnswer
     {
         switch status {
@@ -218,7 +223,11 @@ struct TransferRules: Sendable, Equatable {
 
     /// Checks a 206 against what was asked and what is known (rule 4). Returns its
     /// Content-Range and the last byte it carries.
-    func checkPartial(_ headers: HTTPHeaders, requestStart: Int64, requestLast: Int64?) -> Result<
+    func checkPartial(
+        _ headers: HTTPHeaders,
+        requestStart: Int64,
+        requestLast: Int64?
+    ) -> Result<
         (ContentRange, last: Int64), Restart
     > {
         guard let header = headers.first(name: "Content-Range"), let contentRange = ContentRange(parsing: header),
