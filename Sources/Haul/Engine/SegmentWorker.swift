@@ -283,7 +283,8 @@ struct SegmentWorker: Sendable {
             // The verdict says more than the write that failed after it.
         }
         plan.wrote(upTo: batch.offset, segmentStart: segment.segmentStart)
-        if control.requested != nil || error is CancellationError { return CancellationError() }
+        // A stop goes up as it came; the attempt's outcome reads it (AttemptOutcome).
+        if control.requested != nil || error is CancellationError { return error }
         if let verdict { return verdict }
         // A timeout says more than "ended early"; any other break before the promised end
         // is rule 8's short body.
