@@ -28,8 +28,8 @@ extension DownloadManager {
     /// what may start now.
     func transferEnded(_ id: UUID, outcome: Result<DownloadResult, HaulError>, stop: StopReason?) {
         running.remove(id)
-        known[id]?.transfer = nil
-        known[id]?.lastProgress = nil
+        let run = known[id]?.run
+        known[id]?.run = nil
         switch outcome {
         case .success(let result):
             known[id]?.storeFailures = 0
@@ -52,9 +52,7 @@ extension DownloadManager {
             move(id, .fail)
             hub.publish(.failed(id: id, error: error))
         }
-        let waiters = known[id]?.endWaiters ?? []
-        known[id]?.endWaiters = []
-        for waiter in waiters { waiter.resume() }
+        for waiter in run?.endWaiters ?? [] { waiter.resume() }
         if scheduler.isRunning(id), known[id]?.state == .queued {
             // Re-admitted while it was still stopping (the limit went down, then up again).
             start(id)

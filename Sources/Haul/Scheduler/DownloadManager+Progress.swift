@@ -17,10 +17,10 @@ extension DownloadManager {
     func publishProgress() -> Bool {
         guard !shuttingDown || !running.isEmpty else { return false }
         for id in running {
-            guard let transfer = known[id]?.transfer else { continue }
-            let progress = transfer.progress.snapshot()
-            if known[id]?.lastProgress != progress {
-                known[id]?.lastProgress = progress
+            guard let run = known[id]?.run else { continue }
+            let progress = run.handles.progress.snapshot()
+            if run.lastProgress != progress {
+                run.lastProgress = progress
                 hub.publish(.progress(id: id, progress))
             }
         }

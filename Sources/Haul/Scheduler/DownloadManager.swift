@@ -211,7 +211,7 @@ public actor DownloadManager {
         guard !shuttingDown else { return }
         move(id, .start)
         let transfer = TransferHandles()
-        known[id]?.transfer = transfer
+        known[id]?.run = RunningTransfer(handles: transfer)
         running.insert(id)
         startSink.yield((id, transfer))
     }
@@ -233,8 +233,8 @@ public actor DownloadManager {
 
     /// Waits until the running transfer of a task has ended and its end was handled.
     func waitForEnd(_ id: UUID) async {
-        guard running.contains(id) else { return }
-        await withCheckedContinuation { known[id]?.endWaiters.append($0) }
+        guard running.contains(id), let run = known[id]?.run else { return }
+        await withCheckedContinuation { run.endWaiters.append($0) }
     }
 
     /// The state of a task this manager knows.

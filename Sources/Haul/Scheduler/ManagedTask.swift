@@ -5,19 +5,17 @@ import Foundation
 /// for that to end, and what the store still owes it.
 ///
 /// The manager keeps one `[UUID: ManagedTask]`; a task it knows has exactly one entry, and
-/// forgetting a task is removing that entry.
-struct ManagedTask: Sendable {
+/// forgetting a task is removing that entry. What exists only while a transfer runs lives in
+/// a ``RunningTransfer`` beside it, so the entries of thousands of waiting and finished tasks
+/// stay small.
+struct ManagedTask {
     /// The task's state, changed only through its legal moves.
     var machine: TaskStateMachine
     /// How the scheduler sees it; nil for a task that has finished (completed, cancelled)
     /// since the manager opened, which never waits again unless re-added.
     var entry: Scheduler.Entry?
-    /// The transfer running for it, from its start until its end is handled.
-    var transfer: TransferHandles?
-    /// Callers waiting for the running transfer to end (a pause or cancel of a running task).
-    var endWaiters: [CheckedContinuation<Void, Never>] = []
-    /// The progress last published, so a tick publishes only what changed.
-    var lastProgress: DownloadProgress?
+    /// Its running transfer, from its start until its end is handled.
+    var run: RunningTransfer?
     /// Set when the store may not hold the machine's state (a write failed): the error
     /// message to record with it, if any. ``DownloadManager`` writes it again until it sticks,
     /// and reads show the machine's state meanwhile.
@@ -34,4 +32,20 @@ struct ManagedTask: Sendable {
     }
 
     var state: TaskState { machine.state }
+
+    /// The running transfer's handles, nil when none runs.
+    var transfer: TransferHandles? { run?.handles }
+}
+
+/// What the manager holds for a task while its transfer runs.
+final class RunningTransfer {
+    let handles: TransferHandles
+    /// Callers waiting for the transfer to end (a pause or cancel of a running task).
+    var endWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The progress last published, so a tick publishes only what changed.
+    var lastProgress: DownloadProgress?
+
+    init(handles: TransferHandles) {
+        self.handles = handles
+    }
 }
