@@ -18,7 +18,9 @@ extension DownloadManager {
 
     /// Queues a download (or finds the same URL already going to the same place, so a re-add
     /// does not duplicate it). It starts when the limits allow.
-    /// - Parameter priority: higher starts sooner than older tasks of lower priority.
+    /// - Parameters:
+    ///   - request: what to download and where.
+    ///   - priority: higher starts sooner than older tasks of lower priority.
     /// - Returns: the task as it stands now (queued, running, or already completed).
     /// - Throws: ``HaulError`` for a bad URL or an unusable destination.
     public func download(_ request: DownloadRequest, priority: Int = 0) async throws -> DownloadInfo {
@@ -97,7 +99,7 @@ extension DownloadManager {
         return try await enqueueAdded(record, isNew: false)
     }
 
-    /// Queues a download from resume data produced by ``pause(_:)``, a failure, or another
+    /// Queues a download from resume data produced by pausing one task, a failure, or another
     /// process; it continues from the committed bytes when its part file is still there.
     /// - Throws: ``HaulError`` when the task is already queued or running here, or the
     ///   resume data does not describe a usable download.
@@ -263,6 +265,8 @@ extension DownloadManager {
 
     /// Applies a user's operation to many tasks, in the order given.
     /// - Parameters:
+    ///   - operation: what to do to each.
+    ///   - ids: the tasks, in the order to apply it.
     ///   - strict: every id must name a task the operation applies to; checked for all of
     ///     them before any is touched, so a bad id changes nothing. Otherwise tasks it does
     ///     not apply to (or that are gone) are skipped.
