@@ -136,17 +136,9 @@ public struct ResumeData: Codable, Sendable, Equatable {
     private func validate() throws {
         func corrupt(_ why: String) -> HaulError { HaulError(.corruptResumeData, "Resume data is corrupt: \(why)") }
         try DownloadRequest.validate(url)
-        guard !segments.isEmpty else { throw corrupt("no segments") }
-        for segment in segments {
-            guard segment.start >= 0, segment.committed >= segment.start else { throw corrupt("a segment is inverted") }
-            if let end = segment.end {
-                guard end >= segment.start, segment.committed <= end else {
-                    throw corrupt("a segment overruns its end")
-                }
-            }
-            if let total = validators.totalLength, let end = segment.end, end > total {
-                throw corrupt("a segment lies beyond the file's length")
-            }
+        let layout = segments.map { (start: $0.start, end: $0.end, committed: $0.committed) }
+        if let problem = SegmentRecord.layoutProblem(layout, totalLength: validators.totalLength) {
+            throw corrupt(problem)
         }
         if let name = destination.fileName, !FileNaming.isPlainName(name) {
             throw corrupt("the file name '\(name)' is not a safe name")

@@ -73,8 +73,10 @@ extension DownloadManager {
     public nonisolated func events(for id: UUID) -> DownloadEvents { hub.subscribe(taskID: id) }
 
     func resumeData(_ id: UUID) async throws -> ResumeData {
-        guard let record = try await store.task(id: id) else { throw HaulError(.notFound, "No task \(id)") }
-        return ResumeData(record: record, segments: try await store.segments(of: id))
+        guard let (record, segments) = try await store.taskWithSegments(id) else {
+            throw HaulError(.notFound, "No task \(id)")
+        }
+        return ResumeData(record: record, segments: segments)
     }
 }
 

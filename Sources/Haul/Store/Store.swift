@@ -42,18 +42,30 @@ public final class Store: Sendable {
     func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in
             guard let task = try TaskRecord.fetchOne(db, key: id) else { return nil }
-            let segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == id)
-                .order(SegmentRecord.Columns.ordinal).fetchAll(db)
-            return (task, segments)
+            return (task, try Store.segments(db, of: task))
         }
     }
 
+    /// A task's segments, checked like the task (empty when there is no such task).
     func segments(of id: UUID) async throws -> [SegmentRecord] {
-        try await read { db in
-            try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).order(SegmentRecord.Columns.ordinal).fetchAll(
-                db
+        try await taskWithSegments(id)?.1 ?? []
+    }
+
+    /// A task's segments in order, checked: a layout no transfer could have written is an
+    /// error naming the task. A task without any starts from byte 0.
+    private static func segments(_ db: Database, of task: TaskRecord) throws -> [SegmentRecord] {
+        let segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id)
+            .order(SegmentRecord.Columns.ordinal).fetchAll(db)
+        if segments.isEmpty { return [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, committed: 0)] }
+        let layout = segments.map { (start: $0.start, end: $0.end, committed: $0.committed) }
+        if let problem = SegmentRecord.layoutProblem(layout, totalLength: task.totalLength) {
+            throw HaulError(
+                .store,
+                "Task \(task.id) in the Haul store cannot be read: its segments are unusable (\(problem))",
+                hint: "Remove it with 'haul remove \(task.id)', or point HAUL_HOME at another directory"
             )
         }
+        return segments
     }
 
     /// The most recent task for this URL going into this directory (with this name, when the
@@ -170,13 +182,7 @@ public final class Store: Sendable {
                             reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, StoreDate.now, existing.id,
                         ]
                     )
-                    var segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == existing.id)
-                        .order(SegmentRecord.Columns.ordinal).fetchAll(db)
-                    if segments.isEmpty {
-                        segments = [SegmentRecord(taskID: existing.id, ordinal: 0, start: 0, committed: 0)]
-                        try segments[0].insert(db)
-                    }
-                    return (existing, segments, false)
+                    return (existing, try Store.segments(db, of: existing), false)
                 }
                 var task = new
                 task.queueOrder = order

@@ -202,22 +202,23 @@ extension TaskRecord {
             do {
                 return try row.decode(Value.self, forColumn: column)
             } catch {
-                throw unreadable(column, "is not a \(Value.self)")
+                throw unreadable(column, "holds a value of the wrong type")
             }
         }
 
         func url(_ column: Column) throws -> URL {
             let text: String = try value(column)
-            guard let url = URL(string: text) else { throw unreadable(column, "is not a URL") }
-            return url
+            return try parsedURL(text, column)
         }
 
         func optionalURL(_ column: Column) throws -> URL? {
             let text: String? = try value(column)
-            return try text.map { text in
-                guard let url = URL(string: text) else { throw unreadable(column, "is not a URL") }
-                return url
-            }
+            return try text.map { try parsedURL($0, column) }
+        }
+
+        private func parsedURL(_ text: String, _ column: Column) throws -> URL {
+            guard let url = URL(string: text) else { throw unreadable(column, "is not a URL") }
+            return url
         }
 
         func headers(_ column: Column) throws -> [HTTPHeaderField] {
@@ -326,5 +327,30 @@ struct SegmentRecord: Codable, Sendable, Equatable, FetchableRecord, Persistable
         static let taskID = Column(CodingKeys.taskID)
         static let ordinal = Column(CodingKeys.ordinal)
         static let committed = Column(CodingKeys.committed)
+    }
+}
+
+extension SegmentRecord {
+    /// Why segments cannot describe one download's file, or nil when they can: none at all,
+    /// one inverted or past its own end or the file's length, two that overlap, one without
+    /// an end before the last. Whatever comes from outside a running transfer — resume data,
+    /// the store's rows — is checked with it before a transfer does arithmetic on it.
+    static func layoutProblem(
+        _ segments: [(start: Int64, end: Int64?, committed: Int64)],
+        totalLength: Int64?
+    ) -> String? {
+        guard !segments.isEmpty else { return "no segments" }
+        let sorted = segments.sorted { $0.start < $1.start }
+        for (index, segment) in sorted.enumerated() {
+            guard segment.start >= 0, segment.committed >= segment.start else { return "a segment is inverted" }
+            if let end = segment.end {
+                guard end >= segment.start, segment.committed <= end else { return "a segment overruns its end" }
+                if let totalLength, end > totalLength { return "a segment lies beyond the file's length" }
+            }
+            guard index + 1 < sorted.count else { continue }
+            guard let end = segment.end else { return "a segment without an end is not the last" }
+            if end > sorted[index + 1].start { return "two segments overlap" }
+        }
+        return nil
     }
 }

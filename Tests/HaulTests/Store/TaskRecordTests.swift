@@ -67,19 +67,14 @@ struct TaskRecordTests {
             ("state", "'exploded'", "its state 'exploded' is not a state"),
             ("requestHeaders", "'not json'", "its requestHeaders is not a list of headers"),
             ("checksum", "'md7=zz'", "its checksum is not a checksum"),
-            ("url", "NULL", "its url is not a String"),
+            ("url", "'http://[not-a-host'", "its url is not a URL"),
+            ("queueOrder", "'many'", "its queueOrder holds a value of the wrong type"),
             ("createdAt", "'yesterday'", "its createdAt is not a date"),
         ]
     )
     func unreadableRow(column: String, value: String, complaint: String) async throws {
         try await withStore { store, record, raw in
-            do {
-                try await raw.write { db in try db.execute(sql: "UPDATE task SET \(column) = \(value)") }
-            } catch {
-                // The column is NOT NULL: SQLite itself keeps that value out.
-                #expect(value == "NULL")
-                return
-            }
+            try await raw.write { db in try db.execute(sql: "UPDATE task SET \(column) = \(value)") }
             let reads: [() async throws -> TaskRecord?] = [
                 { try await store.task(id: record.id) }, { try await store.allTasks().first },
             ]
@@ -133,6 +128,38 @@ struct TaskRecordTests {
             try await store.setState(record.id, .failed, error: "boom")
             let after = try #require(try await store.task(id: record.id))
             #expect(after.etag == "\"v1\"" && after.partPath == "/tmp/a.bin.part" && after.errorMessage == "boom")
+        }
+    }
+
+    @Test(
+        "segments no transfer could have written are refused by the task's id, before any arithmetic on them",
+        arguments: [
+            ("UPDATE segment SET committed = -5", "a segment is inverted"),
+            ("UPDATE segment SET \"end\" = 100, committed = 500", "a segment overruns its end"),
+            (
+                "INSERT INTO segment (taskID, ordinal, start, \"end\", committed) SELECT taskID, 1, 10, 20, 0 FROM segment",
+                "a segment without an end is not the last"
+            ),
+        ]
+    )
+    func unusableSegments(sql: String, problem: String) async throws {
+        try await withStore { store, record, raw in
+            try await raw.write { db in try db.execute(sql: sql) }
+            let expected =
+                "Task \(record.id) in the Haul store cannot be read: its segments are unusable (\(problem))"
+            let viaTask = await expectHaulError(.store) { _ = try await store.taskWithSegments(record.id) }
+            #expect(viaTask?.message == expected)
+            let viaSegments = await expectHaulError(.store) { _ = try await store.segments(of: record.id) }
+            #expect(viaSegments?.message == expected)
+        }
+    }
+
+    @Test("a task whose segment rows are gone starts from byte 0 instead of failing")
+    func missingSegments() async throws {
+        try await withStore { store, record, raw in
+            try await raw.write { db in try db.execute(sql: "DELETE FROM segment") }
+            let segments = try await store.segments(of: record.id)
+            #expect(segments == [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, committed: 0)])
         }
     }
 }
