@@ -15,6 +15,9 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
             case tooManyRedirects
             case httpStatus
             case connection
+            case hostNotFound
+            case tls
+            case proxy
             case invalidResponse
             case representationChanged
             case checksumMismatch
@@ -46,6 +49,13 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         public static let httpStatus = Code(.httpStatus)
         /// The connection failed, timed out, or closed before the body was complete.
         public static let connection = Code(.connection)
+        /// The server's host name does not exist (the name server has no address for it).
+        public static let hostNotFound = Code(.hostNotFound)
+        /// The TLS handshake failed: the server's certificate is not trusted or not for its
+        /// name, or the two sides share no protocol. ``HaulError/network`` says which.
+        public static let tls = Code(.tls)
+        /// The proxy refused or failed the request, or wants credentials.
+        public static let proxy = Code(.proxy)
         /// The server's response broke the protocol (for example a body longer than promised).
         public static let invalidResponse = Code(.invalidResponse)
         /// The file on the server changed while the download was under way, more often than allowed.
@@ -110,6 +120,8 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
     public var resumeData: ResumeData?
     /// How long the server asked us to wait before retrying (`Retry-After`), when it did.
     public var retryAfter: Duration?
+    /// For failures below HTTP (the name, the connection, TLS, the proxy): what happened.
+    public var network: NetworkFailure?
     /// Set when retrying was considered and given up on (a wait longer than allowed):
     /// the failure is then final whatever its kind.
     var isFinal = false
@@ -137,6 +149,7 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
     /// connection failures, timeouts, 5xx, 408 and 429.
     public var isRetryable: Bool {
         if isFinal { return false }
+        if let network { return network.isTransient }
         switch code.base {
         case .connection: return true
         case .httpStatus:

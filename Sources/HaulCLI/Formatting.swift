@@ -28,6 +28,14 @@ enum Format {
         return String(format: "%d:%02d", minutes, seconds)
     }
 
+    /// A wait: `0.4 s`, `4.2 s`, `25 s`, then as ``duration(_:)`` from two minutes on.
+    static func wait(_ duration: Duration) -> String {
+        let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        if value < 10 { return String(format: "%.1f s", value) }
+        if value < 120 { return "\(Int(value.rounded())) s" }
+        return Format.duration(duration)
+    }
+
     /// Seconds with one decimal: `3.2 s`.
     static func seconds(_ duration: Duration) -> String {
         let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18

@@ -36,6 +36,10 @@ struct GetSession {
             var outcomes: [UUID: Outcome] = [:]
             var running: Set<UUID> = []
             var finishedLines: [String] = []
+            /// Lines to print once whatever the mode (retries), oldest first.
+            var notices: [String] = []
+            /// Per task, the retries already announced.
+            var announcedRetries: [UUID: Int] = [:]
         }
 
         let state = Mutex(State())
@@ -47,6 +51,14 @@ struct GetSession {
             }
         }
 
+        /// The notices not printed yet; the caller prints them.
+        func takeNotices() -> [String] {
+            state.withLock { state in
+                defer { state.notices.removeAll() }
+                return state.notices
+            }
+        }
+
         /// Applies an event; true once every added task has ended.
         func apply(_ event: DownloadEvent) -> Bool {
             state.withLock { state in
@@ -54,6 +66,15 @@ struct GetSession {
                 case .progress(let id, let progress):
                     state.progress[id] = progress
                     if let name = progress.fileName { state.names[id] = name }
+                    // A new run of the task counts from 0 again.
+                    if progress.retries < state.announcedRetries[id, default: 0] {
+                        state.announcedRetries[id] = progress.retries
+                    }
+                    if progress.retries > state.announcedRetries[id, default: 0], let retry = progress.lastRetry {
+                        state.announcedRetries[id] = progress.retries
+                        let name = state.order.count > 1 ? state.names[id] : nil
+                        state.notices.append(ProgressRenderer.retryLine(retry, name: name))
+                    }
                 case .stateChanged(let id, _, let to):
                     if to == .running { state.running.insert(id) } else { state.running.remove(id) }
                 case .completed(let id, let result):

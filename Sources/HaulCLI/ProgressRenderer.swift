@@ -49,17 +49,20 @@ struct MultiProgressRenderer {
             return copy
         }
         let finished = single ? [] : snapshot.finishedLines
+        let notices = board.takeNotices()
         switch mode {
         case .quiet: return
         case .terminal:
             var text = clearBlock()
+            for line in notices { text += line + "\n" }
             for line in finished { text += line + "\n" }
             let rows = blockLines(snapshot, width: ProgressRenderer.terminalWidth())
             text += rows.joined(separator: "\n")
             drawnLines = rows.count
             Output.error(text)
         case .lines:
-            if !finished.isEmpty { Output.error(finished.map { $0 + "\n" }.joined()) }
+            let lines = notices + finished
+            if !lines.isEmpty { Output.error(lines.map { $0 + "\n" }.joined()) }
             let now = ContinuousClock.now
             guard now - lastLine >= MultiProgressRenderer.lineInterval else { return }
             lastLine = now
@@ -83,6 +86,7 @@ struct MultiProgressRenderer {
             return state.finishedLines
         }
         var text = mode == .terminal ? clearBlock() : ""
+        for line in board.takeNotices() { text += line + "\n" }
         if !single { for line in finished { text += line + "\n" } }
         Output.error(text)
         drawnLines = 0
@@ -135,7 +139,8 @@ enum ProgressRenderer {
         } else {
             line += Format.bytes(progress.bytesReceived)
         }
-        if let waiting = progress.waiting { return line + "; " + waitText(waiting) }
+        // Each retry has its own line (``retryLine``); here only that one is pending.
+        if let waiting = progress.waiting { return line + ", retrying in \(Format.wait(waiting.delay))" }
         if progress.bytesPerSecond > 0 { line += " at \(Format.speed(progress.bytesPerSecond))" }
         if let eta = progress.estimatedTimeRemaining { line += ", ETA \(Format.duration(eta))" }
         return line
@@ -144,7 +149,25 @@ enum ProgressRenderer {
     /// `retrying in 30 s (the server asked): HTTP 503 …`
     static func waitText(_ waiting: DownloadProgress.RetryWait) -> String {
         let who = waiting.serverAsked ? " (the server asked)" : ""
-        return "retrying in \(Format.duration(waiting.delay))\(who): \(waiting.reason)"
+        return "retrying in \(Format.wait(waiting.delay))\(who): \(lowercasedStart(waiting.reason))"
+    }
+
+    /// The line announcing a retry: `haul: retrying in 4.0 s (2 of 5): connection refused by 127.0.0.1:1`,
+    /// with the file's name when several are downloading.
+    static func retryLine(_ retry: DownloadProgress.RetryWait, name: String?) -> String {
+        let who = retry.serverAsked ? ", the server asked" : ""
+        let file = name.map { "\($0): " } ?? ""
+        return
+            "haul: \(file)retrying in \(Format.wait(retry.delay)) (\(retry.attempt) of \(retry.maxRetries)\(who)): \(lowercasedStart(retry.reason))"
+    }
+
+    /// A sentence's first letter in lower case when it is an ordinary word ("Connection
+    /// refused …" → "connection refused …"; "HTTP 503" stays).
+    static func lowercasedStart(_ text: String) -> String {
+        guard let first = text.first, first.isUppercase else { return text }
+        let second = text.dropFirst().first
+        guard second == nil || second?.isLowercase == true else { return text }
+        return first.lowercased() + text.dropFirst()
     }
 
     static func barLine(_ progress: DownloadProgress, name: String, width: Int) -> String {

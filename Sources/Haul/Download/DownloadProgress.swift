@@ -17,6 +17,12 @@ public struct DownloadProgress: Sendable, Equatable {
     public var fileName: String?
     /// While the download waits before trying again: why, and for how long.
     public var waiting: RetryWait?
+    /// Retries this run has made so far (every connection's together); each new one is
+    /// ``lastRetry``. A reader that samples progress sees each retry by this count rising,
+    /// even when the wait was over before it looked.
+    public var retries: Int = 0
+    /// The most recent retry of this run, kept after its wait ended.
+    public var lastRetry: RetryWait?
 
     /// A pause between a failure and the next attempt.
     public struct RetryWait: Sendable, Equatable {
@@ -26,6 +32,10 @@ public struct DownloadProgress: Sendable, Equatable {
         public var delay: Duration
         /// Whether the server set the delay (`Retry-After`) rather than Haul's backoff.
         public var serverAsked: Bool
+        /// Which retry in a row without progress this is (1-based).
+        public var attempt: Int = 1
+        /// The retries allowed in a row without progress (``RetryPolicy/maxRetries``).
+        public var maxRetries: Int = 0
     }
 
     /// The fraction done, 0...1, when the total is known.
@@ -72,14 +82,20 @@ final class ProgressBox: Sendable {
         }
     }
 
-    /// Sleeps `delay` before a retry after `error`, showing the wait in the progress meanwhile.
-    func waiting(_ delay: Duration, after error: HaulError) async throws {
+    /// Sleeps `delay` before retry number `attempt` of `maxRetries` after `error`, showing
+    /// the wait in the progress meanwhile.
+    func waiting(_ delay: Duration, after error: HaulError, attempt: Int, of maxRetries: Int) async throws {
         update {
-            $0.waiting = DownloadProgress.RetryWait(
+            let wait = DownloadProgress.RetryWait(
                 reason: error.message,
                 delay: delay,
-                serverAsked: error.retryAfter != nil
+                serverAsked: error.retryAfter != nil,
+                attempt: attempt,
+                maxRetries: maxRetries
             )
+            $0.waiting = wait
+            $0.lastRetry = wait
+            $0.retries += 1
         }
         defer { update { $0.waiting = nil } }
         try await Task.sleep(for: delay)

@@ -118,6 +118,10 @@ public final class Downloader: Sendable {
         var http = HTTPClient.Configuration()
         http.redirectConfiguration = .disallow
         http.decompression = .disabled
+        // A connection that cannot be made fails its request at once, with its reason, instead
+        // of being re-dialled silently until the connect timeout: Haul's own retries (with
+        // their backoff, their count and a line saying why) decide what happens next.
+        http.connectionPool.retryConnectionEstablishment = false
         http.timeout = .init(
             connect: .nanoseconds(Int64(configuration.connectTimeout.nanoseconds)),
             read: .nanoseconds(Int64(configuration.readTimeout.nanoseconds))

@@ -126,56 +126,36 @@ struct HTTPTransport: Sendable {
         )
     }
 
-    /// Wraps a transport failure as a retryable ``HaulError`` saying what happened in words
-    /// (timed out, closed, refused), never as a library type.
+    /// Wraps a transport failure as a ``HaulError`` saying what happened in words (the
+    /// host, the cause, what to do), never as a library type; retryable only when trying
+    /// again can help (``NetworkFailure/isTransient``).
     func connectionError(_ error: any Error, url: URL) -> HaulError {
         if let error = error as? HaulError { return error }
-        if let error = error as? HTTPClientError {
-            switch error {
-            case .readTimeout:
-                return HaulError(
-                    .connection,
-                    "Timed out: the server sent nothing for \(readTimeout.spoken) (--timeout) while sending \(url.absoluteString)",
-                    url: url
-                )
-            case .connectTimeout:
-                return HaulError(
-                    .connection,
-                    "Timed out connecting to \(url.host ?? "the server") after \(connectTimeout.spoken) (--connect-timeout) for \(url.absoluteString)",
-                    url: url
-                )
-            case .remoteConnectionClosed:
-                return HaulError(
-                    .connection,
-                    "The server closed the connection early for \(url.absoluteString)",
-                    url: url
-                )
-            default: break
-            }
+        let host = url.host ?? "the server"
+        let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
+        guard let failure = NetworkFailure(error, host: host, port: port) else {
+            return HaulError(.connection, "Connection failed for \(url.absoluteString)", url: url)
         }
-        return HaulError(
-            .connection,
-            "Connection failed for \(url.absoluteString): \(HTTPTransport.describe(error))",
-            url: url
+        let code: HaulError.Code
+        switch failure.kind {
+        case .hostNotFound: code = .hostNotFound
+        case .certificateUntrusted, .certificateNameMismatch, .tlsHandshake: code = .tls
+        case .proxyFailed, .proxyAuthenticationRequired: code = .proxy
+        default: code = .connection
+        }
+        var haulError = HaulError(
+            code,
+            failure.message(connectTimeout: connectTimeout, readTimeout: readTimeout),
+            url: url,
+            hint: failure.hint
         )
+        haulError.network = failure
+        return haulError
     }
 
     /// Whether a transport failure is a connect or read timeout.
     static func isTimeout(_ error: any Error) -> Bool {
         guard let error = error as? HTTPClientError else { return false }
         return error == .readTimeout || error == .connectTimeout
-    }
-
-    /// A network failure in words: the system's message for an errno, else the error's own
-    /// description without module and type prefixes.
-    static func describe(_ error: any Error) -> String {
-        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
-        if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)) }
-        if error is HTTPParserError { return "the server's response is not valid HTTP" }
-        var text = String(describing: error)
-        if let dot = text.firstIndex(of: "."), text[..<dot].allSatisfy({ $0.isLetter || $0.isNumber }) {
-            text = String(text[text.index(after: dot)...])  // "HTTPClientError.x" → "x"
-        }
-        return text
     }
 }

@@ -50,6 +50,18 @@ public struct RetryPolicy: Sendable, Equatable {
         return delay(attempt: attempt, retryAfter: error.retryAfter)
     }
 
+    /// `error` as the end of the retries: its hint says how many were made, keeps what the
+    /// error itself advised, and says how to continue.
+    func givenUp(_ error: HaulError) -> HaulError {
+        var error = error
+        var hint = "Gave up after \(maxRetries) \(maxRetries == 1 ? "retry" : "retries")"
+        if let advice = error.hint, let first = advice.first {
+            hint += "; " + first.lowercased() + advice.dropFirst()
+        }
+        error.hint = hint + "; run the same command again to resume"
+        return error
+    }
+
     /// Whether an HTTP status says "not now" rather than "no": 408, 429 and 5xx.
     static func isTransient(status: Int) -> Bool {
         status == 408 || status == 429 || (500...599).contains(status)

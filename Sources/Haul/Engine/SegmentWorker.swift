@@ -130,9 +130,7 @@ struct SegmentWorker: Sendable {
                 return .stepAside
             }
             guard failures <= retry.maxRetries else {
-                var error = error
-                error.hint = "Gave up after \(retry.maxRetries) retries; run the same command again to resume"
-                return .failed(error)
+                return .failed(retry.givenUp(error))
             }
             do {
                 let delay = try retry.delay(retrying: error, attempt: failures)
@@ -140,7 +138,7 @@ struct SegmentWorker: Sendable {
                     "retrying segment",
                     metadata: ["start": "\(start)", "attempt": "\(failures)", "error": "\(error.message)"]
                 )
-                try await progress.waiting(delay, after: error)
+                try await progress.waiting(delay, after: error, attempt: failures, of: retry.maxRetries)
             } catch {
                 // A wait longer than allowed (final), or a stop during the backoff.
                 return control.requested != nil ? .stopped : .failed(error)

@@ -176,17 +176,14 @@ final class Transfer {
                 if progressed() { failures = 0 }
                 failures += 1
                 guard failures <= environment.retry.maxRetries else {
-                    var error = error
-                    error.hint =
-                        "Gave up after \(environment.retry.maxRetries) retries; run the same command again to resume"
-                    throw error
+                    throw environment.retry.givenUp(error)
                 }
                 let delay = try environment.retry.delay(retrying: error, attempt: failures)
                 logger.notice(
                     "retrying",
                     metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
                 )
-                try await progress.waiting(delay, after: error)
+                try await progress.waiting(delay, after: error, attempt: failures, of: environment.retry.maxRetries)
             }
         }
     }

@@ -27,18 +27,28 @@ final class HaulProcess: Sendable {
     ///   - stdout: where the child's stdout goes instead of a file this object reads back
     ///     (a pipe, `/dev/full`).
     ///   - stderr: the same for stderr.
+    ///   - launcher: a command that runs `haul` with the arguments after it (`unshare …`).
+    ///   - environment: variables set (a value) or removed (nil) on top of this process's.
     init(
         _ arguments: [String],
         home: String,
         directory: String? = nil,
         input: String? = nil,
         stdout: FileHandle? = nil,
-        stderr: FileHandle? = nil
+        stderr: FileHandle? = nil,
+        launcher: [String] = [],
+        environment changes: [String: String?] = [:]
     ) throws {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: HaulProcess.executable)
-        process.arguments = arguments
+        if let first = launcher.first {
+            process.executableURL = URL(fileURLWithPath: first)
+            process.arguments = Array(launcher.dropFirst()) + [HaulProcess.executable] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: HaulProcess.executable)
+            process.arguments = arguments
+        }
         var environment = ProcessInfo.processInfo.environment
+        for (name, value) in changes { environment[name] = value }
         environment["HAUL_HOME"] = home
         process.environment = environment
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
