@@ -46,6 +46,8 @@ struct DownloadOptions: ParsableArguments {
     @Option(name: .customLong("limit-rate"), help: "Limit each file's speed, e.g. 500K or 10M (bytes per second).")
     var limitRate: ByteCount?
 
+    @OptionGroup(title: "Connections") var connection: ConnectionOptions
+
     func validate() throws {
         if let connections, !(1...DownloadRequest.maxConnections).contains(connections) {
             throw ValidationError("-x/--connections must be 1 to \(DownloadRequest.maxConnections)")
@@ -68,6 +70,7 @@ struct DownloadOptions: ParsableArguments {
         let base = directory ?? "."
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))
+        let tls = connection.tls()
         func request(
             _ text: String,
             out: String?,
@@ -102,7 +105,8 @@ struct DownloadOptions: ParsableArguments {
                 session: session,
                 connections: connections,
                 minSplitSize: minSplit?.bytes,
-                rateLimit: limitRate?.bytes
+                rateLimit: limitRate?.bytes,
+                tls: tls
             )
         }
         var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }

@@ -81,6 +81,7 @@ extension HaulCommand {
         func run() async throws {
             do {
                 let requests = try downloads.requests()
+                downloads.connection.warnIfInsecure()
                 var downloader = Downloader.Configuration(
                     store: .sqlite(at: HaulHome.resolve().storePath),
                     connectTimeout: .milliseconds(Int64(connectTimeout * 1000)),

@@ -35,6 +35,9 @@ public enum API {
             public var minSplitSize: Int64?
             /// The task's own rate limit, in bytes per second.
             public var rateLimit: Int64?
+            /// Whom the download trusts over TLS (paths as the daemon sees them); absent for the
+            /// daemon's defaults (the system's authorities, or its `SSL_CERT_FILE`/`SSL_CERT_DIR`).
+            public var tls: TLSOptions?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -47,6 +50,7 @@ public enum API {
                 connections = request.connections
                 minSplitSize = request.minSplitSize
                 rateLimit = request.rateLimit
+                tls = request.tls.isDefault ? nil : request.tls
             }
 
             /// The request it describes.
@@ -69,7 +73,8 @@ public enum API {
                     session: session,
                     connections: connections,
                     minSplitSize: minSplitSize,
-                    rateLimit: rateLimit
+                    rateLimit: rateLimit,
+                    tls: tls ?? TLSOptions()
                 )
             }
         }

@@ -86,7 +86,7 @@ public struct Destination: Sendable, Hashable, Codable {
         Destination(directory: Destination.absolute(path), fileName: nil)
     }
 
-    static func absolute(_ path: String) -> String {
+    package static func absolute(_ path: String) -> String {
         let expanded = (path as NSString).expandingTildeInPath
         let full =
             expanded.hasPrefix("/")
@@ -118,6 +118,9 @@ public struct DownloadRequest: Sendable {
     public var minSplitSize: Int64?
     /// This download's rate limit in bytes per second; nil for none.
     public var rateLimit: Int64?
+    /// Whom the download trusts over TLS and how it identifies itself; the system's
+    /// authorities by default.
+    public var tls: TLSOptions
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"
@@ -131,8 +134,10 @@ public struct DownloadRequest: Sendable {
         session: String = DownloadRequest.defaultSession,
         connections: Int? = nil,
         minSplitSize: Int64? = nil,
-        rateLimit: Int64? = nil
+        rateLimit: Int64? = nil,
+        tls: TLSOptions = TLSOptions()
     ) {
+        self.tls = tls
         self.url = url
         self.destination = destination
         self.headers = headers
@@ -191,6 +196,7 @@ public struct DownloadRequest: Sendable {
         try DownloadRequest.validateSession(session)
         try validateTuning()
         for header in headers { try header.validate() }
+        try tls.validate()
         try FileOps.checkWritableDirectory(destination.directory)
         if let name = destination.fileName, !FileNaming.isPlainName(name) {
             throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: destination.directory)

@@ -210,6 +210,7 @@ public final class Downloader: Sendable {
                 rateLimit: request.rateLimit,
                 now: now
             )
+            record.tls = request.tls
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,
@@ -219,7 +220,8 @@ public final class Downloader: Sendable {
                 overwrite: request.overwrite,
                 connections: request.connections,
                 minSplitSize: request.minSplitSize,
-                rateLimit: request.rateLimit
+                rateLimit: request.rateLimit,
+                tls: request.tls
             )
             return (record, reAdd)
         }
@@ -272,6 +274,10 @@ public final class Downloader: Sendable {
         record.fileName = resumeData.destination.fileName
         record.requestHeaders = resumeData.headers
         record.checksum = resumeData.checksum
+        if let tls = resumeData.tls {
+            try tls.validate()
+            record.tls = tls
+        }
         record.overwrite = resumeData.overwrite
         record.validators = resumeData.validators
         record.state = .queued

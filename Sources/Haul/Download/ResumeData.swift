@@ -49,6 +49,8 @@ public struct ResumeData: Codable, Sendable, Equatable {
     public var segments: [Segment]
     /// The session the task belonged to (absent in resume data of older versions).
     public var session: String?
+    /// The download's TLS options, when they are not the defaults.
+    public var tls: TLSOptions?
 
     /// Bytes safely on disk.
     public var bytesCommitted: Int64 { segments.reduce(0) { $0 + ($1.committed - $1.start) } }
@@ -130,6 +132,7 @@ public struct ResumeData: Codable, Sendable, Equatable {
             segments: segments.map { .init(start: $0.start, end: $0.end, committed: $0.committed) }
         )
         self.session = record.session
+        self.tls = record.tls.isDefault ? nil : record.tls
     }
 
     /// Rejects values that cannot describe a real download, whoever produced them.
@@ -142,6 +145,11 @@ public struct ResumeData: Codable, Sendable, Equatable {
         }
         if let name = destination.fileName, !FileNaming.isPlainName(name) {
             throw corrupt("the file name '\(name)' is not a safe name")
+        }
+        do {
+            try tls?.validate()
+        } catch {
+            throw corrupt("its TLS options name a file by a path that is not absolute")
         }
     }
 }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 
 /// Sends GET requests through AsyncHTTPClient and follows redirects itself, so that every
 /// hop is checked: at most `maxRedirects`, only to http(s), credentials dropped when the
@@ -14,6 +15,9 @@ struct HTTPTransport: Sendable {
     /// The timeouts the client was built with, to say them in errors.
     var connectTimeout: Duration = .seconds(30)
     var readTimeout: Duration = .seconds(60)
+    /// The TLS configuration for https hops, from the task's ``TLSOptions``; nil for the
+    /// client's default (the system's authorities, every certificate checked).
+    var tls: TLSConfiguration?
 
     struct Response: Sendable {
         var head: HTTPClientResponse
@@ -40,6 +44,7 @@ struct HTTPTransport: Sendable {
         while true {
             var request = HTTPClientRequest(url: current.absoluteString)
             request.method = .GET
+            if current.scheme?.lowercased() == "https" { request.tlsConfiguration = tls }
             request.headers.add(name: "User-Agent", value: userAgent)
             request.headers.add(name: "Accept", value: "*/*")
             for field in extra {

@@ -224,7 +224,9 @@ extension NetworkFailure {
         switch kind {
         case .hostNotFound: "Check the host name in the URL"
         case .connectionRefused: "Check the URL's port, and that the server is running"
-        case .certificateUntrusted, .certificateNameMismatch:
+        case .certificateNameMismatch:
+            "Use a name the certificate is for in the URL; --insecure skips the check"
+        case .certificateUntrusted:
             "If the server uses a private authority, give its certificate with --cacert FILE (or SSL_CERT_FILE); --insecure skips the check"
         case .tlsHandshake: "Check that the URL's scheme and port are right (https on a port that speaks TLS)"
         case .proxyFailed: "Check the proxy (--proxy, http_proxy, https_proxy) and that it allows this host"

@@ -41,6 +41,8 @@ final class Transfer {
     private let limiter: RateLimiter
     var logger: Logger
     var part: PartFile?
+    /// The environment's transport with this task's TLS configuration, once loaded.
+    private var transport: HTTPTransport
     /// False when the server never gave the length and its end could not be confirmed.
     var lengthConfirmed = true
     /// Set once the server answered a range request with the same file whole: it will not
@@ -64,6 +66,7 @@ final class Transfer {
         self.progress = progress
         self.control = control
         self.limiter = limiter
+        self.transport = environment.transport
         var logger = environment.logger
         logger[metadataKey: "haul.task"] = "\(task.id)"
         self.logger = logger
@@ -95,6 +98,8 @@ final class Transfer {
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try await openPart() }
+            // The files TLS options name are read at each start: a daemon sees them as they are now.
+            if !task.tls.isDefault { transport.tls = try await task.tls.configuration() }
             try await record(.running)
             progress.update {
                 $0.fileName = task.fileName
@@ -216,7 +221,7 @@ final class Transfer {
                     return
                 }
                 progress.update { [offset = segments[0].committed] in $0.bytesReceived = offset }
-                let response = try await environment.transport.get(
+                let response = try await transport.get(
                     url,
                     headers: requestHeaders,
                     range: opening.range,
@@ -321,7 +326,7 @@ final class Transfer {
         let worker = SegmentWorker(
             plan: plan,
             part: part,
-            transport: environment.transport,
+            transport: transport,
             url: url,
             headers: requestHeaders,
             rules: rules,

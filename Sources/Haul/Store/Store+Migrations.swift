@@ -116,6 +116,12 @@ extension Store {
                     """
             )
         }
+        migrator.registerMigration("v9: TLS options per task") { db in
+            try db.alter(table: "task") { t in
+                // A JSON object (TLSOptions); NULL for the defaults.
+                t.add(column: "tls", .text)
+            }
+        }
         return migrator
     }
 }

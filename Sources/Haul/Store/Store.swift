@@ -131,6 +131,7 @@ public final class Store: Sendable {
         var connections: Int?
         var minSplitSize: Int64?
         var rateLimit: Int64?
+        var tls: TLSOptions
     }
 
     /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
@@ -171,15 +172,17 @@ public final class Store: Sendable {
                     existing.connections = reAdd.connections
                     existing.minSplitSize = reAdd.minSplitSize
                     existing.rateLimit = reAdd.rateLimit
+                    existing.tls = reAdd.tls
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
-                                connections = ?, minSplitSize = ?, rateLimit = ?, updatedAt = ? WHERE id = ?
+                                connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, updatedAt = ? WHERE id = ?
                             """,
                         arguments: [
                             reAdd.background, reAdd.session, try TaskRecord.text(of: reAdd.requestHeaders),
                             reAdd.checksum?.description, reAdd.overwrite,
-                            reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, StoreDate.now, existing.id,
+                            reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, try TaskRecord.text(of: reAdd.tls),
+                            StoreDate.now, existing.id,
                         ]
                     )
                     return (existing, try Store.segments(db, of: existing), false)

@@ -63,6 +63,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var partPath: String?
     /// The part file's `device:inode` when it was created.
     var partIdentity: String?
+    /// Whom the download trusts over TLS (a JSON object in its column; NULL for the defaults).
+    var tls = TLSOptions()
 
     enum Columns {
         static let id = Column("id")
@@ -92,6 +94,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let rateLimit = Column("rateLimit")
         static let partPath = Column("partPath")
         static let partIdentity = Column("partIdentity")
+        static let tls = Column("tls")
     }
 
     var destinationPath: String? {
@@ -142,6 +145,7 @@ extension TaskRecord {
         rateLimit = try reader.value(Columns.rateLimit)
         partPath = try reader.value(Columns.partPath)
         partIdentity = try reader.value(Columns.partIdentity)
+        tls = try reader.tls(Columns.tls)
     }
 
     func encode(to container: inout PersistenceContainer) throws {
@@ -172,6 +176,16 @@ extension TaskRecord {
         container[Columns.rateLimit] = rateLimit
         container[Columns.partPath] = partPath
         container[Columns.partIdentity] = partIdentity
+        container[Columns.tls] = try TaskRecord.text(of: tls)
+    }
+
+    /// TLS options as their column holds them: NULL for the defaults, else a JSON object
+    /// with sorted keys.
+    static func text(of tls: TLSOptions) throws -> String? {
+        if tls.isDefault { return nil }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: try encoder.encode(tls), as: UTF8.self)
     }
 
     /// The request headers as their column holds them: a JSON array of `{"name", "value"}`,
@@ -239,6 +253,17 @@ extension TaskRecord {
                 } catch {
                     throw unreadable(column, "is not a checksum")
                 }
+            }
+        }
+
+        func tls(_ column: Column) throws -> TLSOptions {
+            guard let text: String = try value(column) else { return TLSOptions() }
+            do {
+                let options = try JSONDecoder().decode(TLSOptions.self, from: Data(text.utf8))
+                try options.validate()
+                return options
+            } catch {
+                throw unreadable(column, "is not a set of TLS options")
             }
         }
 

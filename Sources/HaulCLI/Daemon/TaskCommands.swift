@@ -102,6 +102,7 @@ extension HaulCommand {
                 try DownloadRequest.validateSession(session)
                 try DownloadManager.validatePriority(priority)
                 let requests = try downloads.requests(session: session)
+                downloads.connection.warnIfInsecure()
                 let added = try await client.add(requests, priority: priority)
                 if json {
                     print(try DaemonOutput.json(added))

@@ -68,6 +68,8 @@ final class APIRoutes {
 /// `/v1/tasks…`: list, add, look at, limit and stop downloads.
 struct TaskRoutes {
     let core: DaemonCore
+    /// The daemon's `SSL_CERT_FILE` and `SSL_CERT_DIR`, read once.
+    static let environmentTLS = TLSOptions.fromEnvironment()
 
     func register(on routes: APIRoutes) {
         routes.get("tasks") { request, _ in
@@ -83,7 +85,9 @@ struct TaskRoutes {
             // All or nothing: every download is checked before any is added.
             let requests = try body.downloads.enumerated().map { index, download in
                 do {
-                    let request = try download.request()
+                    var request = try download.request()
+                    // Without its own, a download trusts what the daemon's environment says.
+                    if download.tls == nil { request.tls = TaskRoutes.environmentTLS }
                     try request.validate()
                     return request
                 } catch var error as HaulError {

@@ -61,6 +61,27 @@ struct TaskRecordTests {
         }
     }
 
+    @Test("TLS options are stored as a JSON object, NULL for the defaults, and read back the same")
+    func tlsRoundTrip() async throws {
+        try await withStore { store, record, raw in
+            let defaults = try await raw.read { db in try Row.fetchOne(db, sql: "SELECT tls FROM task") }
+            #expect(try #require(defaults)["tls"] as String? == nil)
+            let options = TLSOptions(certificateAuthorities: "/etc/ca.pem", verifiesCertificates: false)
+            var changed = record
+            changed.tls = options
+            try await store.adopt(
+                changed,
+                segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: nil, committed: 0)]
+            )
+            #expect(try await store.task(id: record.id)?.tls == options)
+            let text = try await raw.read { db in try Row.fetchOne(db, sql: "SELECT tls FROM task") }
+            #expect(
+                try #require(text)["tls"] as String?
+                    == #"{"certificateAuthorities":"/etc/ca.pem","verifiesCertificates":false}"#
+            )
+        }
+    }
+
     @Test(
         "a row Haul did not write is an error naming the task and the column, never a crash or a dropped value",
         arguments: [
@@ -70,6 +91,8 @@ struct TaskRecordTests {
             ("url", "'http://[not-a-host'", "its url is not a URL"),
             ("queueOrder", "'many'", "its queueOrder holds a value of the wrong type"),
             ("createdAt", "'yesterday'", "its createdAt is not a date"),
+            ("tls", "'{\"certificateAuthorities\": 7}'", "its tls is not a set of TLS options"),
+            ("tls", "'{\"certificateAuthorities\": \"relative/ca.pem\"}'", "its tls is not a set of TLS options"),
         ]
     )
     func unreadableRow(column: String, value: String, complaint: String) async throws {

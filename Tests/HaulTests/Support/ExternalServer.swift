@@ -7,6 +7,8 @@ final class ExternalServer: Sendable {
     let port: Int
     let root: String
     let directory: TemporaryDirectory
+    /// `http`, or `https` for a server started with TLS.
+    let scheme: String
     private let process: Process
 
     /// Whether the tests run in CI, where a missing server is a failure rather than a skip.
@@ -30,7 +32,8 @@ final class ExternalServer: Sendable {
     /// Where Debian keeps Apache's loadable modules.
     static let apacheModules = "/usr/lib/apache2/modules"
 
-    private init(process: Process, port: Int, root: String, directory: TemporaryDirectory) {
+    private init(process: Process, port: Int, root: String, directory: TemporaryDirectory, scheme: String) {
+        self.scheme = scheme
         self.process = process
         self.port = port
         self.root = root
@@ -52,7 +55,7 @@ final class ExternalServer: Sendable {
         }
     }
 
-    func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)\(path)")! }
+    func url(_ path: String) -> URL { URL(string: "\(scheme)://127.0.0.1:\(port)\(path)")! }
 
     func stop() async {
         kill(process.processIdentifier, SIGTERM)
@@ -64,13 +67,32 @@ final class ExternalServer: Sendable {
 
     /// nginx with one plain location and `/slow/` limited to `slowRate` per connection. Its
     /// access log records the Range and If-Range each request carried.
-    static func startNginx(slowRate: String = "4m") async throws -> ExternalServer {
+    ///
+    /// With `tls`, it speaks only TLS with `pki`'s server certificate, and asks for a client
+    /// certificate signed by `pki`'s authority: `/mtls/` answers 403 without one.
+    static func startNginx(slowRate: String = "4m", tls pki: TestPKI? = nil) async throws -> ExternalServer {
         let nginx = try #require(ExternalServer.nginx, "nginx is not installed (apt-get install nginx-light)")
         let directory = try TemporaryDirectory()
         let root = try directory.directory("www")
         _ = try directory.directory("temp")
         let port = try freePort()
         let user = getuid() == 0 ? "user root;" : ""
+        var tlsDirectives = ""
+        var mutualLocation = ""
+        if let pki {
+            tlsDirectives = """
+                ssl_certificate \(pki.serverCertificate);
+                        ssl_certificate_key \(pki.serverKey);
+                        ssl_client_certificate \(pki.caCertificate);
+                        ssl_verify_client optional;
+                """
+            mutualLocation = """
+                location /mtls/ {
+                            alias \(root)/;
+                            if ($ssl_client_verify != SUCCESS) { return 403; }
+                        }
+                """
+        }
         let config = """
             \(user)
             worker_processes 1;
@@ -88,9 +110,11 @@ final class ExternalServer: Sendable {
                 scgi_temp_path \(directory.file("temp"));
                 types { application/octet-stream bin; }
                 server {
-                    listen 127.0.0.1:\(port);
+                    listen 127.0.0.1:\(port)\(pki == nil ? "" : " ssl");
+                    \(tlsDirectives)
                     root \(root);
                     location /slow/ { alias \(root)/; limit_rate \(slowRate); }
+                    \(mutualLocation)
                 }
             }
             """
@@ -100,7 +124,8 @@ final class ExternalServer: Sendable {
             ["-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log")],
             port: port,
             root: root,
-            directory: directory
+            directory: directory,
+            scheme: pki == nil ? "http" : "https"
         )
     }
 
@@ -226,7 +251,8 @@ final class ExternalServer: Sendable {
         _ arguments: [String],
         port: Int,
         root: String,
-        directory: TemporaryDirectory
+        directory: TemporaryDirectory,
+        scheme: String = "http"
     ) async throws -> ExternalServer {
         let process = Process()
         // Through `env --default-signal`: a disposition of SIG_IGN survives exec, and this
@@ -238,7 +264,7 @@ final class ExternalServer: Sendable {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let server = ExternalServer(process: process, port: port, root: root, directory: directory)
+        let server = ExternalServer(process: process, port: port, root: root, directory: directory, scheme: scheme)
         try await server.waitUntilListening()
         return server
     }
