@@ -2,9 +2,24 @@ import ArgumentParser
 import Foundation
 import Haul
 
-/// How downloads reach their servers: TLS trust and identity. `haul get` and `haul add`
-/// share them; the names and the environment variables are curl's.
+/// How downloads reach their servers: proxies, TLS trust and identity. `haul get` and
+/// `haul add` share them; the names and the environment variables are curl's.
 struct ConnectionOptions: ParsableArguments {
+    @Option(
+        name: .customLong("proxy"),
+        help: ArgumentHelp(
+            "Send requests through this proxy: http://[user:password@]host[:port], socks5:// or socks5h:// ('' for none).",
+            discussion: "Without it: http_proxy, https_proxy, all_proxy (as curl reads them)."
+        )
+    )
+    var proxy: String?
+
+    @Option(
+        name: .customLong("noproxy"),
+        help: "Reach these hosts directly: a comma-separated list of domains, IPs, CIDR blocks, or * (also: no_proxy)."
+    )
+    var noProxy: String?
+
     @Option(
         name: .customLong("cacert"),
         help: "Trust the certificate authorities in this PEM file instead of the system's (also: SSL_CERT_FILE)."
@@ -38,6 +53,20 @@ struct ConnectionOptions: ParsableArguments {
         options.clientCertificate = clientCertificate.map(Destination.absolute)
         options.clientKey = clientKey.map(Destination.absolute)
         return options
+    }
+
+    /// The proxies these flags and the environment give: `--proxy` replaces every variable's
+    /// proxy (an empty one means none), `--noproxy` replaces `no_proxy`.
+    func proxies(environment: [String: String] = ProcessInfo.processInfo.environment) -> ProxySettings {
+        var settings = ProxySettings.fromEnvironment(environment)
+        if let proxy {
+            let given = proxy.trimmingCharacters(in: .whitespaces)
+            settings.http = given.isEmpty ? nil : given
+            settings.https = settings.http
+            settings.all = settings.http
+        }
+        if let noProxy { settings.noProxy = ProxySettings.list(noProxy) }
+        return settings
     }
 
     /// Says on stderr, once per run, what `--insecure` gives up.

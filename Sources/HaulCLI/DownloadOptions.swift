@@ -71,6 +71,7 @@ struct DownloadOptions: ParsableArguments {
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))
         let tls = connection.tls()
+        let proxy = connection.proxies()
         func request(
             _ text: String,
             out: String?,
@@ -106,7 +107,8 @@ struct DownloadOptions: ParsableArguments {
                 connections: connections,
                 minSplitSize: minSplit?.bytes,
                 rateLimit: limitRate?.bytes,
-                tls: tls
+                tls: tls,
+                proxy: proxy
             )
         }
         var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }

@@ -38,6 +38,9 @@ public enum API {
             /// Whom the download trusts over TLS (paths as the daemon sees them); absent for the
             /// daemon's defaults (the system's authorities, or its `SSL_CERT_FILE`/`SSL_CERT_DIR`).
             public var tls: TLSOptions?
+            /// The proxies; absent for the daemon's own (its `http_proxy`, `https_proxy`,
+            /// `all_proxy`, `no_proxy`). `{}` for none.
+            public var proxy: ProxySettings?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -51,6 +54,7 @@ public enum API {
                 minSplitSize = request.minSplitSize
                 rateLimit = request.rateLimit
                 tls = request.tls.isDefault ? nil : request.tls
+                proxy = request.proxy
             }
 
             /// The request it describes.
@@ -74,7 +78,8 @@ public enum API {
                     connections: connections,
                     minSplitSize: minSplitSize,
                     rateLimit: rateLimit,
-                    tls: tls ?? TLSOptions()
+                    tls: tls ?? TLSOptions(),
+                    proxy: proxy ?? .direct
                 )
             }
         }

@@ -121,6 +121,9 @@ public struct DownloadRequest: Sendable {
     /// Whom the download trusts over TLS and how it identifies itself; the system's
     /// authorities by default.
     public var tls: TLSOptions
+    /// The proxies the download's requests go through; direct by default (the environment's
+    /// `http_proxy` and friends only when asked: ``ProxySettings/fromEnvironment(_:)``).
+    public var proxy: ProxySettings
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"
@@ -135,9 +138,11 @@ public struct DownloadRequest: Sendable {
         connections: Int? = nil,
         minSplitSize: Int64? = nil,
         rateLimit: Int64? = nil,
-        tls: TLSOptions = TLSOptions()
+        tls: TLSOptions = TLSOptions(),
+        proxy: ProxySettings = .direct
     ) {
         self.tls = tls
+        self.proxy = proxy
         self.url = url
         self.destination = destination
         self.headers = headers
@@ -197,6 +202,7 @@ public struct DownloadRequest: Sendable {
         try validateTuning()
         for header in headers { try header.validate() }
         try tls.validate()
+        try proxy.validate()
         try FileOps.checkWritableDirectory(destination.directory)
         if let name = destination.fileName, !FileNaming.isPlainName(name) {
             throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: destination.directory)

@@ -103,7 +103,7 @@ public final class Downloader: Sendable {
 
     /// The store this downloader records into.
     public let store: Store
-    private let client: HTTPClient
+    private let clients: ClientPool
     private let configuration: Configuration
     private let overallLimiter: RateLimiter
 
@@ -126,7 +126,7 @@ public final class Downloader: Sendable {
             connect: .nanoseconds(Int64(configuration.connectTimeout.nanoseconds)),
             read: .nanoseconds(Int64(configuration.readTimeout.nanoseconds))
         )
-        self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: http)
+        self.clients = ClientPool(configuration: http)
         self.configuration = configuration
         self.overallLimiter = RateLimiter(bytesPerSecond: configuration.overallRateLimit)
     }
@@ -158,7 +158,7 @@ public final class Downloader: Sendable {
 
     /// Closes the HTTP client. Running downloads fail with a connection error.
     public func shutdown() async throws {
-        try await client.shutdown()
+        try await clients.shutdown()
     }
 
     /// Starts (or continues) downloading `request.url`.
@@ -211,6 +211,7 @@ public final class Downloader: Sendable {
                 now: now
             )
             record.tls = request.tls
+            record.proxy = request.proxy
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,
@@ -221,7 +222,8 @@ public final class Downloader: Sendable {
                 connections: request.connections,
                 minSplitSize: request.minSplitSize,
                 rateLimit: request.rateLimit,
-                tls: request.tls
+                tls: request.tls,
+                proxy: request.proxy
             )
             return (record, reAdd)
         }
@@ -316,7 +318,7 @@ public final class Downloader: Sendable {
     var environment: TransferEnvironment {
         TransferEnvironment(
             transport: HTTPTransport(
-                client: client,
+                clients: clients,
                 maxRedirects: configuration.maxRedirects,
                 userAgent: configuration.userAgent,
                 connectTimeout: configuration.connectTimeout,

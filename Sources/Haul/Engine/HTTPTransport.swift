@@ -7,9 +7,9 @@ import NIOSSL
 
 /// Sends GET requests through AsyncHTTPClient and follows redirects itself, so that every
 /// hop is checked: at most `maxRedirects`, only to http(s), credentials dropped when the
-/// host changes.
+/// host changes, and the proxy chosen afresh for each hop's URL.
 struct HTTPTransport: Sendable {
-    let client: HTTPClient
+    let clients: ClientPool
     let maxRedirects: Int
     let userAgent: String
     /// The timeouts the client was built with, to say them in errors.
@@ -18,10 +18,14 @@ struct HTTPTransport: Sendable {
     /// The TLS configuration for https hops, from the task's ``TLSOptions``; nil for the
     /// client's default (the system's authorities, every certificate checked).
     var tls: TLSConfiguration?
+    /// The task's proxies; direct by default.
+    var proxies = ProxySettings.direct
 
     struct Response: Sendable {
         var head: HTTPClientResponse
         var url: URL
+        /// The proxy the response came through, if any.
+        var proxy: ProxyEndpoint?
         var status: Int { Int(head.status.code) }
         var headers: HTTPHeaders { head.headers }
     }
@@ -59,17 +63,39 @@ struct HTTPTransport: Sendable {
             if let range { request.headers.add(name: "Range", value: range) }
             if let ifRange { request.headers.add(name: "If-Range", value: ifRange) }
 
-            logger.debug("GET", metadata: ["url": "\(Redaction.url(current))", "range": "\(range ?? "-")"])
+            let proxy = try proxies.endpoint(for: current)
+            logger.debug(
+                "GET",
+                metadata: [
+                    "url": "\(Redaction.url(current))", "range": "\(range ?? "-")",
+                    "proxy": "\(proxy?.endpoint ?? "none")",
+                ]
+            )
             let head: HTTPClientResponse
             do {
-                head = try await client.execute(request, deadline: .distantFuture, logger: logger)
+                if let proxy, proxy.kind == .http, current.scheme?.lowercased() == "http" {
+                    head = try await ProxyForwarding.get(
+                        current,
+                        headers: request.headers,
+                        through: proxy,
+                        connectTimeout: connectTimeout,
+                        readTimeout: readTimeout
+                    )
+                } else {
+                    head = try await clients.client(through: proxy)
+                        .execute(request, deadline: .distantFuture, logger: logger)
+                }
             } catch {
-                throw connectionError(error, url: current)
+                throw connectionError(error, url: current, proxy: proxy)
             }
             let status = Int(head.status.code)
+            if status == 407, let proxy {
+                await HTTPTransport.discard(head.body)
+                throw HTTPTransport.proxyError(.proxyAuthenticationRequired, proxy: proxy, url: current)
+            }
             guard HTTPTransport.redirectStatuses.contains(status), let location = head.headers.first(name: "Location")
             else {
-                return Response(head: head, url: current)
+                return Response(head: head, url: current, proxy: proxy)
             }
             await HTTPTransport.discard(head.body)
             hops += 1
@@ -123,22 +149,44 @@ struct HTTPTransport: Sendable {
                 status: response.status
             )
         }
-        return HaulError.httpStatus(
+        var error = HaulError.httpStatus(
             response.status,
             reason: response.head.status.reasonPhrase,
             url: response.url,
             retryAfter: RetryPolicy.parseRetryAfter(response.headers.first(name: "Retry-After"))
         )
+        if response.status == 401, let proxy = response.proxy {
+            // Some proxies (tinyproxy) answer wrong credentials with 401 rather than 407.
+            error.hint =
+                "Check the URL's credentials, and the proxy's (USER:PASSWORD before the host in --proxy): the proxy \(proxy.endpoint) may have answered"
+        }
+        return error
     }
 
     /// Wraps a transport failure as a ``HaulError`` saying what happened in words (the
     /// host, the cause, what to do), never as a library type; retryable only when trying
     /// again can help (``NetworkFailure/isTransient``).
-    func connectionError(_ error: any Error, url: URL) -> HaulError {
+    func connectionError(_ error: any Error, url: URL, proxy: ProxyEndpoint? = nil) -> HaulError {
         if let error = error as? HaulError { return error }
         let host = url.host ?? "the server"
         let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
-        guard let failure = NetworkFailure(error, host: host, port: port) else {
+        let failure = NetworkFailure(error, host: host, port: port)
+        if let proxy, let reaching = NetworkFailure(error, host: proxy.host, port: proxy.port) {
+            switch reaching.kind {
+            case .hostNotFound, .nameServerUnavailable, .connectionRefused, .unreachable, .connectTimeout:
+                // The connection that failed is the one to the proxy.
+                var error = connectionError(error, url: url)
+                let reason = reaching.message(connectTimeout: connectTimeout, readTimeout: readTimeout)
+                error.message = "The proxy failed: " + reason.prefix(1).lowercased() + reason.dropFirst()
+                error.hint = "Check the proxy (--proxy, http_proxy, https_proxy) and that it runs"
+                error.network = reaching
+                return error
+            case .proxyAuthenticationRequired, .proxyFailed:
+                return HTTPTransport.proxyError(reaching.kind, proxy: proxy, url: url)
+            default: break
+            }
+        }
+        guard let failure else {
             return HaulError(.connection, "Connection failed for \(url.absoluteString)", url: url)
         }
         let code: HaulError.Code
@@ -156,6 +204,23 @@ struct HTTPTransport: Sendable {
         )
         haulError.network = failure
         return haulError
+    }
+
+    /// A proxy that refused to carry the request, or wants credentials it was not given.
+    static func proxyError(_ kind: NetworkFailure.Kind, proxy: ProxyEndpoint, url: URL) -> HaulError {
+        let wantsCredentials = kind == .proxyAuthenticationRequired
+        var error = HaulError(
+            .proxy,
+            wantsCredentials
+                ? "The proxy \(proxy.endpoint) refused the request for \(url.host ?? "the server"): it wants valid credentials (HTTP 407)"
+                : "The proxy \(proxy.endpoint) refused to connect to \(url.host ?? "the server") (it answered CONNECT with an error)",
+            url: url,
+            hint: wantsCredentials
+                ? "Give the proxy's user name and password: USER:PASSWORD before the host in --proxy or http_proxy"
+                : "Check that the proxy allows this host and port, or bypass it with --noproxy"
+        )
+        error.network = NetworkFailure(kind: kind, endpoint: proxy.endpoint)
+        return error
     }
 
     /// Whether a transport failure is a connect or read timeout.

@@ -34,7 +34,7 @@ public struct NetworkFailure: Sendable, Hashable {
         case certificateNameMismatch
         /// The TLS handshake failed for another reason (a protocol mismatch, say).
         case tlsHandshake
-        /// The proxy refused or failed the request.
+        /// The proxy refused to carry the request (it answered `CONNECT` with an error).
         case proxyFailed
         /// The proxy wants credentials it was not given, or refused the ones it was given.
         case proxyAuthenticationRequired
@@ -54,10 +54,10 @@ public struct NetworkFailure: Sendable, Hashable {
     public var isTransient: Bool {
         switch kind {
         case .hostNotFound, .certificateUntrusted, .certificateNameMismatch, .tlsHandshake,
-            .proxyAuthenticationRequired:
+            .proxyAuthenticationRequired, .proxyFailed:
             false
         case .nameServerUnavailable, .connectionRefused, .unreachable, .connectTimeout, .readTimeout,
-            .connectionReset, .closedEarly, .proxyFailed, .other:
+            .connectionReset, .closedEarly, .other:
             true
         }
     }
@@ -144,11 +144,12 @@ public struct NetworkFailure: Sendable, Hashable {
         }
         if let error = error as? HTTPClientError {
             switch error {
-            case .connectTimeout, .tlsHandshakeTimeout: self.init(kind: .connectTimeout, endpoint: endpoint)
+            case .connectTimeout, .tlsHandshakeTimeout, .httpProxyHandshakeTimeout, .socksHandshakeTimeout:
+                self.init(kind: .connectTimeout, endpoint: endpoint)
             case .readTimeout: self.init(kind: .readTimeout, endpoint: endpoint)
             case .remoteConnectionClosed: self.init(kind: .closedEarly, endpoint: endpoint)
             case .proxyAuthenticationRequired: self.init(kind: .proxyAuthenticationRequired, endpoint: endpoint)
-            case .invalidProxyResponse, .httpProxyHandshakeTimeout, .socksHandshakeTimeout:
+            case .invalidProxyResponse:
                 self.init(kind: .proxyFailed, endpoint: endpoint, detail: NetworkFailure.words(error))
             default: self.init(kind: .other, endpoint: endpoint, detail: NetworkFailure.words(error))
             }

@@ -100,6 +100,7 @@ final class Transfer {
             if task.destinationPath != nil { _ = try await openPart() }
             // The files TLS options name are read at each start: a daemon sees them as they are now.
             if !task.tls.isDefault { transport.tls = try await task.tls.configuration() }
+            transport.proxies = task.proxy
             try await record(.running)
             progress.update {
                 $0.fileName = task.fileName

@@ -122,6 +122,12 @@ extension Store {
                 t.add(column: "tls", .text)
             }
         }
+        migrator.registerMigration("v10: proxies per task") { db in
+            try db.alter(table: "task") { t in
+                // A JSON object (ProxySettings); NULL for none.
+                t.add(column: "proxy", .text)
+            }
+        }
         return migrator
     }
 }

@@ -132,6 +132,7 @@ public final class Store: Sendable {
         var minSplitSize: Int64?
         var rateLimit: Int64?
         var tls: TLSOptions
+        var proxy: ProxySettings
     }
 
     /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
@@ -173,15 +174,18 @@ public final class Store: Sendable {
                     existing.minSplitSize = reAdd.minSplitSize
                     existing.rateLimit = reAdd.rateLimit
                     existing.tls = reAdd.tls
+                    existing.proxy = reAdd.proxy
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
-                                connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, updatedAt = ? WHERE id = ?
+                                connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?, updatedAt = ?
+                            WHERE id = ?
                             """,
                         arguments: [
                             reAdd.background, reAdd.session, try TaskRecord.text(of: reAdd.requestHeaders),
                             reAdd.checksum?.description, reAdd.overwrite,
                             reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, try TaskRecord.text(of: reAdd.tls),
+                            try TaskRecord.text(of: reAdd.proxy),
                             StoreDate.now, existing.id,
                         ]
                     )

@@ -65,6 +65,9 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var partIdentity: String?
     /// Whom the download trusts over TLS (a JSON object in its column; NULL for the defaults).
     var tls = TLSOptions()
+    /// The proxies (a JSON object in its column; NULL for none). It may hold proxy
+    /// credentials, as the URL may: the store is private to its user.
+    var proxy = ProxySettings.direct
 
     enum Columns {
         static let id = Column("id")
@@ -95,6 +98,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let partPath = Column("partPath")
         static let partIdentity = Column("partIdentity")
         static let tls = Column("tls")
+        static let proxy = Column("proxy")
     }
 
     var destinationPath: String? {
@@ -146,6 +150,7 @@ extension TaskRecord {
         partPath = try reader.value(Columns.partPath)
         partIdentity = try reader.value(Columns.partIdentity)
         tls = try reader.tls(Columns.tls)
+        proxy = try reader.proxy(Columns.proxy)
     }
 
     func encode(to container: inout PersistenceContainer) throws {
@@ -177,15 +182,24 @@ extension TaskRecord {
         container[Columns.partPath] = partPath
         container[Columns.partIdentity] = partIdentity
         container[Columns.tls] = try TaskRecord.text(of: tls)
+        container[Columns.proxy] = try TaskRecord.text(of: proxy)
     }
 
     /// TLS options as their column holds them: NULL for the defaults, else a JSON object
     /// with sorted keys.
     static func text(of tls: TLSOptions) throws -> String? {
-        if tls.isDefault { return nil }
+        tls.isDefault ? nil : try json(tls)
+    }
+
+    /// Proxy settings as their column holds them: NULL for none, else a JSON object.
+    static func text(of proxy: ProxySettings) throws -> String? {
+        proxy == .direct ? nil : try json(proxy)
+    }
+
+    private static func json(_ value: some Encodable) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: try encoder.encode(tls), as: UTF8.self)
+        return String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
     /// The request headers as their column holds them: a JSON array of `{"name", "value"}`,
@@ -264,6 +278,17 @@ extension TaskRecord {
                 return options
             } catch {
                 throw unreadable(column, "is not a set of TLS options")
+            }
+        }
+
+        func proxy(_ column: Column) throws -> ProxySettings {
+            guard let text: String = try value(column) else { return .direct }
+            do {
+                let settings = try JSONDecoder().decode(ProxySettings.self, from: Data(text.utf8))
+                try settings.validate()
+                return settings
+            } catch {
+                throw unreadable(column, "is not a set of proxy settings")
             }
         }
 

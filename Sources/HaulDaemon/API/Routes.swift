@@ -70,6 +70,8 @@ struct TaskRoutes {
     let core: DaemonCore
     /// The daemon's `SSL_CERT_FILE` and `SSL_CERT_DIR`, read once.
     static let environmentTLS = TLSOptions.fromEnvironment()
+    /// The daemon's `http_proxy`, `https_proxy`, `all_proxy` and `no_proxy`, read once.
+    static let environmentProxy = ProxySettings.fromEnvironment()
 
     func register(on routes: APIRoutes) {
         routes.get("tasks") { request, _ in
@@ -88,6 +90,7 @@ struct TaskRoutes {
                     var request = try download.request()
                     // Without its own, a download trusts what the daemon's environment says.
                     if download.tls == nil { request.tls = TaskRoutes.environmentTLS }
+                    if download.proxy == nil { request.proxy = TaskRoutes.environmentProxy }
                     try request.validate()
                     return request
                 } catch var error as HaulError {

@@ -95,8 +95,8 @@ struct ConcurrentAddTests {
                     now: Date(timeIntervalSince1970: 1_000 + Double(index))
                 )
                 record.queueOrder = Int64(index + 1)
-                // The columns of that version only: later ones (tls) did not exist yet.
-                let values = try record.databaseDictionary.filter { $0.key != "tls" }
+                // The columns of that version only: later ones (tls, proxy) did not exist yet.
+                let values = try record.databaseDictionary.filter { !["tls", "proxy"].contains($0.key) }
                 let columns = values.keys.sorted()
                 try db.execute(
                     sql:

@@ -1,0 +1,50 @@
+import AsyncHTTPClient
+import Synchronization
+
+/// The HTTP clients of a downloader: one for direct connections and one per proxy that
+/// tunnels (`CONNECT`, SOCKS5), made when first needed. AsyncHTTPClient sets its proxy per
+/// client, and every hop of a redirect may choose another.
+final class ClientPool: Sendable {
+    let direct: HTTPClient
+    private let configuration: HTTPClient.Configuration
+    private let proxied = Mutex<[ProxyEndpoint: HTTPClient]>([:])
+
+    init(configuration: HTTPClient.Configuration) {
+        self.configuration = configuration
+        direct = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }
+
+    /// The client that reaches servers through `proxy` (nil: directly).
+    func client(through proxy: ProxyEndpoint?) -> HTTPClient {
+        guard let proxy else { return direct }
+        return proxied.withLock { clients in
+            if let client = clients[proxy] { return client }
+            var configuration = self.configuration
+            switch proxy.kind {
+            case .http:
+                configuration.proxy = .server(
+                    host: proxy.host,
+                    port: proxy.port,
+                    authorization: proxy.username.map {
+                        .basic(username: $0, password: proxy.password ?? "")
+                    }
+                )
+            case .socks5:
+                configuration.proxy = .socksServer(host: proxy.host, port: proxy.port)
+            }
+            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+            clients[proxy] = client
+            return client
+        }
+    }
+
+    /// Shuts every client down.
+    func shutdown() async throws {
+        let clients = proxied.withLock { clients in
+            defer { clients.removeAll() }
+            return Array(clients.values)
+        }
+        for client in clients { try? await client.shutdown() }
+        try await direct.shutdown()
+    }
+}
