@@ -21,6 +21,30 @@ struct ConnectionOptions: ParsableArguments {
     var noProxy: String?
 
     @Option(
+        name: [.customShort("u"), .customLong("user")],
+        help: "The user and password for the server, USER:PASSWORD (sent to the URL's host only)."
+    )
+    var user: String?
+
+    @Flag(name: .customLong("netrc"), help: "Look hosts up in ~/.netrc (or $NETRC) for their user and password.")
+    var netrc = false
+
+    @Option(name: .customLong("netrc-file"), help: "Look hosts up in this netrc file.")
+    var netrcFile: String?
+
+    @Option(
+        name: [.customShort("b"), .customLong("cookie")],
+        help: "Start with these cookies: a Netscape cookie file, or 'NAME=VALUE; NAME2=VALUE2'."
+    )
+    var cookie: String?
+
+    @Option(name: [.customShort("c"), .customLong("cookie-jar")], help: "Save the cookies to this file at the end.")
+    var cookieJar: String?
+
+    @Flag(name: .customLong("no-cookies"), help: "Neither keep nor send cookies servers set.")
+    var noCookies = false
+
+    @Option(
         name: .customLong("cacert"),
         help: "Trust the certificate authorities in this PEM file instead of the system's (also: SSL_CERT_FILE)."
     )
@@ -67,6 +91,31 @@ struct ConnectionOptions: ParsableArguments {
         }
         if let noProxy { settings.noProxy = ProxySettings.list(noProxy) }
         return settings
+    }
+
+    /// The credentials `-u`, `--netrc` and `--netrc-file` give.
+    func credentials(environment: [String: String] = ProcessInfo.processInfo.environment) -> Credentials {
+        var credentials = user.map(Credentials.init(userAndPassword:)) ?? .none
+        if let netrcFile {
+            credentials.netrcFile = Destination.absolute(netrcFile)
+        } else if netrc {
+            credentials.netrcFile = Credentials.defaultNetrcFile(environment)
+        }
+        return credentials
+    }
+
+    /// What to do with cookies: `-b` is a file unless it holds `=` and no such file exists.
+    func cookies() -> CookieOptions {
+        var options = CookieOptions(enabled: !noCookies)
+        if let cookie {
+            if cookie.contains("="), !FileManager.default.fileExists(atPath: cookie) {
+                options.header = cookie
+            } else {
+                options.load = Destination.absolute(cookie)
+            }
+        }
+        options.save = cookieJar.map(Destination.absolute)
+        return options
     }
 
     /// Says on stderr, once per run, what `--insecure` gives up.

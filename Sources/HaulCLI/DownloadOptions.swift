@@ -72,6 +72,8 @@ struct DownloadOptions: ParsableArguments {
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))
         let tls = connection.tls()
         let proxy = connection.proxies()
+        let credentials = connection.credentials()
+        let cookies = connection.cookies()
         func request(
             _ text: String,
             out: String?,
@@ -108,7 +110,9 @@ struct DownloadOptions: ParsableArguments {
                 minSplitSize: minSplit?.bytes,
                 rateLimit: limitRate?.bytes,
                 tls: tls,
-                proxy: proxy
+                proxy: proxy,
+                credentials: credentials,
+                cookies: cookies
             )
         }
         var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }

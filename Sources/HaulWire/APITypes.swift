@@ -41,6 +41,12 @@ public enum API {
             /// The proxies; absent for the daemon's own (its `http_proxy`, `https_proxy`,
             /// `all_proxy`, `no_proxy`). `{}` for none.
             public var proxy: ProxySettings?
+            /// The user and password (or a netrc file, as the daemon sees it) for the server.
+            /// Kept in the daemon's store; never in an answer or an event.
+            public var credentials: Credentials?
+            /// What the download does with cookies; absent for the defaults (kept across
+            /// its redirects, no files).
+            public var cookies: CookieOptions?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -55,6 +61,8 @@ public enum API {
                 rateLimit = request.rateLimit
                 tls = request.tls.isDefault ? nil : request.tls
                 proxy = request.proxy
+                credentials = request.credentials == .none ? nil : request.credentials
+                cookies = request.cookies == .standard ? nil : request.cookies
             }
 
             /// The request it describes.
@@ -79,7 +87,9 @@ public enum API {
                     minSplitSize: minSplitSize,
                     rateLimit: rateLimit,
                     tls: tls ?? TLSOptions(),
-                    proxy: proxy ?? .direct
+                    proxy: proxy ?? .direct,
+                    credentials: credentials ?? .none,
+                    cookies: cookies ?? .standard
                 )
             }
         }

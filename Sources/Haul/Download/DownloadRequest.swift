@@ -124,6 +124,10 @@ public struct DownloadRequest: Sendable {
     /// The proxies the download's requests go through; direct by default (the environment's
     /// `http_proxy` and friends only when asked: ``ProxySettings/fromEnvironment(_:)``).
     public var proxy: ProxySettings
+    /// The user and password (or netrc file) for the server; `user:password@` in the URL wins.
+    public var credentials: Credentials
+    /// What the download does with cookies: kept across its redirects by default.
+    public var cookies: CookieOptions
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"
@@ -139,8 +143,12 @@ public struct DownloadRequest: Sendable {
         minSplitSize: Int64? = nil,
         rateLimit: Int64? = nil,
         tls: TLSOptions = TLSOptions(),
-        proxy: ProxySettings = .direct
+        proxy: ProxySettings = .direct,
+        credentials: Credentials = .none,
+        cookies: CookieOptions = .standard
     ) {
+        self.credentials = credentials
+        self.cookies = cookies
         self.tls = tls
         self.proxy = proxy
         self.url = url
@@ -203,6 +211,8 @@ public struct DownloadRequest: Sendable {
         for header in headers { try header.validate() }
         try tls.validate()
         try proxy.validate()
+        try credentials.validate()
+        try cookies.validate()
         try FileOps.checkWritableDirectory(destination.directory)
         if let name = destination.fileName, !FileNaming.isPlainName(name) {
             throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: destination.directory)

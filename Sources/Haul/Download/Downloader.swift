@@ -212,6 +212,8 @@ public final class Downloader: Sendable {
             )
             record.tls = request.tls
             record.proxy = request.proxy
+            record.credentials = request.credentials
+            record.cookies = request.cookies
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,
@@ -223,7 +225,9 @@ public final class Downloader: Sendable {
                 minSplitSize: request.minSplitSize,
                 rateLimit: request.rateLimit,
                 tls: request.tls,
-                proxy: request.proxy
+                proxy: request.proxy,
+                credentials: request.credentials,
+                cookies: request.cookies
             )
             return (record, reAdd)
         }

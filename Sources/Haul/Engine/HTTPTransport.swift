@@ -20,6 +20,12 @@ struct HTTPTransport: Sendable {
     var tls: TLSConfiguration?
     /// The task's proxies; direct by default.
     var proxies = ProxySettings.direct
+    /// The user and password for the URL's own host (the URL's userinfo wins).
+    var credentials = Credentials.none
+    /// Credentials per host, from the task's netrc file.
+    var netrc: Netrc?
+    /// The download's cookies; nil when they are off.
+    var cookies: CookieJar?
 
     struct Response: Sendable {
         var head: HTTPClientResponse
@@ -45,8 +51,9 @@ struct HTTPTransport: Sendable {
         var current = url
         var extra = extra
         var hops = 0
+        let origin = HTTPTransport.origin(url)
         while true {
-            var request = HTTPClientRequest(url: current.absoluteString)
+            var request = HTTPClientRequest(url: HTTPTransport.withoutCredentials(current).absoluteString)
             request.method = .GET
             if current.scheme?.lowercased() == "https" { request.tlsConfiguration = tls }
             request.headers.add(name: "User-Agent", value: userAgent)
@@ -60,6 +67,15 @@ struct HTTPTransport: Sendable {
                 request.headers.add(name: field.name, value: field.value)
             }
             request.headers.replaceOrAdd(name: "Accept-Encoding", value: "identity")
+            if !request.headers.contains(name: "Authorization"),
+                let authorization = authorization(for: current, sameOrigin: HTTPTransport.origin(current) == origin)
+            {
+                request.headers.add(name: "Authorization", value: authorization)
+            }
+            if let jar = cookies?.header(for: current) {
+                let given = request.headers["Cookie"].joined(separator: "; ")
+                request.headers.replaceOrAdd(name: "Cookie", value: given.isEmpty ? jar : given + "; " + jar)
+            }
             if let range { request.headers.add(name: "Range", value: range) }
             if let ifRange { request.headers.add(name: "If-Range", value: ifRange) }
 
@@ -88,6 +104,7 @@ struct HTTPTransport: Sendable {
             } catch {
                 throw connectionError(error, url: current, proxy: proxy)
             }
+            cookies?.receive(head.headers["Set-Cookie"], from: current)
             let status = Int(head.status.code)
             if status == 407, let proxy {
                 await HTTPTransport.discard(head.body)
@@ -123,6 +140,41 @@ struct HTTPTransport: Sendable {
             logger.debug("redirect", metadata: ["status": "\(status)", "to": "\(Redaction.url(next))"])
             current = next
         }
+    }
+
+    /// Basic credentials for a request to `url`: the URL's own user and password, or the
+    /// request's, for the first host only; else the netrc file's entry for the host.
+    func authorization(for url: URL, sameOrigin: Bool) -> String? {
+        if sameOrigin {
+            if let user = url.user(percentEncoded: false), !user.isEmpty {
+                return Credentials.basic(user: user, password: url.password(percentEncoded: false) ?? "")
+            }
+            if let user = credentials.user {
+                return Credentials.basic(user: user, password: credentials.password ?? "")
+            }
+        }
+        if let host = url.host, let entry = netrc?.entry(for: host), let login = entry.login {
+            return Credentials.basic(user: login, password: entry.password ?? "")
+        }
+        return nil
+    }
+
+    /// The host and port (the scheme's default when none is given) that credentials from the
+    /// URL or the request belong to: a redirect to another host or port, or from http to
+    /// https (port 80 to 443), does not carry them.
+    static func origin(_ url: URL) -> String {
+        let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
+        return "\(url.host?.lowercased() ?? ""):\(port)"
+    }
+
+    /// `url` without `user:password@`: credentials go in a header, never on the wire in the URL.
+    static func withoutCredentials(_ url: URL) -> URL {
+        guard url.user != nil || url.password != nil,
+            var components = URLComponents(url: url, resolvingAgainstBaseURL: true)
+        else { return url }
+        components.user = nil
+        components.password = nil
+        return components.url ?? url
     }
 
     /// Reads and drops a small body (a redirect's), so the connection can be reused; gives up

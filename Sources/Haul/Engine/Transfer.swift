@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
 /// What a transfer needs from its downloader.
 struct TransferEnvironment: Sendable {
@@ -99,8 +100,7 @@ final class Transfer {
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try await openPart() }
             // The files TLS options name are read at each start: a daemon sees them as they are now.
-            if !task.tls.isDefault { transport.tls = try await task.tls.configuration() }
-            transport.proxies = task.proxy
+            try await prepareTransport()
             try await record(.running)
             progress.update {
                 $0.fileName = task.fileName
@@ -109,9 +109,41 @@ final class Transfer {
                 $0.resumedFrom = committedBytes > 0 ? committedBytes : nil
             }
             try await transferWithRetries()
-            return try await finish(started: started)
+            let result = try await finish(started: started)
+            await saveCookies()
+            return result
         } catch {
+            await saveCookies()
             throw await conclude(after: error)
+        }
+    }
+
+    /// The transport for this task: its TLS configuration, proxies, credentials and cookies.
+    /// The files they name are read at each start (on NIO's thread pool), so a daemon sees
+    /// them as they are now.
+    private func prepareTransport() async throws {
+        if !task.tls.isDefault { transport.tls = try await task.tls.configuration() }
+        transport.proxies = task.proxy
+        transport.credentials = task.credentials
+        let (credentials, cookies, url) = (task.credentials, task.cookies, task.url)
+        let (netrc, jar) = try await NIOThreadPool.singleton.runIfActive {
+            (
+                try credentials.netrcFile.map { try Netrc(file: $0) },
+                cookies.enabled ? try CookieJar.starting(with: cookies, url: url) : nil
+            )
+        }
+        transport.netrc = netrc
+        transport.cookies = jar
+    }
+
+    /// Writes the cookies the download ends with to the task's cookie jar file, if it has
+    /// one. A jar that cannot be written is logged, and does not undo the download.
+    private func saveCookies() async {
+        guard let path = task.cookies.save, let jar = transport.cookies else { return }
+        do {
+            try await NIOThreadPool.singleton.runIfActive { try jar.save(to: path) }
+        } catch {
+            logger.warning("the cookie jar was not saved", metadata: ["error": "\(error)"])
         }
     }
 

@@ -128,6 +128,13 @@ extension Store {
                 t.add(column: "proxy", .text)
             }
         }
+        migrator.registerMigration("v11: credentials and cookies per task") { db in
+            try db.alter(table: "task") { t in
+                // JSON objects (Credentials, CookieOptions); NULL for none and the defaults.
+                t.add(column: "credentials", .text)
+                t.add(column: "cookies", .text)
+            }
+        }
         return migrator
     }
 }

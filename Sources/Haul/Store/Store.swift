@@ -133,6 +133,8 @@ public final class Store: Sendable {
         var rateLimit: Int64?
         var tls: TLSOptions
         var proxy: ProxySettings
+        var credentials: Credentials
+        var cookies: CookieOptions
     }
 
     /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
@@ -175,10 +177,13 @@ public final class Store: Sendable {
                     existing.rateLimit = reAdd.rateLimit
                     existing.tls = reAdd.tls
                     existing.proxy = reAdd.proxy
+                    existing.credentials = reAdd.credentials
+                    existing.cookies = reAdd.cookies
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
-                                connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?, updatedAt = ?
+                                connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?,
+                                credentials = ?, cookies = ?, updatedAt = ?
                             WHERE id = ?
                             """,
                         arguments: [
@@ -186,6 +191,8 @@ public final class Store: Sendable {
                             reAdd.checksum?.description, reAdd.overwrite,
                             reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, try TaskRecord.text(of: reAdd.tls),
                             try TaskRecord.text(of: reAdd.proxy),
+                            reAdd.credentials == .none ? nil : try TaskRecord.json(reAdd.credentials),
+                            reAdd.cookies == .standard ? nil : try TaskRecord.json(reAdd.cookies),
                             StoreDate.now, existing.id,
                         ]
                     )

@@ -68,6 +68,10 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     /// The proxies (a JSON object in its column; NULL for none). It may hold proxy
     /// credentials, as the URL may: the store is private to its user.
     var proxy = ProxySettings.direct
+    /// The user, password and netrc file (a JSON object; NULL for none).
+    var credentials = Credentials.none
+    /// What the download does with cookies (a JSON object; NULL for the defaults).
+    var cookies = CookieOptions.standard
 
     enum Columns {
         static let id = Column("id")
@@ -99,6 +103,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let partIdentity = Column("partIdentity")
         static let tls = Column("tls")
         static let proxy = Column("proxy")
+        static let credentials = Column("credentials")
+        static let cookies = Column("cookies")
     }
 
     var destinationPath: String? {
@@ -151,6 +157,12 @@ extension TaskRecord {
         partIdentity = try reader.value(Columns.partIdentity)
         tls = try reader.tls(Columns.tls)
         proxy = try reader.proxy(Columns.proxy)
+        credentials = try reader.json(Columns.credentials, default: .none, what: "a set of credentials") {
+            try $0.validate()
+        }
+        cookies = try reader.json(Columns.cookies, default: .standard, what: "a set of cookie options") {
+            try $0.validate()
+        }
     }
 
     func encode(to container: inout PersistenceContainer) throws {
@@ -183,6 +195,8 @@ extension TaskRecord {
         container[Columns.partIdentity] = partIdentity
         container[Columns.tls] = try TaskRecord.text(of: tls)
         container[Columns.proxy] = try TaskRecord.text(of: proxy)
+        container[Columns.credentials] = credentials == .none ? nil : try TaskRecord.json(credentials)
+        container[Columns.cookies] = cookies == .standard ? nil : try TaskRecord.json(cookies)
     }
 
     /// TLS options as their column holds them: NULL for the defaults, else a JSON object
@@ -196,7 +210,7 @@ extension TaskRecord {
         proxy == .direct ? nil : try json(proxy)
     }
 
-    private static func json(_ value: some Encodable) throws -> String {
+    static func json(_ value: some Encodable) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: try encoder.encode(value), as: UTF8.self)
@@ -289,6 +303,22 @@ extension TaskRecord {
                 return settings
             } catch {
                 throw unreadable(column, "is not a set of proxy settings")
+            }
+        }
+
+        func json<Value: Decodable>(
+            _ column: Column,
+            default empty: Value,
+            what: String,
+            check: (Value) throws -> Void
+        ) throws -> Value {
+            guard let text: String = try value(column) else { return empty }
+            do {
+                let decoded = try JSONDecoder().decode(Value.self, from: Data(text.utf8))
+                try check(decoded)
+                return decoded
+            } catch {
+                throw unreadable(column, "is not \(what)")
             }
         }
 

@@ -65,8 +65,15 @@ final class ExternalServer: Sendable {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 
+    /// The user and password nginx's `/auth/` asks for (HTTP Basic).
+    static let basicUser = "haul"
+    static let basicPassword = "pa55-w0rd"
+
     /// nginx with one plain location and `/slow/` limited to `slowRate` per connection. Its
-    /// access log records the Range and If-Range each request carried.
+    /// access log records the Range and If-Range each request carried, the Basic user and
+    /// the cookies. `/auth/` asks for ``basicUser`` and ``basicPassword``; `/login` sets the
+    /// cookie `session=s3ssion` on a 302 to `/private/big.bin`, which answers 403 without it;
+    /// `/to-localhost-auth` redirects to `/auth/big.bin` on the host `localhost`.
     ///
     /// With `tls`, it speaks only TLS with `pki`'s server certificate, and asks for a client
     /// certificate signed by `pki`'s authority: `/mtls/` answers 403 without one.
@@ -101,7 +108,7 @@ final class ExternalServer: Sendable {
             error_log \(directory.file("error.log")) warn;
             events { worker_connections 64; }
             http {
-                log_format haul escape=none '$request_uri|$status|$http_range|$http_if_range|$body_bytes_sent';
+                log_format haul escape=none '$request_uri|$status|$http_range|$http_if_range|$body_bytes_sent|$remote_user|$http_cookie';
                 access_log \(directory.file("access.log")) haul;
                 client_body_temp_path \(directory.file("temp"));
                 proxy_temp_path \(directory.file("temp"));
@@ -114,11 +121,20 @@ final class ExternalServer: Sendable {
                     \(tlsDirectives)
                     root \(root);
                     location /slow/ { alias \(root)/; limit_rate \(slowRate); }
+                    location /auth/ { alias \(root)/; auth_basic "haul"; auth_basic_user_file \(directory.file("htpasswd")); }
+                    location = /login { add_header Set-Cookie "session=s3ssion; Path=/"; return 302 /private/big.bin; }
+                    location /private/ { alias \(root)/; if ($cookie_session != "s3ssion") { return 403; } }
+                    location = /to-localhost-auth { return 302 \(pki == nil ? "http" : "https")://localhost:\(port)/auth/big.bin; }
                     \(mutualLocation)
                 }
             }
             """
         try config.write(toFile: directory.file("nginx.conf"), atomically: true, encoding: .utf8)
+        try "\(ExternalServer.basicUser):{PLAIN}\(ExternalServer.basicPassword)\n".write(
+            toFile: directory.file("htpasswd"),
+            atomically: true,
+            encoding: .utf8
+        )
         return try await launch(
             nginx,
             ["-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log")],
