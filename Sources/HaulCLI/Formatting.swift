@@ -67,3 +67,29 @@ struct ByteCount: ExpressibleByArgument, Equatable {
 
     static var defaultValueDescription: String { "a size such as 500K, 10M or 1G" }
 }
+
+/// A length of time typed on the command line: `90s`, `10m`, `24h`, `2d`, or plain seconds.
+struct SpokenDuration: ExpressibleByArgument, Equatable {
+    var seconds: Int64
+
+    init?(argument: String) {
+        var text = argument.trimmingCharacters(in: .whitespaces).lowercased()
+        var unit: Int64 = 1
+        if let last = text.last, let scale = ["s": 1, "m": 60, "h": 3600, "d": 86400][String(last)] {
+            unit = Int64(scale)
+            text.removeLast()
+        }
+        guard let value = Int64(text), value > 0, value <= Int64.max / unit else { return nil }
+        seconds = value * unit
+    }
+
+    /// `1d`, `24h` → `1d`; `5400` → `90m`: the largest unit that divides it.
+    static func text(_ seconds: Int64) -> String {
+        for (unit, name) in [(Int64(86400), "d"), (3600, "h"), (60, "m")] where seconds % unit == 0 {
+            return "\(seconds / unit)\(name)"
+        }
+        return "\(seconds)s"
+    }
+
+    static var defaultValueDescription: String { "a duration such as 90s, 10m, 24h or 2d" }
+}

@@ -201,11 +201,11 @@ public final class TestServer: Sendable {
         self.port = channel.channel.localAddress?.port ?? 0
     }
 
-    /// Starts a server on 127.0.0.1 and a free port. Call ``shutdown()`` when done.
-    public static func start() async throws -> TestServer {
+    /// Starts a server on 127.0.0.1 and a free port (or `port`). Call ``shutdown()`` when done.
+    public static func start(port: Int = 0) async throws -> TestServer {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .bind(host: "127.0.0.1", port: 0) { child in
+            .bind(host: "127.0.0.1", port: port) { child in
                 child.eventLoop.makeCompletedFuture {
                     try child.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder()))
                     return try NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>(wrappingChannelSynchronously: child)

@@ -131,15 +131,20 @@ public enum API {
         public var maxConnectionsPerHost: Int?
         /// The limit on all downloads together, in bytes per second; 0 for none.
         public var overallRateLimit: Int64?
+        /// Seconds a task keeps trying after failures that may pass before it fails
+        /// (default 86400: a day).
+        public var giveUpAfter: Int64?
 
         public init(
             maxConcurrentDownloads: Int? = nil,
             maxConnectionsPerHost: Int? = nil,
-            overallRateLimit: Int64? = nil
+            overallRateLimit: Int64? = nil,
+            giveUpAfter: Int64? = nil
         ) {
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.overallRateLimit = overallRateLimit
+            self.giveUpAfter = giveUpAfter
         }
     }
 

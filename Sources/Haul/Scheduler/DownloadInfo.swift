@@ -27,6 +27,9 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
     public var rateLimit: Int64?
     /// The connections it may use, when the request said.
     public var connections: Int?
+    /// For a task waiting to try again (``TaskState/retrying``): when it tries next.
+    /// ``errorMessage`` says what failed last.
+    public var nextTryAt: Date?
 
     init(
         id: UUID,
@@ -40,8 +43,10 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         errorMessage: String?,
         session: String,
         rateLimit: Int64? = nil,
-        connections: Int? = nil
+        connections: Int? = nil,
+        nextTryAt: Date? = nil
     ) {
+        self.nextTryAt = nextTryAt
         self.id = id
         self.url = url
         self.path = path
@@ -58,7 +63,7 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case id, url, path, directory, state, priority, bytesCommitted, totalBytes, errorMessage, session
-        case rateLimit, connections
+        case rateLimit, connections, nextTryAt
     }
 
     /// Encodes the fields, the URL with its secrets hidden.
@@ -76,5 +81,6 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         try container.encode(session, forKey: .session)
         try container.encodeIfPresent(rateLimit, forKey: .rateLimit)
         try container.encodeIfPresent(connections, forKey: .connections)
+        try container.encodeIfPresent(nextTryAt, forKey: .nextTryAt)
     }
 }

@@ -21,6 +21,11 @@ extension DownloadManager {
         } catch {
             outcome = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
         }
+        if case .failure(let error) = outcome, handles.control.requested == nil,
+            await retryLater(id, after: error, progressed: handles.progress.snapshot().bytesThisRun > 0)
+        {
+            return
+        }
         await transferEnded(id, outcome: outcome, stop: handles.control.requested)
     }
 
@@ -33,6 +38,7 @@ extension DownloadManager {
         switch outcome {
         case .success(let result):
             known[id]?.storeFailures = 0
+            known[id]?.retryAttempts = 0
             scheduler.remove(id)
             move(id, .complete)
             hub.publish(.completed(id: id, result: result))

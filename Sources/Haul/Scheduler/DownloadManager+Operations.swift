@@ -83,7 +83,7 @@ extension DownloadManager {
         if let state = known[id]?.state {
             switch state {
             case .queued, .running: return try await info(id)
-            case .paused, .failed: return try await resume(id, priority: priority)
+            case .paused, .failed, .retrying: return try await resume(id, priority: priority)
             case .completed, .cancelled: break
             }
         }
@@ -159,7 +159,8 @@ extension DownloadManager {
     public func pause(_ id: UUID) async throws -> ResumeData {
         let state = try currentState(id)
         switch state {
-        case .queued:
+        case .queued, .retrying:
+            disarmRetry(id)
             try await recordStopped(id, as: .paused, was: state)
             move(id, .pause)
         case .running:
@@ -183,6 +184,8 @@ extension DownloadManager {
         let order = try await store.requeue(id, state: .queued)
         known[id]?.unrecorded = nil
         known[id]?.storeFailures = 0
+        known[id]?.retryAttempts = 0
+        disarmRetry(id)
         move(id, .resume)
         var entry = known[id]?.entry ?? Scheduler.Entry(id: id, host: "", priority: 0, queueOrder: order)
         entry.queueOrder = order
@@ -200,7 +203,8 @@ extension DownloadManager {
         case .running:
             known[id]?.transfer?.control.request(.cancel)
             await waitForEnd(id)
-        case .queued, .paused, .failed:
+        case .queued, .paused, .failed, .retrying:
+            disarmRetry(id)
             try await recordStopped(id, as: .cancelled, was: state)
             move(id, .cancel)
             // Cancelled is recorded: its partial data goes; a record of it left behind is harmless.

@@ -23,6 +23,14 @@ extension DownloadManager {
             }
             known[record.id] = task
             if task.state == .queued, let entry = task.entry { scheduler.enqueue(entry) }
+            if task.state == .retrying {
+                if keepTrying == nil {
+                    // A manager that does not keep trying takes the task for its next try now.
+                    armRetry(record.id, at: Date())
+                } else {
+                    armRetry(record.id, at: record.nextTryAt ?? Date())
+                }
+            }
         }
         admitAndStart()
     }

@@ -36,6 +36,9 @@ public actor DownloadManager {
         /// only background tasks; any other manager only the rest, and it does not take over
         /// an unfinished task of the daemon.
         public var background: Bool
+        /// Whether a failure that may pass sends the task to wait and try again
+        /// (``TaskState/retrying``) rather than failing it; nil fails it.
+        public var keepsTrying: KeepTrying?
 
         /// Where the store lives: the downloader's.
         public var store: Downloader.StoreLocation {
@@ -93,6 +96,8 @@ public actor DownloadManager {
     let logger: Logger
     private let recoversTasks: Bool
     let background: Bool
+    /// How failures that may pass are tried again; nil: they fail.
+    var keepTrying: KeepTrying?
     private var recovered = false
 
     /// The store the manager records into.
@@ -113,6 +118,7 @@ public actor DownloadManager {
         self.logger = configuration.downloader.logger
         self.recoversTasks = configuration.recoversTasks
         self.background = configuration.background
+        self.keepTrying = configuration.keepsTrying
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -188,6 +194,8 @@ public actor DownloadManager {
         guard !shuttingDown else { return }
         shuttingDown = true
         for id in running { known[id]?.transfer?.control.request(.yield) }
+        // Retrying tasks stay so in the store; the next manager arms their tries again.
+        for id in known.keys where known[id]?.retryTimer != nil { disarmRetry(id) }
         startSink.finish()
     }
 

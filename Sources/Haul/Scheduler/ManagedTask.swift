@@ -25,6 +25,10 @@ struct ManagedTask {
     var heldForStore = false
     /// Runs in a row the store failed for this task, while accepting other writes.
     var storeFailures = 0
+    /// For a retrying task: the wait for its next try.
+    var retryTimer: Task<Void, Never>?
+    /// Tries in the current streak without progress.
+    var retryAttempts = 0
 
     init(_ state: TaskState, entry: Scheduler.Entry? = nil) {
         self.machine = TaskStateMachine(state)

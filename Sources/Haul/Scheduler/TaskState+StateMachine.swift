@@ -4,11 +4,14 @@
 ///            start            complete
 ///   queued ─────────▶ running ─────────▶ completed
 ///     ▲  ▲   yield      │  │  fail
-///     │  └──────────────┘  └──────────▶ failed ──┐
-///     │ resume    pause                          │ resume
-///   paused ◀──────────── queued, running         │
+///     │  └──────────────┘  ├──────────▶ failed ──┐
+///     │ ▲   retryDue       │ retryLater          │ resume
+///     │ └──────────── retrying ◀┘                │
+///     │ resume    pause                          │
+///   paused ◀──────────── queued, running, retrying
 ///     └──────────────────────────────────────────┘
-///   cancel: from queued, running, paused or failed → cancelled (final)
+///   resume: from paused, failed or retrying (at once) → queued
+///   cancel: from queued, running, paused, failed or retrying → cancelled (final)
 /// ```
 /// Every other move is an error, never a silent no-op: a caller that asks to start a
 /// completed task or resume a cancelled one has a bug worth hearing about.
@@ -31,6 +34,11 @@ struct TaskStateMachine: Sendable, Equatable {
         case cancel
         /// A manager opened a store whose task was running when the process died: it waits again.
         case recover
+        /// Its run failed in a way that may pass, and the manager keeps trying: it waits
+        /// for its next try.
+        case retryLater
+        /// The time of its next try has come: it waits for a slot again.
+        case retryDue
     }
 
     /// A move that is not allowed.
@@ -61,12 +69,15 @@ struct TaskStateMachine: Sendable, Equatable {
     static func next(from state: TaskState, on event: Event) -> TaskState? {
         switch (state, event) {
         case (.queued, .start): return .running
-        case (.queued, .pause), (.running, .pause): return .paused
+        case (.queued, .pause), (.running, .pause), (.retrying, .pause): return .paused
         case (.running, .yield), (.running, .recover): return .queued
         case (.running, .complete): return .completed
         case (.running, .fail): return .failed
-        case (.paused, .resume), (.failed, .resume): return .queued
-        case (.queued, .cancel), (.running, .cancel), (.paused, .cancel), (.failed, .cancel): return .cancelled
+        case (.running, .retryLater): return .retrying
+        case (.retrying, .retryDue): return .queued
+        case (.paused, .resume), (.failed, .resume), (.retrying, .resume): return .queued
+        case (.queued, .cancel), (.running, .cancel), (.paused, .cancel), (.failed, .cancel), (.retrying, .cancel):
+            return .cancelled
         default: return nil
         }
     }

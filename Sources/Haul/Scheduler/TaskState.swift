@@ -10,6 +10,14 @@ public enum TaskState: String, Sendable, Codable, CaseIterable {
     case completed
     /// Stopped by an error.
     case failed
+    /// Waiting to try again after a failure that may pass (a refused connection, a reset,
+    /// a timeout, a 5xx, a 429), keeping its data; ``DownloadInfo/nextTryAt`` says when. Only
+    /// a manager configured to keep trying (``DownloadManager/Configuration/keepsTrying``,
+    /// the daemon's) moves a task here.
+    case retrying
     /// Stopped by request; its partial data was removed.
     case cancelled
+
+    /// Whether the task has ended and nothing moves it on its own: completed, failed or cancelled.
+    public var hasEnded: Bool { self == .completed || self == .failed || self == .cancelled }
 }

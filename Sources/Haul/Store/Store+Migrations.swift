@@ -135,6 +135,14 @@ extension Store {
                 t.add(column: "cookies", .text)
             }
         }
+        migrator.registerMigration("v12: tasks that wait to try again") { db in
+            try db.alter(table: "task") { t in
+                // For a task in the state 'retrying': when it tries next; and when its streak
+                // of tries began (the give-up time counts from it).
+                t.add(column: "nextTryAt", .text)
+                t.add(column: "retryingSince", .text)
+            }
+        }
         return migrator
     }
 }

@@ -8,12 +8,19 @@ package struct StoredLimits: Sendable, Equatable {
     package var maxConnectionsPerHost: Int?
     /// Bytes per second over all downloads together; 0 for none.
     package var overallRateLimit: Int64?
+    /// Seconds a task keeps trying after failures that may pass (1 to 366 days' worth).
+    package var giveUpAfter: Int64?
 
-    package init(maxConcurrentDownloads: Int? = nil, maxConnectionsPerHost: Int? = nil, overallRateLimit: Int64? = nil)
-    {
+    package init(
+        maxConcurrentDownloads: Int? = nil,
+        maxConnectionsPerHost: Int? = nil,
+        overallRateLimit: Int64? = nil,
+        giveUpAfter: Int64? = nil
+    ) {
         self.maxConcurrentDownloads = maxConcurrentDownloads
         self.maxConnectionsPerHost = maxConnectionsPerHost
         self.overallRateLimit = overallRateLimit
+        self.giveUpAfter = giveUpAfter
     }
 
     /// The fields of `newer` that are set, over these.
@@ -21,7 +28,8 @@ package struct StoredLimits: Sendable, Equatable {
         StoredLimits(
             maxConcurrentDownloads: newer.maxConcurrentDownloads ?? maxConcurrentDownloads,
             maxConnectionsPerHost: newer.maxConnectionsPerHost ?? maxConnectionsPerHost,
-            overallRateLimit: newer.overallRateLimit ?? overallRateLimit
+            overallRateLimit: newer.overallRateLimit ?? overallRateLimit,
+            giveUpAfter: newer.giveUpAfter ?? giveUpAfter
         )
     }
 
@@ -38,12 +46,18 @@ package struct StoredLimits: Sendable, Equatable {
                 throw error
             }
         }
+        if let seconds = giveUpAfter, !(1...KeepTrying.longestGiveUp.components.seconds).contains(seconds) {
+            throw HaulError(
+                .invalidArgument,
+                "giveUpAfter must be from 1 to \(KeepTrying.longestGiveUp.components.seconds) seconds, not \(seconds)"
+            )
+        }
     }
 }
 
 extension Store {
     private enum SettingName: String, CaseIterable {
-        case maxConcurrentDownloads, maxConnectionsPerHost, overallRateLimit
+        case maxConcurrentDownloads, maxConnectionsPerHost, overallRateLimit, giveUpAfter
     }
 
     /// The limits saved by ``saveLimits(_:)``. A stored value that is out of range (the file
@@ -64,6 +78,7 @@ extension Store {
             case .maxConcurrentDownloads: one.maxConcurrentDownloads = Int(exactly: value)
             case .maxConnectionsPerHost: one.maxConnectionsPerHost = Int(exactly: value)
             case .overallRateLimit: one.overallRateLimit = value
+            case .giveUpAfter: one.giveUpAfter = value
             }
             if one == StoredLimits() || (try? one.validate()) == nil {
                 rejected.append("\(name) = \(value)")
@@ -80,6 +95,7 @@ extension Store {
             (.maxConcurrentDownloads, limits.maxConcurrentDownloads.map(Int64.init)),
             (.maxConnectionsPerHost, limits.maxConnectionsPerHost.map(Int64.init)),
             (.overallRateLimit, limits.overallRateLimit),
+            (.giveUpAfter, limits.giveUpAfter),
         ]
         try await write { db in
             for case let (name, value?) in values {

@@ -228,7 +228,10 @@ public final class Store: Sendable {
             let order = try Store.nextQueueOrder(db)
             try db.execute(
                 sql:
-                    "UPDATE task SET state = ?, queueOrder = ?, queuedAt = ?, errorMessage = NULL, updatedAt = ? WHERE id = ?",
+                    """
+                    UPDATE task SET state = ?, queueOrder = ?, queuedAt = ?, errorMessage = NULL, nextTryAt = NULL,
+                        retryingSince = NULL, updatedAt = ? WHERE id = ?
+                    """,
                 arguments: [state.rawValue, order, StoreDate.now, StoreDate.now, id]
             )
             return order
@@ -262,7 +265,7 @@ public final class Store: Sendable {
             var sql = """
                 SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
                     task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
-                    task.session, task.rateLimit, task.connections
+                    task.session, task.rateLimit, task.connections, task.nextTryAt
                 FROM task LEFT JOIN segment ON segment.taskID = task.id
                 """
             var conditions: [String] = []
@@ -310,7 +313,8 @@ public final class Store: Sendable {
                         errorMessage: row[7],
                         session: row[9],
                         rateLimit: row[10],
-                        connections: row[11]
+                        connections: row[11],
+                        nextTryAt: StoreDate.date(row[12] as DatabaseValue)
                     )
                 )
             }
@@ -397,11 +401,32 @@ public final class Store: Sendable {
     }
 
     /// Records a task's state and, for a failure, its error (the state group).
+    /// Records a state (and the error, for a failure). The time of a next try goes; the
+    /// start of a streak of tries stays only while the task may still be retried (queued or
+    /// running again, or failed for good: then it says since when it was tried).
     func setState(_ id: UUID, _ state: TaskState, error: String? = nil) async throws {
+        let keepsStreak = state == .queued || state == .running || state == .failed
         try await write { db in
             try db.execute(
-                sql: "UPDATE task SET state = ?, errorMessage = ?, updatedAt = ? WHERE id = ?",
-                arguments: [state.rawValue, error, StoreDate.now, id]
+                sql: """
+                    UPDATE task SET state = ?, errorMessage = ?, nextTryAt = NULL,
+                        retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ? WHERE id = ?
+                    """,
+                arguments: [state.rawValue, error, keepsStreak, StoreDate.now, id]
+            )
+        }
+    }
+
+    /// Records that a task waits to try again at `nextTryAt` after `error`, in a streak of
+    /// tries that began at `since`.
+    func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {
+        try await write { db in
+            try db.execute(
+                sql: """
+                    UPDATE task SET state = 'retrying', errorMessage = ?, nextTryAt = ?, retryingSince = ?, updatedAt = ?
+                    WHERE id = ?
+                    """,
+                arguments: [error, StoreDate.text(nextTryAt), StoreDate.text(since), StoreDate.now, id]
             )
         }
     }

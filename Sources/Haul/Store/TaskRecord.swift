@@ -72,6 +72,10 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var credentials = Credentials.none
     /// What the download does with cookies (a JSON object; NULL for the defaults).
     var cookies = CookieOptions.standard
+    /// For a task waiting to try again: when (the state group).
+    var nextTryAt: Date?
+    /// When its current streak of failed tries began; cleared by success or the user.
+    var retryingSince: Date?
 
     enum Columns {
         static let id = Column("id")
@@ -105,6 +109,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let proxy = Column("proxy")
         static let credentials = Column("credentials")
         static let cookies = Column("cookies")
+        static let nextTryAt = Column("nextTryAt")
+        static let retryingSince = Column("retryingSince")
     }
 
     var destinationPath: String? {
@@ -163,6 +169,8 @@ extension TaskRecord {
         cookies = try reader.json(Columns.cookies, default: .standard, what: "a set of cookie options") {
             try $0.validate()
         }
+        nextTryAt = try reader.optionalDate(Columns.nextTryAt)
+        retryingSince = try reader.optionalDate(Columns.retryingSince)
     }
 
     func encode(to container: inout PersistenceContainer) throws {
@@ -197,6 +205,8 @@ extension TaskRecord {
         container[Columns.proxy] = try TaskRecord.text(of: proxy)
         container[Columns.credentials] = credentials == .none ? nil : try TaskRecord.json(credentials)
         container[Columns.cookies] = cookies == .standard ? nil : try TaskRecord.json(cookies)
+        container[Columns.nextTryAt] = nextTryAt.map(StoreDate.text)
+        container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
     }
 
     /// TLS options as their column holds them: NULL for the defaults, else a JSON object
@@ -326,6 +336,12 @@ extension TaskRecord {
             let text: String = try value(column)
             guard let state = TaskState(rawValue: text) else { throw unreadable(column, "'\(text)' is not a state") }
             return state
+        }
+
+        func optionalDate(_ column: Column) throws -> Date? {
+            guard let text: String = try value(column) else { return nil }
+            guard let date = StoreDate.date(text) else { throw unreadable(column, "is not a date") }
+            return date
         }
 
         func date(_ column: Column) throws -> Date {

@@ -68,6 +68,17 @@ extension HaulCommand {
             @Option(name: .customLong("checkpoint-interval"), help: .hidden)
             var checkpointInterval: Double?
 
+            @Option(help: "Quick retries of each run before a download waits to try again later (default 5).")
+            var retries: Int?
+
+            /// The first wait before trying again, in seconds (30 unless tests say).
+            @Option(name: .customLong("retry-first-delay"), help: .hidden)
+            var retryFirstDelay: Double?
+
+            /// The longest wait between tries, in seconds (600 unless tests say).
+            @Option(name: .customLong("retry-max-delay"), help: .hidden)
+            var retryMaxDelay: Double?
+
             func validate() throws {
                 guard maxConcurrent ?? 1 >= 1, maxPerHost ?? 1 >= 1 else {
                     throw ValidationError("Limits must be 1 or more")
@@ -84,6 +95,10 @@ extension HaulCommand {
                     }
                 }
                 if listenPublic, listen == nil { throw ValidationError("--listen-public goes with --listen") }
+                if let retries, !(0...100).contains(retries) { throw ValidationError("--retries must be 0 to 100") }
+                for delay in [retryFirstDelay, retryMaxDelay].compactMap({ $0 }) where !(delay > 0 && delay <= 86400) {
+                    throw ValidationError("Retry delays must be positive numbers of seconds, at most a day")
+                }
             }
 
             static func parseListen(_ text: String) throws -> (host: String, port: Int) {
@@ -106,19 +121,23 @@ extension HaulCommand {
                 }
                 var logger = Logger(label: "haul.daemon") { StreamLogHandler.standardError(label: $0) }
                 logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
-                let daemon = DaemonService(
-                    configuration: .init(
-                        home: home,
-                        maxConcurrentDownloads: maxConcurrent,
-                        maxConnectionsPerHost: maxPerHost,
-                        listen: try listen.map(Start.parseListen),
-                        listenPublicly: listenPublic,
-                        handlesSignals: true,
-                        checkpointInterval: checkpointInterval.map { .milliseconds(Int64($0 * 1000)) },
-                        overallRateLimit: totalLimitRate?.bytes,
-                        logger: logger
-                    )
+                var configuration = DaemonService.Configuration(
+                    home: home,
+                    maxConcurrentDownloads: maxConcurrent,
+                    maxConnectionsPerHost: maxPerHost,
+                    listen: try listen.map(Start.parseListen),
+                    listenPublicly: listenPublic,
+                    handlesSignals: true,
+                    checkpointInterval: checkpointInterval.map { .milliseconds(Int64($0 * 1000)) },
+                    overallRateLimit: totalLimitRate?.bytes,
+                    logger: logger
                 )
+                configuration.retriesPerRun = retries
+                if let retryFirstDelay {
+                    configuration.keepsTrying.firstDelay = .milliseconds(Int64(retryFirstDelay * 1000))
+                }
+                if let retryMaxDelay { configuration.keepsTrying.maxDelay = .milliseconds(Int64(retryMaxDelay * 1000)) }
+                let daemon = DaemonService(configuration: configuration)
                 do {
                     try await daemon.run()
                 } catch let error as HaulError {
@@ -141,6 +160,9 @@ extension HaulCommand {
                 arguments += ["--log-level", logLevel]
                 if let checkpointInterval { arguments += ["--checkpoint-interval", "\(checkpointInterval)"] }
                 if let totalLimitRate { arguments += ["--total-limit-rate", "\(totalLimitRate.bytes)"] }
+                if let retries { arguments += ["--retries", "\(retries)"] }
+                if let retryFirstDelay { arguments += ["--retry-first-delay", "\(retryFirstDelay)"] }
+                if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
                 let client = HaulClient(home: home)
                 do {
                     let started = try DaemonConnection.start(paths, arguments: arguments)

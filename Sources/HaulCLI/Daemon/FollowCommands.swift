@@ -113,7 +113,7 @@ extension HaulCommand {
                     if let wanted, tasks.count < wanted.count {
                         throw HaulError(.invalidArgument, "\(wanted.count - tasks.count) of the tasks were removed")
                     }
-                    let unfinished = tasks.filter { [.queued, .running, .paused].contains($0.state) }
+                    let unfinished = tasks.filter { !$0.state.hasEnded }
                     for task in unfinished where task.state == .paused && !toldPaused.contains(task.id) {
                         toldPaused.insert(task.id)
                         CLIError.note(

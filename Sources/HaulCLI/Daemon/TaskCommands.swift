@@ -196,6 +196,13 @@ extension HaulCommand {
         )
         var limitRate: ByteCount?
 
+        @Option(
+            name: .customLong("give-up-after"),
+            help:
+                "How long a download keeps trying after failures that may pass (refused, reset, timeout, 5xx), e.g. 24h, 90m, 600s."
+        )
+        var giveUpAfter: SpokenDuration?
+
         @Argument(help: "Task ids (or unique prefixes) whose own rate limit to change.")
         var ids: [String] = []
 
@@ -225,7 +232,7 @@ extension HaulCommand {
                     CLIError.note("\(DaemonOutput.count(changed.count)) now at \(what).")
                     return
                 }
-                let unchanged = maxConcurrent == nil && maxPerHost == nil && limitRate == nil
+                let unchanged = maxConcurrent == nil && maxPerHost == nil && limitRate == nil && giveUpAfter == nil
                 let settings =
                     unchanged
                     ? try await client.settings()
@@ -233,13 +240,15 @@ extension HaulCommand {
                         API.Settings(
                             maxConcurrentDownloads: maxConcurrent,
                             maxConnectionsPerHost: maxPerHost,
-                            overallRateLimit: limitRate?.bytes
+                            overallRateLimit: limitRate?.bytes,
+                            giveUpAfter: giveUpAfter?.seconds
                         )
                     )
                 print("max-concurrent: \(settings.maxConcurrentDownloads ?? 0)")
                 print("max-per-host: \(settings.maxConnectionsPerHost ?? 0)")
                 let rate = settings.overallRateLimit ?? 0
                 print("limit-rate: \(rate == 0 ? "none" : Format.speed(Double(rate)))")
+                if let seconds = settings.giveUpAfter { print("give-up-after: \(SpokenDuration.text(seconds))") }
             }
         }
     }
@@ -286,23 +295,33 @@ enum DaemonOutput {
         String(decoding: try HaulJSON.encoder(pretty: true).encode(value), as: UTF8.self)
     }
 
-    /// `ID  STATE  PROGRESS  SIZE  SESSION  NAME`, one task per line.
-    static func table(_ tasks: [DownloadInfo]) -> String {
+    /// `ID  STATE  PROGRESS  SIZE  SESSION  NAME`, one task per line; then, for each task
+    /// waiting to try again, its next try and its last error.
+    static func table(_ tasks: [DownloadInfo], now: Date = Date()) -> String {
         var lines = [["ID", "STATE", "DONE", "SIZE", "SESSION", "FILE"]]
+        var notes: [String] = []
         for task in tasks {
             let done = task.totalBytes.map { $0 > 0 ? "\(task.bytesCommitted * 100 / $0)%" : "100%" } ?? "-"
             let name = task.path.map { ($0 as NSString).lastPathComponent } ?? Redaction.url(task.url)
             var state = task.state.rawValue
             if let error = task.errorMessage, task.state == .failed { state += ": " + error.prefix(60) }
+            if task.state == .retrying, let next = task.nextTryAt {
+                let wait = Duration.milliseconds(Int64(max(0, next.timeIntervalSince(now)) * 1000))
+                state += " in \(Format.duration(wait))"
+                notes.append(
+                    "\(String(task.id.uuidString.prefix(8)).lowercased()): next try in \(Format.duration(wait)); last error: \(Redaction.text(task.errorMessage ?? "unknown"))"
+                )
+            }
             lines.append([
                 String(task.id.uuidString.prefix(8)).lowercased(), state, done,
                 task.totalBytes.map(Format.bytes) ?? "?", task.session, name,
             ])
         }
         let widths = (0..<5).map { column in lines.map { $0[column].count }.max() ?? 0 }
-        return lines.map { row in
+        let table = lines.map { row in
             (0..<5).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ")
                 + "  " + row[5]
-        }.joined(separator: "\n")
+        }
+        return (table + (notes.isEmpty ? [] : [""] + notes)).joined(separator: "\n")
     }
 }

@@ -206,7 +206,8 @@ struct DaemonRoutes {
                 StoredLimits(
                     maxConcurrentDownloads: body.maxConcurrentDownloads,
                     maxConnectionsPerHost: body.maxConnectionsPerHost,
-                    overallRateLimit: body.overallRateLimit
+                    overallRateLimit: body.overallRateLimit,
+                    giveUpAfter: body.giveUpAfter
                 )
             )
             return await core.settings()

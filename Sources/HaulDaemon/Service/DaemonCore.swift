@@ -72,7 +72,8 @@ final class DaemonCore: Sendable {
         return API.Settings(
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
             maxConnectionsPerHost: limits.maxConnectionsPerHost,
-            overallRateLimit: manager.overallRateLimit ?? 0
+            overallRateLimit: manager.overallRateLimit ?? 0,
+            giveUpAfter: await manager.keepsTrying?.giveUpAfter.components.seconds
         )
     }
 
@@ -152,6 +153,7 @@ final class DaemonCore: Sendable {
             if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
             if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
             if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
+            if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
         }
     }
 

@@ -40,6 +40,11 @@ public final class DaemonService: Service, Sendable {
         public var eventsPerSession: Int
         /// How often running downloads checkpoint (nil: the library's default).
         public var checkpointInterval: Duration?
+        /// How tasks keep trying after failures that may pass; its ``KeepTrying/giveUpAfter``
+        /// is replaced by the value last set (`PUT /v1/settings`, kept in the store) when there is one.
+        public var keepsTrying = KeepTrying()
+        /// The retries of each run before it waits to try again (the transfer's own, quick ones).
+        public var retriesPerRun: Int?
         /// A limit on all downloads together, in bytes per second, 0 for none; nil as for
         /// ``maxConcurrentDownloads``, none when never set. `PUT /v1/settings` changes it live.
         public var overallRateLimit: Int64?
@@ -111,6 +116,10 @@ public final class DaemonService: Service, Sendable {
             recoversTasks: true,
             background: true
         )
+        var keepsTrying = configuration.keepsTrying
+        if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }
+        managerConfiguration.keepsTrying = keepsTrying
+        if let retries = configuration.retriesPerRun { managerConfiguration.downloader.retry.maxRetries = retries }
         managerConfiguration.downloader.logger = logger
         managerConfiguration.downloader.overallRateLimit = limits.overallRateLimit.flatMap { $0 > 0 ? $0 : nil }
         if let interval = configuration.checkpointInterval {

@@ -45,6 +45,8 @@ struct APIHardeningTests {
             #"{"maxConcurrentDownloads": 7, "overallRateLimit": -1}"#,
             #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": 0}"#,
             #"{"maxConcurrentDownloads": 0}"#,
+            #"{"maxConcurrentDownloads": 7, "giveUpAfter": 0}"#,
+            #"{"giveUpAfter": 99999999999}"#,
         ]
     )
     func settingsValidatedBeforeApplied(body: String) async throws {
@@ -65,8 +67,18 @@ struct APIHardeningTests {
     func settingsKept() async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
-        let defaults = API.Settings(maxConcurrentDownloads: 3, maxConnectionsPerHost: 8, overallRateLimit: 0)
-        let changed = API.Settings(maxConcurrentDownloads: 7, maxConnectionsPerHost: 2, overallRateLimit: 5_000_000)
+        let defaults = API.Settings(
+            maxConcurrentDownloads: 3,
+            maxConnectionsPerHost: 8,
+            overallRateLimit: 0,
+            giveUpAfter: 86400
+        )
+        let changed = API.Settings(
+            maxConcurrentDownloads: 7,
+            maxConnectionsPerHost: 2,
+            overallRateLimit: 5_000_000,
+            giveUpAfter: 3600
+        )
         try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
             let first = try await client.settings()
             #expect(first == defaults)
@@ -87,7 +99,13 @@ struct APIHardeningTests {
         try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
             let kept = try await client.settings()
             #expect(
-                kept == API.Settings(maxConcurrentDownloads: 2, maxConnectionsPerHost: 2, overallRateLimit: 5_000_000)
+                kept
+                    == API.Settings(
+                        maxConcurrentDownloads: 2,
+                        maxConnectionsPerHost: 2,
+                        overallRateLimit: 5_000_000,
+                        giveUpAfter: 3600
+                    )
             )
             // Removing the overall limit (0) is kept as well.
             _ = try await client.update(API.Settings(overallRateLimit: 0))
@@ -97,7 +115,15 @@ struct APIHardeningTests {
             .saveLimits(StoredLimits(maxConcurrentDownloads: 0, maxConnectionsPerHost: 4))
         try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
             let kept = try await client.settings()
-            #expect(kept == API.Settings(maxConcurrentDownloads: 3, maxConnectionsPerHost: 4, overallRateLimit: 0))
+            #expect(
+                kept
+                    == API.Settings(
+                        maxConcurrentDownloads: 3,
+                        maxConnectionsPerHost: 4,
+                        overallRateLimit: 0,
+                        giveUpAfter: 3600
+                    )
+            )
         }
     }
 

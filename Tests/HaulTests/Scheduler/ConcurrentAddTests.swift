@@ -97,7 +97,7 @@ struct ConcurrentAddTests {
                 record.queueOrder = Int64(index + 1)
                 // The columns of that version only: later ones (tls, proxy) did not exist yet.
                 let values = try record.databaseDictionary.filter {
-                    !["tls", "proxy", "credentials", "cookies"].contains($0.key)
+                    !["tls", "proxy", "credentials", "cookies", "nextTryAt", "retryingSince"].contains($0.key)
                 }
                 let columns = values.keys.sorted()
                 try db.execute(

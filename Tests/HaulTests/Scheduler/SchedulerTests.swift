@@ -24,8 +24,11 @@ struct TaskStateMachineTests {
                 "failed -cancel-> cancelled", "failed -resume-> queued",
                 "paused -cancel-> cancelled", "paused -resume-> queued",
                 "queued -cancel-> cancelled", "queued -pause-> paused", "queued -start-> running",
+                "retrying -cancel-> cancelled", "retrying -pause-> paused", "retrying -resume-> queued",
+                "retrying -retryDue-> queued",
                 "running -cancel-> cancelled", "running -complete-> completed", "running -fail-> failed",
-                "running -pause-> paused", "running -recover-> queued", "running -yield-> queued",
+                "running -pause-> paused", "running -recover-> queued", "running -retryLater-> retrying",
+                "running -yield-> queued",
             ]
         )
     }

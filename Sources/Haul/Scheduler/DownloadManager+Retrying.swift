@@ -1,0 +1,137 @@
+import Foundation
+
+/// How a manager keeps trying a download whose failure may pass — a refused connection, a
+/// reset, a timeout, a 5xx, a 429 — after its transfer's own retries are spent, instead of
+/// failing it: the task waits in ``TaskState/retrying`` (its data kept), tries again after a
+/// capped exponential backoff, and fails only when it has been trying for ``giveUpAfter``
+/// without moving forward. The daemon keeps trying; `haul get` does not.
+public struct KeepTrying: Sendable, Equatable {
+    /// How long a streak of tries without progress may last before the task fails.
+    public var giveUpAfter: Duration
+    /// The wait before the first try again; each further one doubles it.
+    public var firstDelay: Duration
+    /// The longest wait between tries.
+    public var maxDelay: Duration
+
+    public init(
+        giveUpAfter: Duration = .seconds(24 * 3600),
+        firstDelay: Duration = .seconds(30),
+        maxDelay: Duration = .seconds(600)
+    ) {
+        self.giveUpAfter = giveUpAfter
+        self.firstDelay = firstDelay
+        self.maxDelay = maxDelay
+    }
+
+    /// The longest `giveUpAfter` taken: a year.
+    public static let longestGiveUp: Duration = .seconds(366 * 86400)
+
+    /// The wait before try number `attempt` (1-based): doubling from ``firstDelay`` up to
+    /// ``maxDelay``, with jitter of up to a quarter less so many tasks do not retry in step.
+    func delay(attempt: Int, random: Double = Double.random(in: 0...1)) -> Duration {
+        let exponent = min(max(attempt - 1, 0), 30)
+        let ceiling = min(maxDelay, firstDelay * (1 << exponent))
+        return ceiling * (1 - 0.25 * random)
+    }
+}
+
+extension DownloadManager {
+    /// After a run that failed with `error`: when the manager keeps trying and the error may
+    /// pass, moves the task to ``TaskState/retrying`` with its next try armed, and returns
+    /// true; false leaves the failure to ``transferEnded(_:outcome:stop:)``.
+    /// - Parameter progressed: the run moved the download forward, which starts a new streak.
+    func retryLater(_ id: UUID, after error: HaulError, progressed: Bool) async -> Bool {
+        guard let policy = keepTrying, error.isRetryable, !shuttingDown, running.contains(id),
+            known[id]?.run?.handles.control.requested == nil
+        else { return false }
+        let now = Date()
+        let stored = (try? await store.task(id: id)) ?? nil
+        let since = progressed ? now : (stored?.retryingSince ?? now)
+        let attempt = progressed ? 1 : (known[id]?.retryAttempts ?? 0) + 1
+        guard now.timeIntervalSince(since) < policy.giveUpAfter.seconds else {
+            logger.notice("giving up", metadata: ["haul.task": "\(id)", "since": "\(since)"])
+            return false
+        }
+        let delay = policy.delay(attempt: attempt)
+        let nextTryAt = now.addingTimeInterval(delay.seconds)
+        do {
+            try await store.setRetrying(id, error: error.description, nextTryAt: nextTryAt, since: since)
+        } catch {
+            return false
+        }
+        // The store says retrying now: so does the manager. (A pause asked for meanwhile found
+        // the transfer already ended; the task can be paused in its new state.)
+        running.remove(id)
+        let run = known[id]?.run
+        known[id]?.run = nil
+        scheduler.remove(id)
+        known[id]?.retryAttempts = attempt
+        move(id, .retryLater)
+        logger.notice(
+            "trying again later",
+            metadata: ["haul.task": "\(id)", "in": "\(delay)", "error": "\(error.message)"]
+        )
+        armRetry(id, at: nextTryAt)
+        for waiter in run?.endWaiters ?? [] { waiter.resume() }
+        admitAndStart()
+        return true
+    }
+
+    /// Wakes the task at `date` to wait for a slot again.
+    func armRetry(_ id: UUID, at date: Date) {
+        known[id]?.retryTimer?.cancel()
+        let wait = max(0, date.timeIntervalSinceNow)
+        known[id]?.retryTimer = Task { [weak self] in
+            try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+            guard !Task.isCancelled else { return }
+            await self?.retryDue(id)
+        }
+    }
+
+    /// The next try of a retrying task has come: it queues in its old place.
+    func retryDue(_ id: UUID) async {
+        guard known[id]?.state == .retrying, !shuttingDown else { return }
+        known[id]?.retryTimer = nil
+        do {
+            try await store.setState(id, .queued)
+        } catch {
+            // The store refuses for now: try again a little later.
+            armRetry(id, at: Date().addingTimeInterval(5))
+            return
+        }
+        guard known[id]?.state == .retrying else { return }  // Paused or cancelled meanwhile.
+        move(id, .retryDue)
+        if let entry = known[id]?.entry { scheduler.enqueue(entry) }
+        admitAndStart()
+    }
+
+    /// Stops the wait of a task that no longer retries (paused, resumed, cancelled, removed).
+    func disarmRetry(_ id: UUID) {
+        known[id]?.retryTimer?.cancel()
+        known[id]?.retryTimer = nil
+    }
+
+    /// How failures that may pass are tried again now; nil when they fail.
+    public var keepsTrying: KeepTrying? { keepTrying }
+
+    /// Changes how long tasks keep trying, at once (``KeepTrying/giveUpAfter``).
+    /// - Throws: ``HaulError/Code/invalidArgument`` outside 1 second to a year, or for a
+    ///   manager that does not keep trying.
+    public func setGiveUpAfter(_ duration: Duration) throws {
+        guard var policy = keepTrying else {
+            throw HaulError(.invalidArgument, "This manager does not keep trying failed downloads")
+        }
+        guard duration >= .seconds(1), duration <= KeepTrying.longestGiveUp else {
+            throw HaulError(.invalidArgument, "giveUpAfter must be from 1 second to 366 days")
+        }
+        policy.giveUpAfter = duration
+        keepTrying = policy
+    }
+}
+
+extension Duration {
+    /// In seconds, as a Double.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

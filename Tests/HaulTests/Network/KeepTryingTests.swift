@@ -1,0 +1,130 @@
+import Foundation
+import HaulClient
+import HaulTesting
+import HaulWire
+import Testing
+
+@testable import Haul
+
+/// The daemon keeps trying what could still succeed: a task whose server refuses
+/// connections waits in `retrying` and completes once the server is back, with nobody
+/// running `haul resume`; it fails only after `--give-up-after`.
+@Suite("The daemon keeps trying", .serialized, .tags(.process, .slow), .leftOutOfFastLoop)
+struct KeepTryingTests {
+    /// A daemon whose runs retry nothing themselves and whose tries come every 0.5–1 s.
+    static func startDaemon(home: String) async throws {
+        let started = try await HaulProcess.run(
+            ["daemon", "--retries", "0", "--retry-first-delay", "0.5", "--retry-max-delay", "1"],
+            home: home
+        )
+        #expect(started.status == 0, "\(started.stderr)")
+    }
+
+    @Test(
+        "a server down, then up: the task waits in retrying, showing its next try and error, outlives a daemon restart, and completes by itself"
+    )
+    func serverComesBack() async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        let out = try temp.directory("out")
+        let port = try ExternalServer.freePort()
+        try await Self.startDaemon(home: home)
+        let client = HaulClient(home: HaulHome(path: home))
+        defer { Task { try? await client.shutdown() } }
+        let added = try await HaulProcess.run(
+            ["add", "--session", "s", "-d", out, "http://127.0.0.1:\(port)/f.bin"],
+            home: home
+        )
+        #expect(added.status == 0, "\(added.stderr)")
+        // Tried and waiting again, several times over.
+        #expect(
+            try await waitUntil(timeout: .seconds(60)) {
+                try await client.loggedEvents(session: "s").filter { $0.kind == .state && $0.to == .retrying }.count
+                    >= 3
+            }
+        )
+        let listed = try await HaulProcess.run(["list"], home: home)
+        #expect(listed.stdout.contains("retrying in"), "\(listed.stdout)")
+        #expect(listed.stdout.contains("last error: Connection refused by 127.0.0.1:\(port)"), "\(listed.stdout)")
+        let info = try #require(try await client.tasks().first)
+        #expect(info.state == .retrying || info.state == .queued || info.state == .running)
+
+        // The daemon stops while the task waits; the store keeps it retrying, with its next try.
+        #expect(try await waitUntil { try await client.tasks().first?.state == .retrying })
+        let stopped = try await HaulProcess.run(["daemon", "stop"], home: home)
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        let kept = try await Store(path: home + "/haul.sqlite").infos()
+        #expect(kept.first?.state == .retrying || kept.first?.state == .queued, "\(kept)")
+
+        // The server comes back on the same port; `haul wait` starts the daemon again.
+        let server = try await TestServer.start(port: port)
+        server.set("/f.bin", .init(size: 500_000, seed: 12))
+        let waited = try await HaulProcess.run(["wait", "--session", "s"], home: home)
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(sha256(file: out + "/f.bin") == server.sha256("/f.bin"))
+        let states = try await client.loggedEvents(session: "s").filter { $0.kind == .state }.compactMap(\.to)
+        #expect(!states.contains(.failed))
+        #expect(states.last == .completed)
+        // Each try: running, then retrying, then queued again, until the one that completes.
+        let pattern = states.split(separator: .completed).first.map(Array.init) ?? []
+        for (index, state) in pattern.enumerated().dropFirst() {
+            let previous = pattern[index - 1]
+            let allowed: [TaskState: TaskState] = [.running: .queued, .retrying: .running, .queued: .retrying]
+            #expect(allowed[state] == previous, "\(previous) → \(state) in \(states)")
+        }
+        _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        await server.shutdown()
+    }
+
+    @Test("--give-up-after: a task still failing after it fails, with the error; the setting is kept")
+    func givesUp() async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        let out = try temp.directory("out")
+        let port = try ExternalServer.freePort()
+        try await Self.startDaemon(home: home)
+        let set = try await HaulProcess.run(["set", "--give-up-after", "3s"], home: home)
+        #expect(set.status == 0, "\(set.stderr)")
+        #expect(set.stdout.contains("give-up-after: 3s"), "\(set.stdout)")
+        let started = ContinuousClock.now
+        let added = try await HaulProcess.run(["add", "-d", out, "http://127.0.0.1:\(port)/f.bin"], home: home)
+        #expect(added.status == 0, "\(added.stderr)")
+        let waited = try await HaulProcess.run(["wait"], home: home)
+        #expect(waited.status != 0)
+        #expect(ContinuousClock.now - started >= .seconds(3))
+        let listed = try await HaulProcess.run(["list", "--json"], home: home)
+        #expect(listed.stdout.contains("\"state\" : \"failed\""), "\(listed.stdout)")
+        #expect(listed.stdout.contains("Connection refused by 127.0.0.1:\(port)"), "\(listed.stdout)")
+        // Kept across a restart.
+        _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        let shown = try await HaulProcess.run(["set"], home: home)
+        #expect(shown.stdout.contains("give-up-after: 3s"), "\(shown.stdout)")
+        _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+    }
+}
+
+/// The backoff between tries, on its own.
+@Suite("Keep-trying backoff")
+struct KeepTryingBackoffTests {
+    @Test("doubling from 30 s to at most 10 minutes, jitter taking at most a quarter off")
+    func backoff() {
+        let policy = KeepTrying()
+        #expect(policy.delay(attempt: 1, random: 0) == .seconds(30))
+        #expect(policy.delay(attempt: 2, random: 0) == .seconds(60))
+        #expect(policy.delay(attempt: 5, random: 0) == .seconds(480))
+        #expect(policy.delay(attempt: 6, random: 0) == .seconds(600))
+        #expect(policy.delay(attempt: 60, random: 0) == .seconds(600))
+        #expect(policy.delay(attempt: 1, random: 1) == .milliseconds(22_500))
+    }
+
+    @Test("the state machine: retrying waits, then queues; pause, resume and cancel apply to it")
+    func transitions() {
+        #expect(TaskStateMachine.next(from: .running, on: .retryLater) == .retrying)
+        #expect(TaskStateMachine.next(from: .retrying, on: .retryDue) == .queued)
+        #expect(TaskStateMachine.next(from: .retrying, on: .pause) == .paused)
+        #expect(TaskStateMachine.next(from: .retrying, on: .resume) == .queued)
+        #expect(TaskStateMachine.next(from: .retrying, on: .cancel) == .cancelled)
+        #expect(TaskStateMachine.next(from: .retrying, on: .start) == nil)
+        #expect(TaskStateMachine.next(from: .queued, on: .retryLater) == nil)
+    }
+}
