@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// Whom a download trusts over TLS, and how it proves who it is.
 ///
@@ -113,11 +114,37 @@ public struct TLSOptions: Sendable, Hashable, Codable {
     }
 
     /// The client TLS configuration these options describe, reading the files they name
-    /// (on NIO's thread pool: they are small, but reading is blocking I/O).
+    /// (on NIO's thread pool: reading is blocking I/O). Loaded once per process and options,
+    /// and again only when one of the files changes (its size or modification time), so a
+    /// thousand downloads with the same `--cacert` read it once, and a daemon sees a
+    /// replaced bundle at the next start of a task.
     /// - Throws: ``HaulError/Code/invalidArgument`` naming the file that cannot be read or
     ///   holds no usable certificate or key.
     func configuration() async throws -> TLSConfiguration {
-        try await NIOThreadPool.singleton.runIfActive { try self.loadConfiguration() }
+        try await NIOThreadPool.singleton.runIfActive {
+            let stamp = self.stamp()
+            if let cached = TLSOptions.loaded.withLock({ $0[self] }), cached.stamp == stamp {
+                return cached.configuration
+            }
+            let configuration = try self.loadConfiguration()
+            TLSOptions.loaded.withLock { cache in
+                if cache.count >= 64 { cache.removeAll() }
+                cache[self] = (stamp, configuration)
+            }
+            return configuration
+        }
+    }
+
+    /// Configurations already loaded, with the stamp of their files then.
+    private static let loaded = Mutex<[TLSOptions: (stamp: [String], configuration: TLSConfiguration)]>([:])
+
+    /// Size and modification time of every file and directory these options name.
+    private func stamp() -> [String] {
+        [certificateAuthorities, certificateDirectory, clientCertificate, clientKey].map { path in
+            guard let path, let attributes = try? FileManager.default.attributesOfItem(atPath: path) else { return "-" }
+            let modified = (attributes[.modificationDate] as? Date)?.timeIntervalSince1970 ?? 0
+            return "\(attributes[.size] as? Int ?? -1):\(modified)"
+        }
     }
 
     func loadConfiguration() throws -> TLSConfiguration {

@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import Synchronization
 
 /// Sends GET requests through AsyncHTTPClient and follows redirects itself, so that every
 /// hop is checked: at most `maxRedirects`, only to http(s), credentials dropped when the
@@ -15,9 +16,9 @@ struct HTTPTransport: Sendable {
     /// The timeouts the client was built with, to say them in errors.
     var connectTimeout: Duration = .seconds(30)
     var readTimeout: Duration = .seconds(60)
-    /// The TLS configuration for https hops, from the task's ``TLSOptions``; nil for the
-    /// client's default (the system's authorities, every certificate checked).
-    var tls: TLSConfiguration?
+    /// The task's TLS options, read into a configuration at its first https hop; the client's
+    /// default (the system's authorities, every certificate checked) when they are the defaults.
+    var tls = TLSSource(TLSOptions())
     /// The task's proxies; direct by default.
     var proxies = ProxySettings.direct
     /// The user and password for the URL's own host (the URL's userinfo wins).
@@ -55,7 +56,7 @@ struct HTTPTransport: Sendable {
         while true {
             var request = HTTPClientRequest(url: HTTPTransport.withoutCredentials(current).absoluteString)
             request.method = .GET
-            if current.scheme?.lowercased() == "https" { request.tlsConfiguration = tls }
+            if current.scheme?.lowercased() == "https" { request.tlsConfiguration = try await tls.configuration() }
             request.headers.add(name: "User-Agent", value: userAgent)
             request.headers.add(name: "Accept", value: "*/*")
             for field in extra {
@@ -279,5 +280,25 @@ struct HTTPTransport: Sendable {
     static func isTimeout(_ error: any Error) -> Bool {
         guard let error = error as? HTTPClientError else { return false }
         return error == .readTimeout || error == .connectTimeout
+    }
+}
+
+/// A task's TLS configuration, loaded when its first https request needs it (an http download
+/// never reads certificate files), then shared by its connections.
+final class TLSSource: Sendable {
+    let options: TLSOptions
+    private let loaded = Mutex<TLSConfiguration?>(nil)
+
+    init(_ options: TLSOptions) {
+        self.options = options
+    }
+
+    /// nil for the defaults: the client's own configuration.
+    func configuration() async throws -> TLSConfiguration? {
+        if options.isDefault { return nil }
+        if let configuration = loaded.withLock({ $0 }) { return configuration }
+        let configuration = try await options.configuration()
+        loaded.withLock { $0 = configuration }
+        return configuration
     }
 }

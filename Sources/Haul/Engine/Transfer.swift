@@ -122,7 +122,7 @@ final class Transfer {
     /// The files they name are read at each start (on NIO's thread pool), so a daemon sees
     /// them as they are now.
     private func prepareTransport() async throws {
-        if !task.tls.isDefault { transport.tls = try await task.tls.configuration() }
+        transport.tls = TLSSource(task.tls)
         transport.proxies = task.proxy
         transport.credentials = task.credentials
         let (credentials, cookies, url) = (task.credentials, task.cookies, task.url)
