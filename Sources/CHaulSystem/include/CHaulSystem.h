@@ -17,4 +17,10 @@ int chaul_fremovexattr(int fd, const char *name);
 /// unlink(2) where renameat2 is unsupported (EINVAL/ENOSYS).
 int chaul_rename_noreplace(const char *from, const char *to);
 
+/// A NETLINK_ROUTE socket (close-on-exec) subscribed to link, IPv4/IPv6 address and route
+/// changes; -1 with errno where there is no rtnetlink.
+int chaul_rtnetlink_open(void);
+/// The kernel's interface flags (IFF_UP, IFF_RUNNING, …) of `name`, or -1 with errno.
+int chaul_interface_flags(const char *name);
+
 #endif

@@ -1,0 +1,90 @@
+import Foundation
+import Testing
+
+/// A veth pair the test creates: one end (`outside`) in this network namespace, the other
+/// (`inside`) in a namespace of the test's own, each with an address of a /30 only they use;
+/// removed (both ends and the namespace) by ``remove()``. Root only.
+struct VethPair: Sendable {
+    let namespace: String
+    let outside: String
+    let inside: String
+    let outsideAddress: String
+    let insideAddress: String
+
+    static var ip: String? { ExternalServer.findExecutable("ip") }
+    /// Whether this process may create namespaces and links.
+    static var isPossible: Bool { getuid() == 0 && ip != nil }
+    static var usable: Bool { isPossible || ExternalServer.isCI }
+
+    /// Runs `ip` with `arguments`, returning its status and what it printed.
+    @discardableResult
+    static func ip(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let ip = try #require(VethPair.ip, "iproute2 is not installed (apt-get install iproute2)")
+        let output = try TemporaryDirectory()
+        _ = FileManager.default.createFile(atPath: output.file("out"), contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: ip)
+        process.arguments = arguments
+        process.standardOutput = FileHandle(forWritingAtPath: output.file("out"))
+        process.standardError = process.standardOutput
+        let (ended, continuation) = AsyncStream<Int32>.makeStream()
+        process.terminationHandler = {
+            continuation.yield($0.terminationStatus)
+            continuation.finish()
+        }
+        try process.run()
+        var status: Int32 = -1
+        for await code in ended { status = code }
+        let text = (try? String(contentsOfFile: output.file("out"), encoding: .utf8)) ?? ""
+        return (status, text)
+    }
+
+    /// Creates the pair, both ends up, with 10.<a>.<b>.1 outside and .2 inside.
+    static func create() async throws -> VethPair {
+        try #require(getuid() == 0, "network namespaces need root")
+        let tag = String(UInt32.random(in: 0..<0xFFFFFF), radix: 16)
+        let (a, b) = (Int.random(in: 200...250), Int.random(in: 0...63) * 4)
+        let pair = VethPair(
+            namespace: "haul-test-\(tag)",
+            outside: "hlo\(tag)",
+            inside: "hli\(tag)",
+            outsideAddress: "10.\(a).\(b).1",
+            insideAddress: "10.\(a).\(b).2"
+        )
+        let steps: [[String]] = [
+            ["netns", "add", pair.namespace],
+            ["link", "add", pair.outside, "type", "veth", "peer", "name", pair.inside],
+            ["link", "set", pair.inside, "netns", pair.namespace],
+            ["addr", "add", "\(pair.outsideAddress)/30", "dev", pair.outside],
+            ["link", "set", pair.outside, "up"],
+            ["-n", pair.namespace, "addr", "add", "\(pair.insideAddress)/30", "dev", pair.inside],
+            ["-n", pair.namespace, "link", "set", pair.inside, "up"],
+            ["-n", pair.namespace, "link", "set", "lo", "up"],
+        ]
+        for step in steps {
+            let (status, output) = try await ip(step)
+            if status != 0 {
+                await pair.remove()
+                Issue.record("ip \(step.joined(separator: " ")) failed: \(output)")
+                throw POSIXError(.EPERM)
+            }
+        }
+        return pair
+    }
+
+    /// Sets the outside end, or the inside one (which takes the outside's carrier), up or down.
+    func set(inside: Bool = false, up: Bool) async throws {
+        let arguments =
+            inside
+            ? ["-n", namespace, "link", "set", self.inside, up ? "up" : "down"]
+            : ["link", "set", outside, up ? "up" : "down"]
+        let (status, output) = try await VethPair.ip(arguments)
+        #expect(status == 0, "\(output)")
+    }
+
+    /// Deletes the pair (deleting one end deletes both) and the namespace.
+    func remove() async {
+        _ = try? await VethPair.ip(["link", "del", outside])
+        _ = try? await VethPair.ip(["netns", "del", namespace])
+    }
+}
