@@ -216,9 +216,15 @@ import Testing
             let prefix = String(id.uuidString.prefix(8)).lowercased()
 
             let set = try await HaulProcess.run(["set", "-j", "2"], home: home)
-            #expect(set.stdout == "max-concurrent: 2\nmax-per-host: 8\nlimit-rate: none\n", "\(set.stderr)")
+            #expect(
+                set.stdout == "max-concurrent: 2\nmax-per-host: 8\nlimit-rate: none\ngive-up-after: 1d\n",
+                "\(set.stderr)"
+            )
             let overall = try await HaulProcess.run(["set", "--limit-rate", "20M"], home: home)
-            #expect(overall.stdout.hasSuffix("limit-rate: 20.0 MiB/s\n"), "\(overall.stdout)\(overall.stderr)")
+            #expect(
+                overall.stdout.hasSuffix("limit-rate: 20.0 MiB/s\ngive-up-after: 1d\n"),
+                "\(overall.stdout)\(overall.stderr)"
+            )
             let one = try await HaulProcess.run(["set", "--limit-rate", "500K", prefix], home: home)
             #expect(one.stderr == "1 task now at 500 KiB/s.\n", "\(one.stderr)")
             let bad = try await HaulProcess.run(["set", prefix], home: home)
