@@ -43,6 +43,8 @@ struct SegmentWorker: Sendable {
     /// slow connection's bytes reach the next checkpoint too.
     var flushInterval: Duration
     var logger: Logger
+    /// Whether the server has no usable route now (the manager then waits for the network).
+    var isOffline: @Sendable (URL) -> Bool = { _ in false }
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
     func run(first: SegmentResponse?) async throws {
@@ -132,6 +134,8 @@ struct SegmentWorker: Sendable {
             guard failures <= retry.maxRetries else {
                 return .failed(retry.givenUp(error))
             }
+            // No route: waiting here would spend the retries on nothing.
+            if isOffline(url) { return .failed(error) }
             do {
                 let delay = try retry.delay(retrying: error, attempt: failures)
                 logger.notice(

@@ -20,6 +20,8 @@ struct TransferEnvironment: Sendable {
     var globalLimiter: RateLimiter
     /// The most connections any one download may open (the manager's per-host cap).
     var connectionCap = Int.max
+    /// Whether a URL's server has no usable route now: a retry would only wait for nothing.
+    var isOffline: @Sendable (URL) -> Bool = { _ in false }
     var logger: Logger
 }
 
@@ -211,6 +213,7 @@ final class Transfer {
                 try await resetToZero(validators: Validators())
             case let .retry(error):
                 given = nil
+                if environment.isOffline(url) { throw error }  // The manager waits for the network.
                 if progressed() { failures = 0 }
                 failures += 1
                 guard failures <= environment.retry.maxRetries else {
@@ -368,7 +371,8 @@ final class Transfer {
             control: control,
             retry: environment.retry,
             flushInterval: min(environment.checkpointInterval / 2, .milliseconds(200)),
-            logger: logger
+            logger: logger,
+            isOffline: environment.isOffline
         )
         let checkpointer = Checkpointer(
             part: part,

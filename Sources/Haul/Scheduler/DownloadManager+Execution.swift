@@ -17,14 +17,25 @@ extension DownloadManager {
             var environment = downloader.environment
             // One download never opens more connections than the per-host cap allows.
             environment.connectionCap = await limits.maxConnectionsPerHost
+            if watchesNetwork {
+                // A run whose server has no route does not spend its retries waiting: it ends,
+                // and the task waits for the network instead.
+                environment.isOffline = { [weak self] url in
+                    guard let self, let host = url.host else { return false }
+                    return self.isOffline(host: host)
+                }
+            }
             outcome = await Transfer.execute(record, segments: segments, environment: environment, handles: handles)
         } catch {
             outcome = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
         }
-        if case .failure(let error) = outcome, handles.control.requested == nil,
-            await retryLater(id, after: error, progressed: handles.progress.snapshot().bytesThisRun > 0)
-        {
-            return
+        if case .failure(let error) = outcome {
+            let stop = handles.control.requested
+            if stop == .yield || stop == nil, await goOffline(id, after: stop == nil ? error : nil) { return }
+            if stop == nil, await retryLater(id, after: error, progressed: handles.progress.snapshot().bytesThisRun > 0)
+            {
+                return
+            }
         }
         await transferEnded(id, outcome: outcome, stop: handles.control.requested)
     }
@@ -35,6 +46,7 @@ extension DownloadManager {
         running.remove(id)
         let run = known[id]?.run
         known[id]?.run = nil
+        known[id]?.offlinePending = false
         switch outcome {
         case .success(let result):
             known[id]?.storeFailures = 0

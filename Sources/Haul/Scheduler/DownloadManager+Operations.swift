@@ -83,7 +83,7 @@ extension DownloadManager {
         if let state = known[id]?.state {
             switch state {
             case .queued, .running: return try await info(id)
-            case .paused, .failed, .retrying: return try await resume(id, priority: priority)
+            case .paused, .failed, .retrying, .waitingForNetwork: return try await resume(id, priority: priority)
             case .completed, .cancelled: break
             }
         }
@@ -159,7 +159,7 @@ extension DownloadManager {
     public func pause(_ id: UUID) async throws -> ResumeData {
         let state = try currentState(id)
         switch state {
-        case .queued, .retrying:
+        case .queued, .retrying, .waitingForNetwork:
             disarmRetry(id)
             try await recordStopped(id, as: .paused, was: state)
             move(id, .pause)
@@ -203,7 +203,7 @@ extension DownloadManager {
         case .running:
             known[id]?.transfer?.control.request(.cancel)
             await waitForEnd(id)
-        case .queued, .paused, .failed, .retrying:
+        case .queued, .paused, .failed, .retrying, .waitingForNetwork:
             disarmRetry(id)
             try await recordStopped(id, as: .cancelled, was: state)
             move(id, .cancel)

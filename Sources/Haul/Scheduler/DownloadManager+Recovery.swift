@@ -23,6 +23,13 @@ extension DownloadManager {
             }
             known[record.id] = task
             if task.state == .queued, let entry = task.entry { scheduler.enqueue(entry) }
+            if task.state == .waitingForNetwork, let host = record.url.host, !isOffline(host: host) {
+                // The network came back while no manager watched.
+                try await store.setState(record.id, .queued)
+                _ = try? task.machine.handle(.online)
+                known[record.id] = task
+                if let entry = task.entry { scheduler.enqueue(entry) }
+            }
             if task.state == .retrying {
                 if keepTrying == nil {
                     // A manager that does not keep trying takes the task for its next try now.

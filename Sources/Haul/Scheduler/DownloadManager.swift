@@ -39,6 +39,10 @@ public actor DownloadManager {
         /// Whether a failure that may pass sends the task to wait and try again
         /// (``TaskState/retrying``) rather than failing it; nil fails it.
         public var keepsTrying: KeepTrying?
+        /// Whether the manager watches the network (``NetworkMonitor``): a task whose server
+        /// has no usable route waits in ``TaskState/waitingForNetwork`` instead of failing or
+        /// spending retries, and queues again when the route is back.
+        public var watchesNetwork = false
 
         /// Where the store lives: the downloader's.
         public var store: Downloader.StoreLocation {
@@ -98,6 +102,8 @@ public actor DownloadManager {
     let background: Bool
     /// How failures that may pass are tried again; nil: they fail.
     var keepTrying: KeepTrying?
+    /// Whether tasks wait for the network (``Configuration/watchesNetwork``).
+    let watchesNetwork: Bool
     private var recovered = false
 
     /// The store the manager records into.
@@ -119,6 +125,7 @@ public actor DownloadManager {
         self.recoversTasks = configuration.recoversTasks
         self.background = configuration.background
         self.keepTrying = configuration.keepsTrying
+        self.watchesNetwork = configuration.watchesNetwork
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -177,6 +184,7 @@ public actor DownloadManager {
         await withTaskGroup(of: Void.self) { outer in
             outer.addTask { await self.publishProgressUntilShutdown() }
             outer.addTask { await self.reconcileUntilShutdown() }
+            outer.addTask { await self.watchNetworkUntilShutdown() }
             await withDiscardingTaskGroup { group in
                 for await (id, transfer) in starts {
                     group.addTask { await self.execute(id, transfer) }

@@ -29,6 +29,8 @@ struct ManagedTask {
     var retryTimer: Task<Void, Never>?
     /// Tries in the current streak without progress.
     var retryAttempts = 0
+    /// Its transfer was asked to stop because its route went: it waits for the network.
+    var offlinePending = false
 
     init(_ state: TaskState, entry: Scheduler.Entry? = nil) {
         self.machine = TaskStateMachine(state)

@@ -10,8 +10,10 @@
 ///     │ resume    pause                          │
 ///   paused ◀──────────── queued, running, retrying
 ///     └──────────────────────────────────────────┘
-///   resume: from paused, failed or retrying (at once) → queued
-///   cancel: from queued, running, paused, failed or retrying → cancelled (final)
+///   offline: running → waitingForNetwork; online: waitingForNetwork → queued
+///   resume: from paused, failed, retrying or waitingForNetwork (at once) → queued
+///   pause: from queued, running, retrying or waitingForNetwork → paused
+///   cancel: from queued, running, paused, failed, retrying or waitingForNetwork → cancelled (final)
 /// ```
 /// Every other move is an error, never a silent no-op: a caller that asks to start a
 /// completed task or resume a cancelled one has a bug worth hearing about.
@@ -39,6 +41,10 @@ struct TaskStateMachine: Sendable, Equatable {
         case retryLater
         /// The time of its next try has come: it waits for a slot again.
         case retryDue
+        /// Its server has no usable route: it waits for the network, spending no retries.
+        case offline
+        /// A usable route is back: it waits for a slot again.
+        case online
     }
 
     /// A move that is not allowed.
@@ -69,14 +75,17 @@ struct TaskStateMachine: Sendable, Equatable {
     static func next(from state: TaskState, on event: Event) -> TaskState? {
         switch (state, event) {
         case (.queued, .start): return .running
-        case (.queued, .pause), (.running, .pause), (.retrying, .pause): return .paused
+        case (.queued, .pause), (.running, .pause), (.retrying, .pause), (.waitingForNetwork, .pause): return .paused
         case (.running, .yield), (.running, .recover): return .queued
         case (.running, .complete): return .completed
         case (.running, .fail): return .failed
         case (.running, .retryLater): return .retrying
         case (.retrying, .retryDue): return .queued
-        case (.paused, .resume), (.failed, .resume), (.retrying, .resume): return .queued
-        case (.queued, .cancel), (.running, .cancel), (.paused, .cancel), (.failed, .cancel), (.retrying, .cancel):
+        case (.running, .offline): return .waitingForNetwork
+        case (.waitingForNetwork, .online): return .queued
+        case (.paused, .resume), (.failed, .resume), (.retrying, .resume), (.waitingForNetwork, .resume): return .queued
+        case (.queued, .cancel), (.running, .cancel), (.paused, .cancel), (.failed, .cancel), (.retrying, .cancel),
+            (.waitingForNetwork, .cancel):
             return .cancelled
         default: return nil
         }

@@ -15,6 +15,11 @@ public enum TaskState: String, Sendable, Codable, CaseIterable {
     /// a manager configured to keep trying (``DownloadManager/Configuration/keepsTrying``,
     /// the daemon's) moves a task here.
     case retrying
+    /// Waiting for a usable route to its server (a link down, a route gone, no network),
+    /// keeping its data and spending no retries; it queues again as soon as the route is
+    /// back. Only a manager that watches the network (``DownloadManager/Configuration/watchesNetwork``,
+    /// the daemon's) moves a task here. `haul list` shows it as `offline`.
+    case waitingForNetwork
     /// Stopped by request; its partial data was removed.
     case cancelled
 

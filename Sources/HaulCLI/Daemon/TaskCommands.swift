@@ -303,7 +303,7 @@ enum DaemonOutput {
         for task in tasks {
             let done = task.totalBytes.map { $0 > 0 ? "\(task.bytesCommitted * 100 / $0)%" : "100%" } ?? "-"
             let name = task.path.map { ($0 as NSString).lastPathComponent } ?? Redaction.url(task.url)
-            var state = task.state.rawValue
+            var state = task.state == .waitingForNetwork ? "offline" : task.state.rawValue
             if let error = task.errorMessage, task.state == .failed { state += ": " + error.prefix(60) }
             if task.state == .retrying, let next = task.nextTryAt {
                 let wait = Duration.milliseconds(Int64(max(0, next.timeIntervalSince(now)) * 1000))

@@ -119,6 +119,7 @@ public final class DaemonService: Service, Sendable {
         var keepsTrying = configuration.keepsTrying
         if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }
         managerConfiguration.keepsTrying = keepsTrying
+        managerConfiguration.watchesNetwork = true
         if let retries = configuration.retriesPerRun { managerConfiguration.downloader.retry.maxRetries = retries }
         managerConfiguration.downloader.logger = logger
         managerConfiguration.downloader.overallRateLimit = limits.overallRateLimit.flatMap { $0 > 0 ? $0 : nil }

@@ -27,8 +27,10 @@ struct TaskStateMachineTests {
                 "retrying -cancel-> cancelled", "retrying -pause-> paused", "retrying -resume-> queued",
                 "retrying -retryDue-> queued",
                 "running -cancel-> cancelled", "running -complete-> completed", "running -fail-> failed",
-                "running -pause-> paused", "running -recover-> queued", "running -retryLater-> retrying",
-                "running -yield-> queued",
+                "running -offline-> waitingForNetwork", "running -pause-> paused", "running -recover-> queued",
+                "running -retryLater-> retrying", "running -yield-> queued",
+                "waitingForNetwork -cancel-> cancelled", "waitingForNetwork -online-> queued",
+                "waitingForNetwork -pause-> paused", "waitingForNetwork -resume-> queued",
             ]
         )
     }

@@ -9,6 +9,8 @@ final class ExternalServer: Sendable {
     let directory: TemporaryDirectory
     /// `http`, or `https` for a server started with TLS.
     let scheme: String
+    /// The address it listens on.
+    let host: String
     private let process: Process
 
     /// Whether the tests run in CI, where a missing server is a failure rather than a skip.
@@ -32,8 +34,16 @@ final class ExternalServer: Sendable {
     /// Where Debian keeps Apache's loadable modules.
     static let apacheModules = "/usr/lib/apache2/modules"
 
-    private init(process: Process, port: Int, root: String, directory: TemporaryDirectory, scheme: String) {
+    private init(
+        process: Process,
+        port: Int,
+        root: String,
+        directory: TemporaryDirectory,
+        scheme: String,
+        host: String
+    ) {
         self.scheme = scheme
+        self.host = host
         self.process = process
         self.port = port
         self.root = root
@@ -55,7 +65,7 @@ final class ExternalServer: Sendable {
         }
     }
 
-    func url(_ path: String) -> URL { URL(string: "\(scheme)://127.0.0.1:\(port)\(path)")! }
+    func url(_ path: String) -> URL { URL(string: "\(scheme)://\(host):\(port)\(path)")! }
 
     func stop() async {
         kill(process.processIdentifier, SIGTERM)
@@ -77,7 +87,13 @@ final class ExternalServer: Sendable {
     ///
     /// With `tls`, it speaks only TLS with `pki`'s server certificate, and asks for a client
     /// certificate signed by `pki`'s authority: `/mtls/` answers 403 without one.
-    static func startNginx(slowRate: String = "4m", tls pki: TestPKI? = nil) async throws -> ExternalServer {
+    /// With `namespace`, it runs in that network namespace (`ip netns exec`), listening on `host`.
+    static func startNginx(
+        slowRate: String = "4m",
+        tls pki: TestPKI? = nil,
+        host: String = "127.0.0.1",
+        namespace: String? = nil
+    ) async throws -> ExternalServer {
         let nginx = try #require(ExternalServer.nginx, "nginx is not installed (apt-get install nginx-light)")
         let directory = try TemporaryDirectory()
         let root = try directory.directory("www")
@@ -117,7 +133,7 @@ final class ExternalServer: Sendable {
                 scgi_temp_path \(directory.file("temp"));
                 types { application/octet-stream bin; }
                 server {
-                    listen 127.0.0.1:\(port)\(pki == nil ? "" : " ssl");
+                    listen \(host):\(port)\(pki == nil ? "" : " ssl");
                     \(tlsDirectives)
                     root \(root);
                     location /slow/ { alias \(root)/; limit_rate \(slowRate); }
@@ -135,13 +151,26 @@ final class ExternalServer: Sendable {
             atomically: true,
             encoding: .utf8
         )
+        let arguments = ["-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log")]
+        if let namespace {
+            return try await launch(
+                try #require(VethPair.ip),
+                ["netns", "exec", namespace, nginx] + arguments,
+                port: port,
+                root: root,
+                directory: directory,
+                scheme: pki == nil ? "http" : "https",
+                host: host
+            )
+        }
         return try await launch(
             nginx,
-            ["-c", directory.file("nginx.conf"), "-p", directory.path, "-e", directory.file("error.log")],
+            arguments,
             port: port,
             root: root,
             directory: directory,
-            scheme: pki == nil ? "http" : "https"
+            scheme: pki == nil ? "http" : "https",
+            host: host
         )
     }
 
@@ -268,7 +297,8 @@ final class ExternalServer: Sendable {
         port: Int,
         root: String,
         directory: TemporaryDirectory,
-        scheme: String = "http"
+        scheme: String = "http",
+        host: String = "127.0.0.1"
     ) async throws -> ExternalServer {
         let process = Process()
         // Through `env --default-signal`: a disposition of SIG_IGN survives exec, and this
@@ -280,7 +310,14 @@ final class ExternalServer: Sendable {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let server = ExternalServer(process: process, port: port, root: root, directory: directory, scheme: scheme)
+        let server = ExternalServer(
+            process: process,
+            port: port,
+            root: root,
+            directory: directory,
+            scheme: scheme,
+            host: host
+        )
         try await server.waitUntilListening()
         return server
     }
@@ -295,7 +332,7 @@ final class ExternalServer: Sendable {
 
     private func waitUntilListening() async throws {
         for _ in 0..<500 {
-            if ExternalServer.canConnect(port: port) { return }
+            if ExternalServer.canConnect(host: host, port: port) { return }
             guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -304,14 +341,14 @@ final class ExternalServer: Sendable {
         throw POSIXError(.ECONNREFUSED, userInfo: [NSLocalizedDescriptionKey: "server did not start: \(log)"])
     }
 
-    private static func canConnect(port: Int) -> Bool {
+    private static func canConnect(host: String, port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0

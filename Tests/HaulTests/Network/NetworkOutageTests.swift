@@ -1,0 +1,96 @@
+import Foundation
+import HaulClient
+import HaulTesting
+import HaulWire
+import Testing
+
+@testable import Haul
+
+/// A daemon download across a link outage, in a network namespace the test creates: nginx
+/// runs inside it on a veth pair's inner address, the daemon outside; the inner end going
+/// down takes the outer end's carrier. Root only; in CI a missing privilege fails.
+@Suite("Network outages", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop)
+struct NetworkOutageTests {
+    static let usable = (VethPair.isPossible && ExternalServer.nginx != nil) || ExternalServer.isCI
+
+    @Test(
+        "link down mid-download: waitingForNetwork at once, no retry spent through a 30 s outage; link up: a ranged resume, the right hash",
+        .enabled(if: usable)
+    )
+    func outage() async throws {
+        let pair = try await VethPair.create()
+        do {
+            try await run(pair)
+        } catch {
+            await pair.remove()
+            throw error
+        }
+        await pair.remove()
+    }
+
+    private func run(_ pair: VethPair) async throws {
+        let server = try await ExternalServer.startNginx(
+            slowRate: "1m",
+            host: pair.insideAddress,
+            namespace: pair.namespace
+        )
+        let home = try TemporaryDirectory()
+        do {
+            try await download(from: server, pair: pair, home: home.file("home"))
+        } catch {
+            _ = try? await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
+            await server.stop()
+            throw error
+        }
+        _ = try await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
+        await server.stop()
+    }
+
+    private func download(from server: ExternalServer, pair: VethPair, home: String) async throws {
+        let bytes = TestContent.bytes(count: 12 << 20, seed: 41)
+        try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let started = try await HaulProcess.run(["daemon", "--checkpoint-interval", "0.2"], home: home)
+        #expect(started.status == 0, "\(started.stderr)")
+        let client = HaulClient(home: HaulHome(path: home))
+        defer { Task { try? await client.shutdown() } }
+        let added = try await HaulProcess.run(
+            ["add", "--session", "s", "-x", "1", "-d", out, server.url("/slow/big.bin").absoluteString],
+            home: home
+        )
+        #expect(added.status == 0, "\(added.stderr)")
+        #expect(try await waitUntil { (try await client.tasks().first?.bytesCommitted ?? 0) > 2 << 20 })
+
+        // The far end goes down: the carrier goes, and the task waits for the network.
+        try await pair.set(inside: true, up: false)
+        let down = ContinuousClock.now
+        #expect(
+            try await waitUntil(timeout: .seconds(10)) { try await client.tasks().first?.state == .waitingForNetwork }
+        )
+        let noticed = ContinuousClock.now - down
+        let committed = try #require(try await client.tasks().first?.bytesCommitted)
+        let listed = try await HaulProcess.run(["list"], home: home)
+        #expect(listed.stdout.contains("offline"), "\(listed.stdout)")
+
+        // A 30 s outage: the task keeps waiting, spends nothing, fails nothing.
+        try await Task.sleep(for: .seconds(30))
+        #expect(try await client.tasks().first?.state == .waitingForNetwork)
+
+        // The link comes back: the task queues and resumes from its checkpoint.
+        try await pair.set(inside: true, up: true)
+        let waited = try await HaulProcess.run(["wait", "--session", "s"], home: home)
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(sha256(file: out + "/big.bin") == TestContent.sha256(bytes))
+        let states = try await client.loggedEvents(session: "s").filter { $0.kind == .state }.compactMap(\.to)
+        #expect(!states.contains(.failed) && !states.contains(.retrying), "\(states)")
+        #expect(states.contains(.waitingForNetwork), "\(states)")
+        #expect(states.last == .completed)
+        let log = server.accessLog()
+        let last = try #require(log.last)
+        #expect(last[1] == "206", "\(log)")
+        #expect(last[2] == resumeRange(from: committed), "\(log)")
+        // What it measured, for the record.
+        print("waitingForNetwork \(noticed) after the link went down; resumed at \(committed) bytes")
+    }
+}
