@@ -72,6 +72,8 @@ struct ByteCount: ExpressibleByArgument, Equatable {
 struct SpokenDuration: ExpressibleByArgument, Equatable {
     var seconds: Int64
 
+    init(seconds: Int64) { self.seconds = seconds }
+
     init?(argument: String) {
         var text = argument.trimmingCharacters(in: .whitespaces).lowercased()
         var unit: Int64 = 1
@@ -92,4 +94,6 @@ struct SpokenDuration: ExpressibleByArgument, Equatable {
     }
 
     static var defaultValueDescription: String { "a duration such as 90s, 10m, 24h or 2d" }
+
+    var defaultValueDescription: String { SpokenDuration.text(seconds) }
 }

@@ -47,6 +47,13 @@ extension HaulCommand {
         @Option(help: "Seconds without data before a connection counts as failed.")
         var timeout: Double = 60
 
+        @Option(
+            name: .customLong("wait-for-network"),
+            help:
+                "How long a download whose server has no usable route (a link down, no network) waits for it, e.g. 10m, 1h."
+        )
+        var waitForNetwork: SpokenDuration = SpokenDuration(seconds: 600)
+
         @Flag(name: .shortAndLong, help: "Print only errors.")
         var quiet = false
 
@@ -99,7 +106,7 @@ extension HaulCommand {
                 }
                 // Only the downloads this command asks for run: leftovers of other commands in
                 // the same store wait for their own command (or the daemon).
-                let configuration = DownloadManager.Configuration(
+                var configuration = DownloadManager.Configuration(
                     downloader: downloader,
                     maxConcurrentDownloads: maxConcurrent,
                     // Each of the -j files may open its -x connections to the same host.
@@ -109,6 +116,8 @@ extension HaulCommand {
                     ),
                     recoversTasks: false
                 )
+                configuration.watchesNetwork = true
+                configuration.networkWaitLimit = .seconds(waitForNetwork.seconds)
                 let (quiet, json) = (self.quiet, self.json)
                 let summary = try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     try await GetSession(manager: manager, requests: requests, quiet: quiet, json: json).run()

@@ -75,8 +75,16 @@ struct GetSession {
                         let name = state.order.count > 1 ? state.names[id] : nil
                         state.notices.append(ProgressRenderer.retryLine(retry, name: name))
                     }
-                case .stateChanged(let id, _, let to):
+                case .stateChanged(let id, let from, let to):
                     if to == .running { state.running.insert(id) } else { state.running.remove(id) }
+                    let name = state.names[id] ?? "the download"
+                    if to == .waitingForNetwork {
+                        state.notices.append(
+                            "haul: \(name): waiting for the network… (no usable route to its server; --wait-for-network sets how long)"
+                        )
+                    } else if from == .waitingForNetwork, to == .queued {
+                        state.notices.append("haul: \(name): the network is back; resuming")
+                    }
                 case .completed(let id, let result):
                     state.outcomes[id] = .completed(result)
                     state.finishedLines.append(GetSession.savedLine(result))

@@ -25,7 +25,19 @@ extension DownloadManager {
                     return self.isOffline(host: host)
                 }
             }
-            outcome = await Transfer.execute(record, segments: segments, environment: environment, handles: handles)
+            if environment.isOffline(record.url) {
+                // No usable route now: the task waits for the network without trying.
+                var error = HaulError(
+                    .connection,
+                    "No usable route to \(record.url.host ?? "the server")",
+                    url: record.url,
+                    hint: "Check the network connection"
+                )
+                error.network = NetworkFailure(kind: .unreachable, endpoint: record.url.host ?? "")
+                outcome = .failure(error)
+            } else {
+                outcome = await Transfer.execute(record, segments: segments, environment: environment, handles: handles)
+            }
         } catch {
             outcome = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
         }

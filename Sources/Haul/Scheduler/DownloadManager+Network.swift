@@ -78,14 +78,44 @@ extension DownloadManager {
         move(id, .offline)
         for waiter in run?.endWaiters ?? [] { waiter.resume() }
         // The route may have come back while the run stopped.
-        if !isOffline(host: host) { await comeOnline(id) }
+        if !isOffline(host: host) {
+            await comeOnline(id)
+        } else if let limit = networkWaitLimit {
+            known[id]?.retryTimer?.cancel()
+            known[id]?.retryTimer = Task { [weak self] in
+                try? await Task.sleep(for: limit)
+                guard !Task.isCancelled else { return }
+                await self?.networkWaitExpired(id, host: host, limit: limit)
+            }
+        }
         admitAndStart()
         return true
+    }
+
+    /// A task waited for the network as long as allowed: it fails, saying so.
+    func networkWaitExpired(_ id: UUID, host: String, limit: Duration) async {
+        guard known[id]?.state == .waitingForNetwork, !shuttingDown else { return }
+        known[id]?.retryTimer = nil
+        let error = HaulError(
+            .connection,
+            "No usable route to \(host) for \(limit.spoken): the network did not come back",
+            hint:
+                "Check the network connection, then run the same command again to resume (--wait-for-network waits longer)"
+        )
+        do {
+            try await store.setState(id, .failed, error: error.description)
+        } catch {
+            return
+        }
+        guard known[id]?.state == .waitingForNetwork else { return }
+        move(id, .giveUp)
+        hub.publish(.failed(id: id, error: error))
     }
 
     /// A waiting task's route is back: it queues in its old place.
     func comeOnline(_ id: UUID) async {
         guard known[id]?.state == .waitingForNetwork, !shuttingDown else { return }
+        disarmRetry(id)
         do {
             try await store.setState(id, .queued)
         } catch {

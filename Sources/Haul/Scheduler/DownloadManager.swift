@@ -43,6 +43,8 @@ public actor DownloadManager {
         /// has no usable route waits in ``TaskState/waitingForNetwork`` instead of failing or
         /// spending retries, and queues again when the route is back.
         public var watchesNetwork = false
+        /// How long a task may wait for the network before it fails; nil for as long as it takes.
+        public var networkWaitLimit: Duration?
 
         /// Where the store lives: the downloader's.
         public var store: Downloader.StoreLocation {
@@ -104,6 +106,7 @@ public actor DownloadManager {
     var keepTrying: KeepTrying?
     /// Whether tasks wait for the network (``Configuration/watchesNetwork``).
     let watchesNetwork: Bool
+    let networkWaitLimit: Duration?
     private var recovered = false
 
     /// The store the manager records into.
@@ -126,6 +129,7 @@ public actor DownloadManager {
         self.background = configuration.background
         self.keepTrying = configuration.keepsTrying
         self.watchesNetwork = configuration.watchesNetwork
+        self.networkWaitLimit = configuration.networkWaitLimit
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads

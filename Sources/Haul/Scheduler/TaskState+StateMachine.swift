@@ -10,7 +10,7 @@
 ///     │ resume    pause                          │
 ///   paused ◀──────────── queued, running, retrying
 ///     └──────────────────────────────────────────┘
-///   offline: running → waitingForNetwork; online: waitingForNetwork → queued
+///   offline: running → waitingForNetwork; online: waitingForNetwork → queued; giveUp: → failed
 ///   resume: from paused, failed, retrying or waitingForNetwork (at once) → queued
 ///   pause: from queued, running, retrying or waitingForNetwork → paused
 ///   cancel: from queued, running, paused, failed, retrying or waitingForNetwork → cancelled (final)
@@ -45,6 +45,8 @@ struct TaskStateMachine: Sendable, Equatable {
         case offline
         /// A usable route is back: it waits for a slot again.
         case online
+        /// It waited for the network longer than allowed: it fails.
+        case giveUp
     }
 
     /// A move that is not allowed.
@@ -83,6 +85,7 @@ struct TaskStateMachine: Sendable, Equatable {
         case (.retrying, .retryDue): return .queued
         case (.running, .offline): return .waitingForNetwork
         case (.waitingForNetwork, .online): return .queued
+        case (.waitingForNetwork, .giveUp): return .failed
         case (.paused, .resume), (.failed, .resume), (.retrying, .resume), (.waitingForNetwork, .resume): return .queued
         case (.queued, .cancel), (.running, .cancel), (.paused, .cancel), (.failed, .cancel), (.retrying, .cancel),
             (.waitingForNetwork, .cancel):

@@ -93,4 +93,70 @@ struct NetworkOutageTests {
         // What it measured, for the record.
         print("waitingForNetwork \(noticed) after the link went down; resumed at \(committed) bytes")
     }
+
+    @Test(
+        "haul get: link down mid-download waits, saying so, and resumes when it is back; --wait-for-network bounds the wait",
+        .enabled(if: usable)
+    )
+    func getWaits() async throws {
+        let pair = try await VethPair.create()
+        do {
+            let server = try await ExternalServer.startNginx(
+                slowRate: "1m",
+                host: pair.insideAddress,
+                namespace: pair.namespace
+            )
+            do {
+                try await getAcrossOutage(server, pair)
+            } catch {
+                await server.stop()
+                throw error
+            }
+            await server.stop()
+        } catch {
+            await pair.remove()
+            throw error
+        }
+        await pair.remove()
+    }
+
+    private func getAcrossOutage(_ server: ExternalServer, _ pair: VethPair) async throws {
+        let bytes = TestContent.bytes(count: 8 << 20, seed: 42)
+        try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        let get = try HaulProcess(
+            [
+                "get", "-x", "1", "--checkpoint-interval", "0.2", "-o", "big.bin",
+                server.url("/slow/big.bin").absoluteString,
+            ],
+            home: home,
+            directory: temp.path
+        )
+        let store = try Store(path: home + "/haul.sqlite")
+        #expect(try await waitUntil { (try await store.infos().first?.bytesCommitted ?? 0) > 1 << 20 })
+        try await pair.set(inside: true, up: false)
+        #expect(try await waitUntil { get.currentStderr.contains("waiting for the network…") }, "\(get.currentStderr)")
+        try await Task.sleep(for: .seconds(3))  // The outage.
+        try await pair.set(inside: true, up: true)
+        let result = await get.finish()
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr.contains("the network is back; resuming"), "\(result.stderr)")
+        #expect(!result.stderr.contains("retrying"), "\(result.stderr)")
+        #expect(sha256(file: temp.file("big.bin")) == TestContent.sha256(bytes))
+        #expect(server.accessLog().last?[1] == "206")
+
+        // Down for longer than --wait-for-network: it fails, saying why.
+        try await pair.set(inside: true, up: false)
+        let started = ContinuousClock.now
+        let bounded = try await HaulProcess.run(
+            ["get", "--wait-for-network", "2s", "-o", "again.bin", server.url("/big.bin").absoluteString],
+            home: home,
+            directory: temp.path
+        )
+        #expect(bounded.status == 1, "\(bounded.stderr)")
+        #expect(ContinuousClock.now - started >= .seconds(2))
+        #expect(bounded.stderr.contains("No usable route to \(pair.insideAddress) for 2 s"), "\(bounded.stderr)")
+        try await pair.set(inside: true, up: true)
+    }
 }

@@ -29,7 +29,8 @@ struct TaskStateMachineTests {
                 "running -cancel-> cancelled", "running -complete-> completed", "running -fail-> failed",
                 "running -offline-> waitingForNetwork", "running -pause-> paused", "running -recover-> queued",
                 "running -retryLater-> retrying", "running -yield-> queued",
-                "waitingForNetwork -cancel-> cancelled", "waitingForNetwork -online-> queued",
+                "waitingForNetwork -cancel-> cancelled", "waitingForNetwork -giveUp-> failed",
+                "waitingForNetwork -online-> queued",
                 "waitingForNetwork -pause-> paused", "waitingForNetwork -resume-> queued",
             ]
         )

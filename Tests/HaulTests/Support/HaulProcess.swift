@@ -79,6 +79,11 @@ final class HaulProcess: Sendable {
         _ = Foundation.kill(process.processIdentifier, signal)
     }
 
+    /// What it has printed on stderr so far.
+    var currentStderr: String {
+        String(decoding: FileManager.default.contents(atPath: outputDirectory.file("stderr")) ?? Data(), as: UTF8.self)
+    }
+
     /// What it has printed on stdout so far.
     var currentStdout: String {
         String(decoding: FileManager.default.contents(atPath: outputDirectory.file("stdout")) ?? Data(), as: UTF8.self)
