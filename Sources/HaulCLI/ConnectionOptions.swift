@@ -44,6 +44,12 @@ struct ConnectionOptions: ParsableArguments {
     @Flag(name: .customLong("no-cookies"), help: "Neither keep nor send cookies servers set.")
     var noCookies = false
 
+    @Flag(
+        name: .customLong("no-metered"),
+        help: "Never use a metered network (mobile broadband): wait for another one."
+    )
+    var noMetered = false
+
     @Option(
         name: .customLong("cacert"),
         help: "Trust the certificate authorities in this PEM file instead of the system's (also: SSL_CERT_FILE)."

@@ -129,6 +129,9 @@ struct DownloadOptions: ParsableArguments {
             }
         }
         guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
+        if connection.noMetered {
+            for index in requests.indices { requests[index].allowsMeteredNetwork = false }
+        }
         return requests
     }
 }

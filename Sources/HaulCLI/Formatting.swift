@@ -97,3 +97,18 @@ struct SpokenDuration: ExpressibleByArgument, Equatable {
 
     var defaultValueDescription: String { SpokenDuration.text(seconds) }
 }
+
+/// `yes` or `no` on the command line (also `on`/`off`, `true`/`false`, `1`/`0`).
+struct YesNo: ExpressibleByArgument, Equatable {
+    var value: Bool
+
+    init?(argument: String) {
+        switch argument.lowercased() {
+        case "yes", "on", "true", "1": value = true
+        case "no", "off", "false", "0": value = false
+        default: return nil
+        }
+    }
+
+    static var defaultValueDescription: String { "yes or no" }
+}

@@ -47,6 +47,8 @@ public enum API {
             /// What the download does with cookies; absent for the defaults (kept across
             /// its redirects, no files).
             public var cookies: CookieOptions?
+            /// false: the download never uses a metered network (default true).
+            public var allowsMeteredNetwork: Bool?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -63,6 +65,7 @@ public enum API {
                 proxy = request.proxy
                 credentials = request.credentials == .none ? nil : request.credentials
                 cookies = request.cookies == .standard ? nil : request.cookies
+                allowsMeteredNetwork = request.allowsMeteredNetwork ? nil : false
             }
 
             /// The request it describes.
@@ -76,7 +79,7 @@ public enum API {
                 destination.fileName = fileName
                 let session = self.session ?? DownloadRequest.defaultSession
                 try DownloadRequest.validateSession(session)
-                return DownloadRequest(
+                var request = DownloadRequest(
                     url: parsed,
                     destination: destination,
                     headers: headers ?? [],
@@ -91,6 +94,8 @@ public enum API {
                     credentials: credentials ?? .none,
                     cookies: cookies ?? .standard
                 )
+                request.allowsMeteredNetwork = allowsMeteredNetwork ?? true
+                return request
             }
         }
     }
@@ -134,13 +139,21 @@ public enum API {
         /// Seconds a task keeps trying after failures that may pass before it fails
         /// (default 86400: a day).
         public var giveUpAfter: Int64?
+        /// Whether downloads may use metered networks (default true).
+        public var allowMetered: Bool?
+        /// Interface name patterns that are metered (default `["wwan*", "ppp*"]`).
+        public var meteredInterfaces: [String]?
 
         public init(
             maxConcurrentDownloads: Int? = nil,
             maxConnectionsPerHost: Int? = nil,
             overallRateLimit: Int64? = nil,
-            giveUpAfter: Int64? = nil
+            giveUpAfter: Int64? = nil,
+            allowMetered: Bool? = nil,
+            meteredInterfaces: [String]? = nil
         ) {
+            self.allowMetered = allowMetered
+            self.meteredInterfaces = meteredInterfaces
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.overallRateLimit = overallRateLimit

@@ -128,6 +128,9 @@ public struct DownloadRequest: Sendable {
     public var credentials: Credentials
     /// What the download does with cookies: kept across its redirects by default.
     public var cookies: CookieOptions
+    /// Whether the download may use a metered network (``NetworkPolicy``); a manager's
+    /// policy must allow it too.
+    public var allowsMeteredNetwork = true
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"

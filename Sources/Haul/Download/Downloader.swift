@@ -214,6 +214,7 @@ public final class Downloader: Sendable {
             record.proxy = request.proxy
             record.credentials = request.credentials
             record.cookies = request.cookies
+            record.allowsMetered = request.allowsMeteredNetwork
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,
@@ -227,7 +228,8 @@ public final class Downloader: Sendable {
                 tls: request.tls,
                 proxy: request.proxy,
                 credentials: request.credentials,
-                cookies: request.cookies
+                cookies: request.cookies,
+                allowsMetered: request.allowsMeteredNetwork
             )
             return (record, reAdd)
         }

@@ -20,9 +20,10 @@ extension DownloadManager {
             if watchesNetwork {
                 // A run whose server has no route does not spend its retries waiting: it ends,
                 // and the task waits for the network instead.
+                let allowsMetered = record.allowsMetered
                 environment.isOffline = { [weak self] url in
                     guard let self, let host = url.host else { return false }
-                    return self.isOffline(host: host)
+                    return self.networkBlock(host: host, allowsMetered: allowsMetered) != nil
                 }
             }
             if environment.isOffline(record.url) {

@@ -3,12 +3,30 @@ import Foundation
 // MARK: - Waiting for the network
 
 extension DownloadManager {
-    /// Whether `host` has no usable route now: no route at all, or one over an interface
-    /// that is down or has no carrier. Always false for a manager that does not watch the network.
-    nonisolated func isOffline(host: String) -> Bool {
-        guard watchesNetwork else { return false }
-        guard let route = NetworkMonitor.route(to: host) else { return true }
-        return !route.isUsable
+    /// Why a download to `host` cannot go now: no usable route (none, or over an interface
+    /// that is down or has no carrier), or a metered one it may not use. Always nil for a
+    /// manager that does not watch the network.
+    nonisolated func networkBlock(host: String, allowsMetered: Bool = true) -> NetworkBlock? {
+        guard watchesNetwork else { return nil }
+        return policy.policy.block(for: NetworkMonitor.route(to: host), allowsMetered: allowsMetered)
+    }
+
+    /// ``networkBlock(host:allowsMetered:)`` for a known task.
+    func networkBlock(of id: UUID) -> NetworkBlock? {
+        guard let host = host(of: id) else { return nil }
+        return networkBlock(host: host, allowsMetered: known[id]?.entry?.allowsMetered ?? true)
+    }
+
+    /// The policy in force.
+    public var networkPolicy: NetworkPolicy { policy.policy }
+
+    /// Changes which networks downloads may use, at once: running downloads whose route
+    /// is now forbidden wait for the network; waiting ones now allowed queue again.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a bad interface pattern.
+    public func setNetworkPolicy(_ new: NetworkPolicy) async throws {
+        try new.validate()
+        policy.policy = new
+        _ = await networkChanged()
     }
 
     /// The host of a task, as its scheduler entry names it (`host:port`).
@@ -42,13 +60,13 @@ extension DownloadManager {
     func networkChanged() async -> Bool {
         guard !shuttingDown else { return false }
         for id in running {
-            guard let host = host(of: id), isOffline(host: host) else { continue }
-            logger.notice("no route to the server: waiting for the network", metadata: ["haul.task": "\(id)"])
+            guard let block = networkBlock(of: id) else { continue }
+            logger.notice("waiting for the network", metadata: ["haul.task": "\(id)", "reason": "\(block.reason)"])
             known[id]?.offlinePending = true
             known[id]?.transfer?.control.request(.yield)
         }
         for (id, task) in known where task.state == .waitingForNetwork {
-            guard let host = host(of: id), !isOffline(host: host) else { continue }
+            guard networkBlock(of: id) == nil else { continue }
             await comeOnline(id)
         }
         return true
@@ -59,15 +77,17 @@ extension DownloadManager {
     func goOffline(_ id: UUID, after error: HaulError?) async -> Bool {
         guard watchesNetwork, !shuttingDown, running.contains(id), let host = host(of: id) else { return false }
         let stoppedForRoute = known[id]?.offlinePending == true
+        let block = networkBlock(of: id)
         if !stoppedForRoute {
             // A failure: only one the network explains, when it is still missing.
-            guard let error, error.isRetryable || error.network?.isNoRoute == true, isOffline(host: host) else {
+            guard let error, error.isRetryable || error.network?.isNoRoute == true, block != nil else {
                 return false
             }
         }
         known[id]?.offlinePending = false
         do {
-            try await store.setState(id, .waitingForNetwork, error: error?.description)
+            let why = "Waiting for the network: " + (block ?? .noRoute).reason
+            try await store.setState(id, .waitingForNetwork, error: why)
         } catch {
             return false
         }
@@ -78,7 +98,7 @@ extension DownloadManager {
         move(id, .offline)
         for waiter in run?.endWaiters ?? [] { waiter.resume() }
         // The route may have come back while the run stopped.
-        if !isOffline(host: host) {
+        if networkBlock(of: id) == nil {
             await comeOnline(id)
         } else if let limit = networkWaitLimit {
             known[id]?.retryTimer?.cancel()

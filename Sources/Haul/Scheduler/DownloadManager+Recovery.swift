@@ -23,7 +23,9 @@ extension DownloadManager {
             }
             known[record.id] = task
             if task.state == .queued, let entry = task.entry { scheduler.enqueue(entry) }
-            if task.state == .waitingForNetwork, let host = record.url.host, !isOffline(host: host) {
+            if task.state == .waitingForNetwork, let host = record.url.host,
+                networkBlock(host: host, allowsMetered: record.allowsMetered) == nil
+            {
                 // The network came back while no manager watched.
                 try await store.setState(record.id, .queued)
                 _ = try? task.machine.handle(.online)

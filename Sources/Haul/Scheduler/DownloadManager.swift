@@ -45,6 +45,9 @@ public actor DownloadManager {
         public var watchesNetwork = false
         /// How long a task may wait for the network before it fails; nil for as long as it takes.
         public var networkWaitLimit: Duration?
+        /// Which networks downloads may use (metered ones); changed live with
+        /// ``DownloadManager/setNetworkPolicy(_:)``.
+        public var networkPolicy = NetworkPolicy()
 
         /// Where the store lives: the downloader's.
         public var store: Downloader.StoreLocation {
@@ -107,6 +110,7 @@ public actor DownloadManager {
     /// Whether tasks wait for the network (``Configuration/watchesNetwork``).
     let watchesNetwork: Bool
     let networkWaitLimit: Duration?
+    let policy: PolicyBox
     private var recovered = false
 
     /// The store the manager records into.
@@ -130,6 +134,7 @@ public actor DownloadManager {
         self.keepTrying = configuration.keepsTrying
         self.watchesNetwork = configuration.watchesNetwork
         self.networkWaitLimit = configuration.networkWaitLimit
+        self.policy = PolicyBox(configuration.networkPolicy)
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -267,7 +272,9 @@ public actor DownloadManager {
     static func entry(for record: TaskRecord) -> Scheduler.Entry {
         let url = record.url
         let host = "\(url.host?.lowercased() ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
-        return Scheduler.Entry(id: record.id, host: host, priority: record.priority, queueOrder: record.queueOrder)
+        var entry = Scheduler.Entry(id: record.id, host: host, priority: record.priority, queueOrder: record.queueOrder)
+        entry.allowsMetered = record.allowsMetered
+        return entry
     }
 
     /// Rejects a concurrency limit below 1.

@@ -20,6 +20,8 @@ struct Scheduler: Sendable {
         var priority: Int
         /// When the task was queued, as a number that only grows (kept in the store).
         var queueOrder: Int64
+        /// Whether the task may use a metered network (the manager's policy permitting).
+        var allowsMetered = true
     }
 
     private(set) var maxConcurrent: Int

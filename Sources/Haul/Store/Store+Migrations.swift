@@ -143,6 +143,16 @@ extension Store {
                 t.add(column: "retryingSince", .text)
             }
         }
+        migrator.registerMigration("v13: metered networks") { db in
+            try db.alter(table: "task") { t in
+                t.add(column: "allowsMetered", .boolean).notNull().defaults(to: true)
+            }
+            // Settings that are not numbers (the metered interface patterns), by name.
+            try db.create(table: "textSetting") { t in
+                t.primaryKey("name", .text)
+                t.column("value", .text).notNull()
+            }
+        }
         return migrator
     }
 }

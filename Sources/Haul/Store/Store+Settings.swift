@@ -10,13 +10,17 @@ package struct StoredLimits: Sendable, Equatable {
     package var overallRateLimit: Int64?
     /// Seconds a task keeps trying after failures that may pass (1 to 366 days' worth).
     package var giveUpAfter: Int64?
+    /// Whether downloads may use metered networks: 1 yes, 0 no.
+    package var allowMetered: Int64?
 
     package init(
         maxConcurrentDownloads: Int? = nil,
         maxConnectionsPerHost: Int? = nil,
         overallRateLimit: Int64? = nil,
-        giveUpAfter: Int64? = nil
+        giveUpAfter: Int64? = nil,
+        allowMetered: Int64? = nil
     ) {
+        self.allowMetered = allowMetered
         self.maxConcurrentDownloads = maxConcurrentDownloads
         self.maxConnectionsPerHost = maxConnectionsPerHost
         self.overallRateLimit = overallRateLimit
@@ -29,7 +33,8 @@ package struct StoredLimits: Sendable, Equatable {
             maxConcurrentDownloads: newer.maxConcurrentDownloads ?? maxConcurrentDownloads,
             maxConnectionsPerHost: newer.maxConnectionsPerHost ?? maxConnectionsPerHost,
             overallRateLimit: newer.overallRateLimit ?? overallRateLimit,
-            giveUpAfter: newer.giveUpAfter ?? giveUpAfter
+            giveUpAfter: newer.giveUpAfter ?? giveUpAfter,
+            allowMetered: newer.allowMetered ?? allowMetered
         )
     }
 
@@ -46,6 +51,9 @@ package struct StoredLimits: Sendable, Equatable {
                 throw error
             }
         }
+        if let allowMetered, allowMetered != 0, allowMetered != 1 {
+            throw HaulError(.invalidArgument, "allowMetered must be 0 or 1, not \(allowMetered)")
+        }
         if let seconds = giveUpAfter, !(1...KeepTrying.longestGiveUp.components.seconds).contains(seconds) {
             throw HaulError(
                 .invalidArgument,
@@ -57,7 +65,7 @@ package struct StoredLimits: Sendable, Equatable {
 
 extension Store {
     private enum SettingName: String, CaseIterable {
-        case maxConcurrentDownloads, maxConnectionsPerHost, overallRateLimit, giveUpAfter
+        case maxConcurrentDownloads, maxConnectionsPerHost, overallRateLimit, giveUpAfter, allowMetered
     }
 
     /// The limits saved by ``saveLimits(_:)``. A stored value that is out of range (the file
@@ -79,6 +87,7 @@ extension Store {
             case .maxConnectionsPerHost: one.maxConnectionsPerHost = Int(exactly: value)
             case .overallRateLimit: one.overallRateLimit = value
             case .giveUpAfter: one.giveUpAfter = value
+            case .allowMetered: one.allowMetered = value
             }
             if one == StoredLimits() || (try? one.validate()) == nil {
                 rejected.append("\(name) = \(value)")
@@ -96,6 +105,7 @@ extension Store {
             (.maxConnectionsPerHost, limits.maxConnectionsPerHost.map(Int64.init)),
             (.overallRateLimit, limits.overallRateLimit),
             (.giveUpAfter, limits.giveUpAfter),
+            (.allowMetered, limits.allowMetered),
         ]
         try await write { db in
             for case let (name, value?) in values {
@@ -105,6 +115,32 @@ extension Store {
                     arguments: [name.rawValue, value]
                 )
             }
+        }
+    }
+
+    /// The metered interface patterns last saved, or nil (the defaults); a stored value
+    /// that is not a valid list is ignored (nil).
+    package func storedMeteredInterfaces() async throws -> [String]? {
+        let text = try await read { db in
+            try String.fetchOne(db, sql: "SELECT value FROM textSetting WHERE name = 'meteredInterfaces'")
+        }
+        guard let text, let list = try? JSONDecoder().decode([String].self, from: Data(text.utf8)),
+            (try? NetworkPolicy(meteredInterfaces: list).validate()) != nil
+        else { return nil }
+        return list
+    }
+
+    /// Saves the metered interface patterns.
+    package func saveMeteredInterfaces(_ patterns: [String]) async throws {
+        let text = String(decoding: try JSONEncoder().encode(patterns), as: UTF8.self)
+        try await write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO textSetting (name, value) VALUES ('meteredInterfaces', ?)
+                    ON CONFLICT(name) DO UPDATE SET value = excluded.value
+                    """,
+                arguments: [text]
+            )
         }
     }
 }

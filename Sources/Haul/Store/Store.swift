@@ -14,7 +14,10 @@ public final class Store: Sendable {
         self.writer = writer
         let superseded: Bool
         do {
-            superseded = try writer.read { db in try Store.migrator.hasBeenSuperseded(db) }
+            // On the writer: a pool's reader opened before the migration would keep the old
+            // columns of the tables it looked at (GRDB's per-connection schema cache), and
+            // then not find columns the migration adds.
+            superseded = try writer.writeWithoutTransaction { db in try Store.migrator.hasBeenSuperseded(db) }
         } catch {
             throw HaulError(.store, "Cannot read the Haul store", underlying: error)
         }
@@ -135,6 +138,7 @@ public final class Store: Sendable {
         var proxy: ProxySettings
         var credentials: Credentials
         var cookies: CookieOptions
+        var allowsMetered: Bool
     }
 
     /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
@@ -179,11 +183,12 @@ public final class Store: Sendable {
                     existing.proxy = reAdd.proxy
                     existing.credentials = reAdd.credentials
                     existing.cookies = reAdd.cookies
+                    existing.allowsMetered = reAdd.allowsMetered
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
                                 connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?,
-                                credentials = ?, cookies = ?, updatedAt = ?
+                                credentials = ?, cookies = ?, allowsMetered = ?, updatedAt = ?
                             WHERE id = ?
                             """,
                         arguments: [
@@ -193,6 +198,7 @@ public final class Store: Sendable {
                             try TaskRecord.text(of: reAdd.proxy),
                             reAdd.credentials == .none ? nil : try TaskRecord.json(reAdd.credentials),
                             reAdd.cookies == .standard ? nil : try TaskRecord.json(reAdd.cookies),
+                            reAdd.allowsMetered,
                             StoreDate.now, existing.id,
                         ]
                     )

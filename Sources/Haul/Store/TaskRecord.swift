@@ -72,6 +72,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var credentials = Credentials.none
     /// What the download does with cookies (a JSON object; NULL for the defaults).
     var cookies = CookieOptions.standard
+    /// Whether it may use a metered network (the request group).
+    var allowsMetered = true
     /// For a task waiting to try again: when (the state group).
     var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
@@ -110,6 +112,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let credentials = Column("credentials")
         static let cookies = Column("cookies")
         static let nextTryAt = Column("nextTryAt")
+        static let allowsMetered = Column("allowsMetered")
         static let retryingSince = Column("retryingSince")
     }
 
@@ -170,6 +173,7 @@ extension TaskRecord {
             try $0.validate()
         }
         nextTryAt = try reader.optionalDate(Columns.nextTryAt)
+        allowsMetered = try reader.value(Columns.allowsMetered)
         retryingSince = try reader.optionalDate(Columns.retryingSince)
     }
 
@@ -206,6 +210,7 @@ extension TaskRecord {
         container[Columns.credentials] = credentials == .none ? nil : try TaskRecord.json(credentials)
         container[Columns.cookies] = cookies == .standard ? nil : try TaskRecord.json(cookies)
         container[Columns.nextTryAt] = nextTryAt.map(StoreDate.text)
+        container[Columns.allowsMetered] = allowsMetered
         container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
     }
 

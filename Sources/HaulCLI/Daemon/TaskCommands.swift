@@ -203,6 +203,18 @@ extension HaulCommand {
         )
         var giveUpAfter: SpokenDuration?
 
+        @Option(
+            name: .customLong("allow-metered"),
+            help: "Whether downloads may use metered networks (mobile broadband): yes or no."
+        )
+        var allowMetered: YesNo?
+
+        @Option(
+            name: .customLong("metered-interfaces"),
+            help: "The interfaces that are metered, as comma-separated names or patterns (default 'wwan*,ppp*')."
+        )
+        var meteredInterfaces: String?
+
         @Argument(help: "Task ids (or unique prefixes) whose own rate limit to change.")
         var ids: [String] = []
 
@@ -232,7 +244,9 @@ extension HaulCommand {
                     CLIError.note("\(DaemonOutput.count(changed.count)) now at \(what).")
                     return
                 }
-                let unchanged = maxConcurrent == nil && maxPerHost == nil && limitRate == nil && giveUpAfter == nil
+                let unchanged =
+                    maxConcurrent == nil && maxPerHost == nil && limitRate == nil && giveUpAfter == nil
+                    && allowMetered == nil && meteredInterfaces == nil
                 let settings =
                     unchanged
                     ? try await client.settings()
@@ -241,7 +255,9 @@ extension HaulCommand {
                             maxConcurrentDownloads: maxConcurrent,
                             maxConnectionsPerHost: maxPerHost,
                             overallRateLimit: limitRate?.bytes,
-                            giveUpAfter: giveUpAfter?.seconds
+                            giveUpAfter: giveUpAfter?.seconds,
+                            allowMetered: allowMetered?.value,
+                            meteredInterfaces: meteredInterfaces.map(ProxySettings.list)
                         )
                     )
                 print("max-concurrent: \(settings.maxConcurrentDownloads ?? 0)")
@@ -249,6 +265,10 @@ extension HaulCommand {
                 let rate = settings.overallRateLimit ?? 0
                 print("limit-rate: \(rate == 0 ? "none" : Format.speed(Double(rate)))")
                 if let seconds = settings.giveUpAfter { print("give-up-after: \(SpokenDuration.text(seconds))") }
+                if let allow = settings.allowMetered { print("allow-metered: \(allow ? "yes" : "no")") }
+                if let patterns = settings.meteredInterfaces {
+                    print("metered-interfaces: \(patterns.joined(separator: ","))")
+                }
             }
         }
     }

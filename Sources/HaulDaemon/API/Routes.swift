@@ -207,8 +207,10 @@ struct DaemonRoutes {
                     maxConcurrentDownloads: body.maxConcurrentDownloads,
                     maxConnectionsPerHost: body.maxConnectionsPerHost,
                     overallRateLimit: body.overallRateLimit,
-                    giveUpAfter: body.giveUpAfter
-                )
+                    giveUpAfter: body.giveUpAfter,
+                    allowMetered: body.allowMetered.map { $0 ? 1 : 0 }
+                ),
+                meteredInterfaces: body.meteredInterfaces
             )
             return await core.settings()
         }

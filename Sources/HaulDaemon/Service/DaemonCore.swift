@@ -73,7 +73,9 @@ final class DaemonCore: Sendable {
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
             maxConnectionsPerHost: limits.maxConnectionsPerHost,
             overallRateLimit: manager.overallRateLimit ?? 0,
-            giveUpAfter: await manager.keepsTrying?.giveUpAfter.components.seconds
+            giveUpAfter: await manager.keepsTrying?.giveUpAfter.components.seconds,
+            allowMetered: await manager.networkPolicy.allowsMetered,
+            meteredInterfaces: await manager.networkPolicy.meteredInterfaces
         )
     }
 
@@ -145,11 +147,19 @@ final class DaemonCore: Sendable {
     /// field is checked before any applies, and changes apply one after another, so what
     /// the store keeps is what runs.
     /// - Throws: ``HaulError/Code/invalidArgument`` naming the first bad field; nothing changes then.
-    func changeLimits(_ change: StoredLimits) async throws {
+    func changeLimits(_ change: StoredLimits, meteredInterfaces: [String]? = nil) async throws {
         try change.validate()
+        if let meteredInterfaces { try NetworkPolicy(meteredInterfaces: meteredInterfaces).validate() }
         let manager = self.manager
         try await settingsChanges.run {
             try await manager.store.saveLimits(change)
+            if let meteredInterfaces { try await manager.store.saveMeteredInterfaces(meteredInterfaces) }
+            if change.allowMetered != nil || meteredInterfaces != nil {
+                var policy = await manager.networkPolicy
+                if let allow = change.allowMetered { policy.allowsMetered = allow == 1 }
+                if let meteredInterfaces { policy.meteredInterfaces = meteredInterfaces }
+                try await manager.setNetworkPolicy(policy)
+            }
             if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
             if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
             if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }

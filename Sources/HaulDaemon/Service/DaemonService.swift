@@ -120,6 +120,10 @@ public final class DaemonService: Service, Sendable {
         if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }
         managerConfiguration.keepsTrying = keepsTrying
         managerConfiguration.watchesNetwork = true
+        if let allow = limits.allowMetered { managerConfiguration.networkPolicy.allowsMetered = allow == 1 }
+        if let patterns = try await store.storedMeteredInterfaces() {
+            managerConfiguration.networkPolicy.meteredInterfaces = patterns
+        }
         if let retries = configuration.retriesPerRun { managerConfiguration.downloader.retry.maxRetries = retries }
         managerConfiguration.downloader.logger = logger
         managerConfiguration.downloader.overallRateLimit = limits.overallRateLimit.flatMap { $0 > 0 ? $0 : nil }

@@ -47,6 +47,7 @@ struct APIHardeningTests {
             #"{"maxConcurrentDownloads": 0}"#,
             #"{"maxConcurrentDownloads": 7, "giveUpAfter": 0}"#,
             #"{"giveUpAfter": 99999999999}"#,
+            #"{"allowMetered": false, "meteredInterfaces": ["wwan*", "bad name!"]}"#,
         ]
     )
     func settingsValidatedBeforeApplied(body: String) async throws {
@@ -71,13 +72,17 @@ struct APIHardeningTests {
             maxConcurrentDownloads: 3,
             maxConnectionsPerHost: 8,
             overallRateLimit: 0,
-            giveUpAfter: 86400
+            giveUpAfter: 86400,
+            allowMetered: true,
+            meteredInterfaces: ["wwan*", "ppp*"]
         )
         let changed = API.Settings(
             maxConcurrentDownloads: 7,
             maxConnectionsPerHost: 2,
             overallRateLimit: 5_000_000,
-            giveUpAfter: 3600
+            giveUpAfter: 3600,
+            allowMetered: false,
+            meteredInterfaces: ["wwan*", "usb0"]
         )
         try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
             let first = try await client.settings()
@@ -104,7 +109,9 @@ struct APIHardeningTests {
                         maxConcurrentDownloads: 2,
                         maxConnectionsPerHost: 2,
                         overallRateLimit: 5_000_000,
-                        giveUpAfter: 3600
+                        giveUpAfter: 3600,
+                        allowMetered: false,
+                        meteredInterfaces: ["wwan*", "usb0"]
                     )
             )
             // Removing the overall limit (0) is kept as well.
@@ -121,7 +128,9 @@ struct APIHardeningTests {
                         maxConcurrentDownloads: 3,
                         maxConnectionsPerHost: 4,
                         overallRateLimit: 0,
-                        giveUpAfter: 3600
+                        giveUpAfter: 3600,
+                        allowMetered: false,
+                        meteredInterfaces: ["wwan*", "usb0"]
                     )
             )
         }

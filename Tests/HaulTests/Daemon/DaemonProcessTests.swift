@@ -217,12 +217,13 @@ import Testing
 
             let set = try await HaulProcess.run(["set", "-j", "2"], home: home)
             #expect(
-                set.stdout == "max-concurrent: 2\nmax-per-host: 8\nlimit-rate: none\ngive-up-after: 1d\n",
+                set.stdout
+                    == "max-concurrent: 2\nmax-per-host: 8\nlimit-rate: none\ngive-up-after: 1d\nallow-metered: yes\nmetered-interfaces: wwan*,ppp*\n",
                 "\(set.stderr)"
             )
             let overall = try await HaulProcess.run(["set", "--limit-rate", "20M"], home: home)
             #expect(
-                overall.stdout.hasSuffix("limit-rate: 20.0 MiB/s\ngive-up-after: 1d\n"),
+                overall.stdout.contains("limit-rate: 20.0 MiB/s\ngive-up-after: 1d\n"),
                 "\(overall.stdout)\(overall.stderr)"
             )
             let one = try await HaulProcess.run(["set", "--limit-rate", "500K", prefix], home: home)

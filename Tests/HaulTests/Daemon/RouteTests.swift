@@ -113,7 +113,13 @@ struct RouteTests {
                 let settings = try JSONDecoder().decode(API.Settings.self, from: Data(buffer: response.body))
                 #expect(
                     settings
-                        == API.Settings(maxConcurrentDownloads: 7, maxConnectionsPerHost: 8, overallRateLimit: 1 << 20)
+                        == API.Settings(
+                            maxConcurrentDownloads: 7,
+                            maxConnectionsPerHost: 8,
+                            overallRateLimit: 1 << 20,
+                            allowMetered: true,
+                            meteredInterfaces: ["wwan*", "ppp*"]
+                        )
                 )
             }
         }

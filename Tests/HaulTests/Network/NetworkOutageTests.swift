@@ -159,4 +159,82 @@ struct NetworkOutageTests {
         #expect(bounded.stderr.contains("No usable route to \(pair.insideAddress) for 2 s"), "\(bounded.stderr)")
         try await pair.set(inside: true, up: true)
     }
+
+    @Test(
+        "metered: the link's interface marked metered and the policy off, no bytes for 5 s; on, it completes; off again live, it waits",
+        .enabled(if: usable)
+    )
+    func meteredPolicy() async throws {
+        let pair = try await VethPair.create()
+        do {
+            let server = try await ExternalServer.startNginx(
+                slowRate: "2m",
+                host: pair.insideAddress,
+                namespace: pair.namespace
+            )
+            let home = try TemporaryDirectory()
+            do {
+                try await meteredDownload(server, pair, home: home.file("home"))
+            } catch {
+                _ = try? await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
+                await server.stop()
+                throw error
+            }
+            _ = try await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
+            await server.stop()
+        } catch {
+            await pair.remove()
+            throw error
+        }
+        await pair.remove()
+    }
+
+    private func meteredDownload(_ server: ExternalServer, _ pair: VethPair, home: String) async throws {
+        let bytes = TestContent.bytes(count: 12 << 20, seed: 43)
+        try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let started = try await HaulProcess.run(["daemon", "--checkpoint-interval", "0.2"], home: home)
+        #expect(started.status == 0, "\(started.stderr)")
+        let client = HaulClient(home: HaulHome(path: home))
+        defer { Task { try? await client.shutdown() } }
+        // The outer end of the pair is "metered", and metered networks are off.
+        let set = try await HaulProcess.run(
+            ["set", "--metered-interfaces", "wwan*,\(pair.outside)", "--allow-metered", "no"],
+            home: home
+        )
+        #expect(set.status == 0, "\(set.stderr)")
+        #expect(set.stdout.contains("allow-metered: no\nmetered-interfaces: wwan*,\(pair.outside)"), "\(set.stdout)")
+        let added = try await HaulProcess.run(
+            ["add", "--session", "m", "-x", "1", "-d", out, server.url("/slow/big.bin").absoluteString],
+            home: home
+        )
+        #expect(added.status == 0, "\(added.stderr)")
+        #expect(try await waitUntil { try await client.tasks().first?.state == .waitingForNetwork })
+        let waiting = try #require(try await client.tasks().first)
+        #expect(waiting.errorMessage?.contains("metered") == true, "\(waiting.errorMessage ?? "")")
+        // Five seconds: not a byte asked for.
+        try await Task.sleep(for: .seconds(5))
+        #expect(server.accessLog().isEmpty)
+        #expect(try await client.tasks().first?.bytesCommitted == 0)
+
+        // On: it runs. Off again while it runs: it stops and waits, live.
+        _ = try await HaulProcess.run(["set", "--allow-metered", "yes"], home: home)
+        #expect(try await waitUntil { (try await client.tasks().first?.bytesCommitted ?? 0) > 1 << 20 })
+        _ = try await HaulProcess.run(["set", "--allow-metered", "no"], home: home)
+        #expect(
+            try await waitUntil(timeout: .seconds(10)) { try await client.tasks().first?.state == .waitingForNetwork }
+        )
+        _ = try await HaulProcess.run(["set", "--allow-metered", "yes"], home: home)
+        let waited = try await HaulProcess.run(["wait", "--session", "m"], home: home)
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(sha256(file: out + "/big.bin") == TestContent.sha256(bytes))
+        let states = try await client.loggedEvents(session: "m").filter { $0.kind == .state }.compactMap(\.to)
+        #expect(!states.contains(.failed) && !states.contains(.retrying), "\(states)")
+        #expect(server.accessLog().last?[1] == "206")
+        // Kept across a restart.
+        _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        let shown = try await HaulProcess.run(["set"], home: home)
+        #expect(shown.stdout.contains("metered-interfaces: wwan*,\(pair.outside)"), "\(shown.stdout)")
+    }
 }
