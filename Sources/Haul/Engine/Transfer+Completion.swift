@@ -137,8 +137,7 @@ extension Transfer {
                     ?? HaulError(.connection, "Download of \(task.url) failed", url: url, underlying: error)
                 if failure.path == nil { failure.path = task.destinationPath }
                 if failure.code != .checksumMismatch, committedBytes > 0 { failure.resumeData = resumeData }
-                let message = failure.description
-                try await record(.failed, error: message)
+                if !environment.defersFailureRecord { try await record(.failed, error: failure.description) }
                 return failure
             }
         } catch {

@@ -22,6 +22,9 @@ struct TransferEnvironment: Sendable {
     var connectionCap = Int.max
     /// Whether a URL's server has no usable route now: a retry would only wait for nothing.
     var isOffline: @Sendable (URL) -> Bool = { _ in false }
+    /// Whether a failure is left for the caller to record: a manager that may keep trying or
+    /// wait for the network decides the state, and no reader sees a `failed` in between.
+    var defersFailureRecord = false
     var logger: Logger
 }
 

@@ -17,6 +17,8 @@ extension DownloadManager {
             var environment = downloader.environment
             // One download never opens more connections than the per-host cap allows.
             environment.connectionCap = await limits.maxConnectionsPerHost
+            // This manager decides what a failure becomes (failed, retrying, waiting).
+            environment.defersFailureRecord = await defersFailureRecord
             if watchesNetwork {
                 // A run whose server has no route does not spend its retries waiting: it ends,
                 // and the task waits for the network instead.
@@ -49,8 +51,24 @@ extension DownloadManager {
             {
                 return
             }
+            if stop == nil, error.code != .store, await defersFailureRecord {
+                await recordFailure(id, error)
+            }
         }
         await transferEnded(id, outcome: outcome, stop: handles.control.requested)
+    }
+
+    /// Whether this manager's transfers leave their failures to it to record.
+    var defersFailureRecord: Bool { keepTrying != nil || watchesNetwork }
+
+    /// Records a failure the transfer left to the manager; a store that refuses gets it later
+    /// (``reconcile()``).
+    func recordFailure(_ id: UUID, _ failure: HaulError) async {
+        do {
+            try await store.setState(id, .failed, error: failure.description)
+        } catch {
+            known[id]?.unrecorded = .some(failure.description)
+        }
     }
 
     /// Moves a task by how its transfer ended, wakes whoever waited for that, and starts
