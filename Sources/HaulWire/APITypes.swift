@@ -212,6 +212,42 @@ public enum API {
         public var maxConnectionsPerHost: Int
         /// Event streams attached now (`/v1/sessions/{S}/events`, `/v1/events`).
         public var eventStreams: Int
+        /// The network as the daemon sees it, and its policy.
+        public var network: Network?
+
+        /// The default route and the metered policy.
+        public struct Network: Codable, Sendable, Equatable {
+            /// The interface the default route leaves by; absent when there is none.
+            public var interface: String?
+            /// The address it leaves from.
+            public var sourceAddress: String?
+            /// Whether that interface is up with a carrier.
+            public var usable: Bool
+            /// Whether that interface is metered.
+            public var metered: Bool
+            public var allowMetered: Bool
+            public var meteredInterfaces: [String]
+            /// Tasks waiting for the network.
+            public var waitingTasks: Int
+
+            public init(
+                interface: String?,
+                sourceAddress: String?,
+                usable: Bool,
+                metered: Bool,
+                allowMetered: Bool,
+                meteredInterfaces: [String],
+                waitingTasks: Int
+            ) {
+                self.interface = interface
+                self.sourceAddress = sourceAddress
+                self.usable = usable
+                self.metered = metered
+                self.allowMetered = allowMetered
+                self.meteredInterfaces = meteredInterfaces
+                self.waitingTasks = waitingTasks
+            }
+        }
 
         public init(
             pid: Int32,
@@ -228,8 +264,10 @@ public enum API {
             bytesPerSecond: Double,
             maxConcurrentDownloads: Int,
             maxConnectionsPerHost: Int,
-            eventStreams: Int
+            eventStreams: Int,
+            network: Network? = nil
         ) {
+            self.network = network
             self.pid = pid
             self.version = version
             self.startedAt = startedAt

@@ -302,6 +302,21 @@ extension HaulCommand {
                     "running:  \(status.running) of at most \(status.maxConcurrentDownloads), \(status.waiting) waiting"
                 )
                 print("speed:    \(Format.speed(status.bytesPerSecond))")
+                if let network = status.network {
+                    var line = "network:  "
+                    if let interface = network.interface {
+                        line += "default route via \(interface) (\(network.sourceAddress ?? "?"))"
+                        line += network.usable ? "" : ", down"
+                        line += network.metered ? ", metered" : ""
+                    } else {
+                        line += "no default route"
+                    }
+                    if network.waitingTasks > 0 { line += "; \(network.waitingTasks) waiting for it" }
+                    print(line)
+                    print(
+                        "metered:  \(network.allowMetered ? "allowed" : "not allowed") (interfaces \(network.meteredInterfaces.joined(separator: ",")))"
+                    )
+                }
             }
         }
     }

@@ -104,7 +104,23 @@ final class DaemonCore: Sendable {
             bytesPerSecond: overall.bytesPerSecond,
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
             maxConnectionsPerHost: limits.maxConnectionsPerHost,
-            eventStreams: readers.count
+            eventStreams: readers.count,
+            network: await network(waiting: counts[TaskState.waitingForNetwork.rawValue] ?? 0)
+        )
+    }
+
+    /// The default route as the kernel has it now, and the metered policy.
+    func network(waiting: Int) async -> API.Status.Network {
+        let route = NetworkMonitor.route(to: "default-route.invalid")
+        let policy = await manager.networkPolicy
+        return API.Status.Network(
+            interface: route?.interface,
+            sourceAddress: route?.sourceAddress,
+            usable: route?.isUsable ?? false,
+            metered: route.map { policy.isMetered($0.interface) } ?? false,
+            allowMetered: policy.allowsMetered,
+            meteredInterfaces: policy.meteredInterfaces,
+            waitingTasks: waiting
         )
     }
 

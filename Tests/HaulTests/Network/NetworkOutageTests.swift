@@ -213,6 +213,11 @@ struct NetworkOutageTests {
         #expect(try await waitUntil { try await client.tasks().first?.state == .waitingForNetwork })
         let waiting = try #require(try await client.tasks().first)
         #expect(waiting.errorMessage?.contains("metered") == true, "\(waiting.errorMessage ?? "")")
+        let status = try await HaulProcess.run(["status"], home: home)
+        #expect(status.stdout.contains("1 waiting for it"), "\(status.stdout)")
+        #expect(status.stdout.contains("metered:  not allowed (interfaces wwan*,\(pair.outside))"), "\(status.stdout)")
+        let json = try await client.status()
+        #expect(json.network?.allowMetered == false && json.network?.waitingTasks == 1)
         // Five seconds: not a byte asked for.
         try await Task.sleep(for: .seconds(5))
         #expect(server.accessLog().isEmpty)
