@@ -66,7 +66,7 @@ struct NetworkOutageTests {
         try await pair.set(inside: true, up: false)
         let down = ContinuousClock.now
         #expect(
-            try await waitUntil(timeout: .seconds(10)) { try await client.tasks().first?.state == .waitingForNetwork }
+            try await waitUntil(timeout: .seconds(30)) { try await client.tasks().first?.state == .waitingForNetwork }
         )
         let noticed = ContinuousClock.now - down
         let committed = try #require(try await client.tasks().first?.bytesCommitted)
@@ -142,7 +142,11 @@ struct NetworkOutageTests {
         let result = await get.finish()
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stderr.contains("the network is back; resuming"), "\(result.stderr)")
-        #expect(!result.stderr.contains("retrying"), "\(result.stderr)")
+        // Nothing spent while the network was away. (Just after it is back the kernel may
+        // still answer "no route to host" until it has found the neighbour again: that first
+        // connection is an ordinary retry.)
+        let duringOutage = result.stderr.components(separatedBy: "the network is back").first ?? ""
+        #expect(!duringOutage.contains("retrying"), "\(result.stderr)")
         #expect(sha256(file: temp.file("big.bin")) == TestContent.sha256(bytes))
         #expect(server.accessLog().last?[1] == "206")
 
@@ -228,7 +232,7 @@ struct NetworkOutageTests {
         #expect(try await waitUntil { (try await client.tasks().first?.bytesCommitted ?? 0) > 1 << 20 })
         _ = try await HaulProcess.run(["set", "--allow-metered", "no"], home: home)
         #expect(
-            try await waitUntil(timeout: .seconds(10)) { try await client.tasks().first?.state == .waitingForNetwork }
+            try await waitUntil(timeout: .seconds(30)) { try await client.tasks().first?.state == .waitingForNetwork }
         )
         _ = try await HaulProcess.run(["set", "--allow-metered", "yes"], home: home)
         let waited = try await HaulProcess.run(["wait", "--session", "m"], home: home)

@@ -48,7 +48,7 @@ struct TLSTests {
             let started = ContinuousClock.now
             let result = try await Self.get([server.url("/big.bin").absoluteString], in: temp)
             #expect(result.status == 1)
-            #expect(ContinuousClock.now - started < .seconds(10))
+            #expect(ContinuousClock.now - started < .seconds(30))  // Generous: at once, on a loaded machine.
             #expect(!result.stderr.contains("retrying"), "\(result.stderr)")
             #expect(
                 result.stderr.contains("haul: error: The certificate of 127.0.0.1:\(server.port) is not trusted"),
