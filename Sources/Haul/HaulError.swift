@@ -246,3 +246,15 @@ extension HaulError {
         )
     }
 }
+
+extension String {
+    /// This sentence continuing another (after a colon or a semicolon): its first letter in
+    /// lower case when it starts an ordinary word ("Connection refused …" → "connection
+    /// refused …"); "HTTP 503" and other acronyms stay as they are.
+    package var continuingSentence: String {
+        guard let first, first.isUppercase else { return self }
+        let second = dropFirst().first
+        guard second == nil || second?.isLowercase == true else { return self }
+        return first.lowercased() + dropFirst()
+    }
+}

@@ -77,6 +77,9 @@ extension HaulCommand {
             guard connectTimeout > 0, timeout > 0, connectTimeout <= year, timeout <= year else {
                 throw ValidationError("Timeouts must be positive numbers of seconds, at most a year")
             }
+            guard waitForNetwork.seconds <= KeepTrying.longestGiveUp.components.seconds else {
+                throw ValidationError("--wait-for-network must be at most 366 days")
+            }
             guard retryMaxWait >= 0, retryMaxWait <= 1e9 else {
                 throw ValidationError("--retry-max-wait must be 0 or more seconds")
             }

@@ -149,7 +149,7 @@ enum ProgressRenderer {
     /// `retrying in 30 s (the server asked): HTTP 503 …`
     static func waitText(_ waiting: DownloadProgress.RetryWait) -> String {
         let who = waiting.serverAsked ? " (the server asked)" : ""
-        return "retrying in \(Format.wait(waiting.delay))\(who): \(lowercasedStart(waiting.reason))"
+        return "retrying in \(Format.wait(waiting.delay))\(who): \(waiting.reason.continuingSentence)"
     }
 
     /// The line announcing a retry: `haul: retrying in 4.0 s (2 of 5): connection refused by 127.0.0.1:1`,
@@ -158,16 +158,7 @@ enum ProgressRenderer {
         let who = retry.serverAsked ? ", the server asked" : ""
         let file = name.map { "\($0): " } ?? ""
         return
-            "haul: \(file)retrying in \(Format.wait(retry.delay)) (\(retry.attempt) of \(retry.maxRetries)\(who)): \(lowercasedStart(retry.reason))"
-    }
-
-    /// A sentence's first letter in lower case when it is an ordinary word ("Connection
-    /// refused …" → "connection refused …"; "HTTP 503" stays).
-    static func lowercasedStart(_ text: String) -> String {
-        guard let first = text.first, first.isUppercase else { return text }
-        let second = text.dropFirst().first
-        guard second == nil || second?.isLowercase == true else { return text }
-        return first.lowercased() + text.dropFirst()
+            "haul: \(file)retrying in \(Format.wait(retry.delay)) (\(retry.attempt) of \(retry.maxRetries)\(who)): \(retry.reason.continuingSentence)"
     }
 
     static func barLine(_ progress: DownloadProgress, name: String, width: Int) -> String {

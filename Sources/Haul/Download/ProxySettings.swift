@@ -115,16 +115,6 @@ public struct ProxySettings: Sendable, Hashable, Codable {
         let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         return noProxy.contains { NoProxyPattern($0)?.matches(host) ?? false }
     }
-
-    /// The settings with proxy passwords hidden, for showing.
-    public var redacted: ProxySettings {
-        ProxySettings(
-            http: http.map(Redaction.text),
-            https: https.map(Redaction.text),
-            all: all.map(Redaction.text),
-            noProxy: noProxy
-        )
-    }
 }
 
 /// One proxy server as a request uses it.

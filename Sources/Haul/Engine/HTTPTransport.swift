@@ -230,7 +230,7 @@ struct HTTPTransport: Sendable {
                 // The connection that failed is the one to the proxy.
                 var error = connectionError(error, url: url)
                 let reason = reaching.message(connectTimeout: connectTimeout, readTimeout: readTimeout)
-                error.message = "The proxy failed: " + reason.prefix(1).lowercased() + reason.dropFirst()
+                error.message = "The proxy failed: " + reason.continuingSentence
                 error.hint = "Check the proxy (--proxy, http_proxy, https_proxy) and that it runs"
                 error.network = reaching
                 return error

@@ -55,9 +55,7 @@ public struct RetryPolicy: Sendable, Equatable {
     func givenUp(_ error: HaulError) -> HaulError {
         var error = error
         var hint = "Gave up after \(maxRetries) \(maxRetries == 1 ? "retry" : "retries")"
-        if let advice = error.hint, let first = advice.first {
-            hint += "; " + first.lowercased() + advice.dropFirst()
-        }
+        if let advice = error.hint, !advice.isEmpty { hint += "; " + advice.continuingSentence }
         error.hint = hint + "; run the same command again to resume"
         return error
     }

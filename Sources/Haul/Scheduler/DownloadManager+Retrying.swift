@@ -80,7 +80,8 @@ extension DownloadManager {
     /// Wakes the task at `date` to wait for a slot again.
     func armRetry(_ id: UUID, at date: Date) {
         known[id]?.retryTimer?.cancel()
-        let wait = max(0, date.timeIntervalSinceNow)
+        // At most a year: no date from the store makes the millisecond count overflow.
+        let wait = min(max(0, date.timeIntervalSinceNow), 366 * 86400)
         known[id]?.retryTimer = Task { [weak self] in
             try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
             guard !Task.isCancelled else { return }

@@ -128,3 +128,49 @@ struct KeepTryingBackoffTests {
         #expect(TaskStateMachine.next(from: .queued, on: .retryLater) == nil)
     }
 }
+
+/// A retrying task as a restart finds it in the store.
+@Suite("Keep-trying recovery")
+struct KeepTryingRecoveryTests {
+    @Test(
+        "a retrying task is recovered retrying with its next try kept, even one far in the future, and resumes at once by hand"
+    )
+    func recoveredRetrying() async throws {
+        let temp = try TemporaryDirectory()
+        let path = temp.file("haul.sqlite")
+        let store = try Store(path: path)
+        let record = TaskRecord(
+            id: UUID(),
+            url: URL(string: "http://127.0.0.1:9/f.bin")!,
+            destination: .directory(temp.path),
+            explicitName: false,
+            requestHeaders: [],
+            checksum: nil,
+            overwrite: false,
+            now: Date()
+        )
+        try await store.insert(
+            record,
+            segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: nil, committed: 0)]
+        )
+        // A store edited by hand (or by a broken clock): a next try in the year 9999.
+        try await store.setRetrying(
+            record.id,
+            error: "Connection refused",
+            nextTryAt: Date(timeIntervalSince1970: 253_402_214_400),
+            since: Date()
+        )
+        try store.closeDatabase()
+        var configuration = DownloadManager.Configuration(store: .sqlite(at: path))
+        configuration.keepsTrying = KeepTrying()
+        try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+            let info = try await manager.info(record.id)
+            #expect(info.state == .retrying)
+            #expect(info.nextTryAt.map { $0 > Date().addingTimeInterval(86400) } == true)
+            // Resuming it by hand takes it at once.
+            let resumed = try await manager.resume(record.id)
+            #expect(resumed.state == .queued || resumed.state == .running)
+            try await manager.pause(record.id)
+        }
+    }
+}
