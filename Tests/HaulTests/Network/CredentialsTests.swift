@@ -20,19 +20,6 @@ struct CredentialsTests {
         }
     }
 
-    static func get(
-        _ arguments: [String],
-        in temp: TemporaryDirectory,
-        environment: [String: String?] = [:]
-    ) async throws -> (status: Int32, stdout: String, stderr: String) {
-        try await HaulProcess(
-            ["get"] + arguments,
-            home: temp.file("home"),
-            directory: temp.path,
-            environment: environment
-        ).finish()
-    }
-
     /// The access log's user for requests of `path`.
     static func users(_ server: ExternalServer, _ path: String) -> [String] {
         server.accessLog().filter { $0[0] == path }.map { $0.count > 5 ? $0[5] : "" }
@@ -61,13 +48,13 @@ struct CredentialsTests {
             ]
             for (name, arguments, environment) in cases {
                 let temp = try TemporaryDirectory()
-                let result = try await Self.get(["-v"] + arguments, in: temp, environment: environment)
+                let result = try await HaulProcess.get(["-v"] + arguments, in: temp, environment: environment)
                 #expect(result.status == 0, "\(name): \(result.stderr)")
                 #expect(sha256(file: temp.file("big.bin")) == digest, "\(name)")
                 #expect(!result.stderr.contains(Self.secret), "\(name) shows the password")
                 #expect(Self.users(server, "/auth/big.bin").last == "haul", "\(name)")
             }
-            let without = try await Self.get([plain], in: try TemporaryDirectory())
+            let without = try await HaulProcess.get([plain], in: try TemporaryDirectory())
             #expect(without.status == 1)
             #expect(without.stderr.contains("HTTP 401"), "\(without.stderr)")
             #expect(!without.stderr.contains("retrying"))
@@ -81,7 +68,7 @@ struct CredentialsTests {
     func crossHostRedirect() async throws {
         try await Self.withServer { server, digest in
             let start = server.url("/to-localhost-auth").absoluteString
-            let dropped = try await Self.get(["-u", "haul:\(Self.secret)", start], in: try TemporaryDirectory())
+            let dropped = try await HaulProcess.get(["-u", "haul:\(Self.secret)", start], in: try TemporaryDirectory())
             #expect(dropped.status == 1)
             #expect(dropped.stderr.contains("HTTP 401"), "\(dropped.stderr)")
             #expect(Self.users(server, "/auth/big.bin").allSatisfy { $0 == "-" || $0.isEmpty })
@@ -93,7 +80,7 @@ struct CredentialsTests {
                 encoding: .utf8
             )
             let temp = try TemporaryDirectory()
-            let named = try await Self.get(["--netrc-file", netrc.file("netrc"), start], in: temp)
+            let named = try await HaulProcess.get(["--netrc-file", netrc.file("netrc"), start], in: temp)
             #expect(named.status == 0, "\(named.stderr)")
             #expect(sha256(file: temp.file("big.bin")) == digest)
         }
@@ -103,13 +90,13 @@ struct CredentialsTests {
     func cookieAcrossRedirect() async throws {
         try await Self.withServer { server, digest in
             let temp = try TemporaryDirectory()
-            let result = try await Self.get([server.url("/login").absoluteString], in: temp)
+            let result = try await HaulProcess.get([server.url("/login").absoluteString], in: temp)
             #expect(result.status == 0, "\(result.stderr)")
             #expect(sha256(file: temp.file("big.bin")) == digest)
             let cookies = server.accessLog().filter { $0[0] == "/private/big.bin" }.map { $0[6] }
             #expect(cookies == ["session=s3ssion"], "\(cookies)")
 
-            let refused = try await Self.get(
+            let refused = try await HaulProcess.get(
                 ["--no-cookies", server.url("/login").absoluteString],
                 in: try TemporaryDirectory()
             )
@@ -134,12 +121,12 @@ struct CredentialsTests {
             let target = server.url("/private/big.bin").absoluteString
             for given in [cookieFile, "session=s3ssion"] {
                 let temp = try TemporaryDirectory()
-                let result = try await Self.get(["-b", given, target], in: temp)
+                let result = try await HaulProcess.get(["-b", given, target], in: temp)
                 #expect(result.status == 0, "\(given): \(result.stderr)")
                 #expect(sha256(file: temp.file("big.bin")) == digest)
             }
             let jar = files.file("jar.txt")
-            let saved = try await Self.get(
+            let saved = try await HaulProcess.get(
                 ["-c", jar, server.url("/login").absoluteString],
                 in: try TemporaryDirectory()
             )
@@ -150,7 +137,7 @@ struct CredentialsTests {
             let mode = try FileManager.default.attributesOfItem(atPath: jar)[.posixPermissions] as? Int
             #expect(mode == 0o600)
             // The saved jar works as a cookie file.
-            let reused = try await Self.get(["-b", jar, target], in: try TemporaryDirectory())
+            let reused = try await HaulProcess.get(["-b", jar, target], in: try TemporaryDirectory())
             #expect(reused.status == 0, "\(reused.stderr)")
         }
     }

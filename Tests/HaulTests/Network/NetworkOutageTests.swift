@@ -18,43 +18,42 @@ struct NetworkOutageTests {
         .enabled(if: usable)
     )
     func outage() async throws {
-        let pair = try await VethPair.create()
-        do {
-            try await run(pair)
-        } catch {
-            await pair.remove()
-            throw error
-        }
-        await pair.remove()
-    }
-
-    private func run(_ pair: VethPair) async throws {
-        let server = try await ExternalServer.startNginx(
-            slowRate: "1m",
-            host: pair.insideAddress,
-            namespace: pair.namespace
-        )
-        let home = try TemporaryDirectory()
-        do {
-            try await download(from: server, pair: pair, home: home.file("home"))
-        } catch {
-            _ = try? await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
-            await server.stop()
-            throw error
-        }
-        _ = try await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
-        await server.stop()
-    }
-
-    private func download(from server: ExternalServer, pair: VethPair, home: String) async throws {
         let bytes = TestContent.bytes(count: 12 << 20, seed: 41)
-        try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+        try await VethPair.withServer(slowRate: "1m", serving: bytes) { pair, server in
+            try await Self.withDaemon { home, client in
+                try await download(bytes, from: server, pair: pair, home: home, client: client)
+            }
+        }
+    }
+
+    /// Runs `body` with a daemon on a new home (checkpointing every 0.2 s) and a client of it;
+    /// stops the daemon afterwards, whether `body` throws or not.
+    static func withDaemon(_ body: (String, HaulClient) async throws -> Void) async throws {
         let temp = try TemporaryDirectory()
-        let out = try temp.directory("out")
+        let home = temp.file("home")
         let started = try await HaulProcess.run(["daemon", "--checkpoint-interval", "0.2"], home: home)
         #expect(started.status == 0, "\(started.stderr)")
         let client = HaulClient(home: HaulHome(path: home))
-        defer { Task { try? await client.shutdown() } }
+        do {
+            try await body(home, client)
+        } catch {
+            _ = try? await HaulProcess.run(["daemon", "stop"], home: home)
+            try? await client.shutdown()
+            throw error
+        }
+        _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        try await client.shutdown()
+    }
+
+    private func download(
+        _ bytes: [UInt8],
+        from server: ExternalServer,
+        pair: VethPair,
+        home: String,
+        client: HaulClient
+    ) async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
         let added = try await HaulProcess.run(
             ["add", "--session", "s", "-x", "1", "-d", out, server.url("/slow/big.bin").absoluteString],
             home: home
@@ -99,30 +98,13 @@ struct NetworkOutageTests {
         .enabled(if: usable)
     )
     func getWaits() async throws {
-        let pair = try await VethPair.create()
-        do {
-            let server = try await ExternalServer.startNginx(
-                slowRate: "1m",
-                host: pair.insideAddress,
-                namespace: pair.namespace
-            )
-            do {
-                try await getAcrossOutage(server, pair)
-            } catch {
-                await server.stop()
-                throw error
-            }
-            await server.stop()
-        } catch {
-            await pair.remove()
-            throw error
+        let bytes = TestContent.bytes(count: 8 << 20, seed: 42)
+        try await VethPair.withServer(slowRate: "1m", serving: bytes) { pair, server in
+            try await getAcrossOutage(bytes, server, pair)
         }
-        await pair.remove()
     }
 
-    private func getAcrossOutage(_ server: ExternalServer, _ pair: VethPair) async throws {
-        let bytes = TestContent.bytes(count: 8 << 20, seed: 42)
-        try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+    private func getAcrossOutage(_ bytes: [UInt8], _ server: ExternalServer, _ pair: VethPair) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
         let get = try HaulProcess(
@@ -169,39 +151,23 @@ struct NetworkOutageTests {
         .enabled(if: usable)
     )
     func meteredPolicy() async throws {
-        let pair = try await VethPair.create()
-        do {
-            let server = try await ExternalServer.startNginx(
-                slowRate: "2m",
-                host: pair.insideAddress,
-                namespace: pair.namespace
-            )
-            let home = try TemporaryDirectory()
-            do {
-                try await meteredDownload(server, pair, home: home.file("home"))
-            } catch {
-                _ = try? await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
-                await server.stop()
-                throw error
+        let bytes = TestContent.bytes(count: 12 << 20, seed: 43)
+        try await VethPair.withServer(slowRate: "2m", serving: bytes) { pair, server in
+            try await Self.withDaemon { home, client in
+                try await meteredDownload(bytes, server, pair, home: home, client: client)
             }
-            _ = try await HaulProcess.run(["daemon", "stop"], home: home.file("home"))
-            await server.stop()
-        } catch {
-            await pair.remove()
-            throw error
         }
-        await pair.remove()
     }
 
-    private func meteredDownload(_ server: ExternalServer, _ pair: VethPair, home: String) async throws {
-        let bytes = TestContent.bytes(count: 12 << 20, seed: 43)
-        try Data(bytes).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+    private func meteredDownload(
+        _ bytes: [UInt8],
+        _ server: ExternalServer,
+        _ pair: VethPair,
+        home: String,
+        client: HaulClient
+    ) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
-        let started = try await HaulProcess.run(["daemon", "--checkpoint-interval", "0.2"], home: home)
-        #expect(started.status == 0, "\(started.stderr)")
-        let client = HaulClient(home: HaulHome(path: home))
-        defer { Task { try? await client.shutdown() } }
         // The outer end of the pair is "metered", and metered networks are off.
         let set = try await HaulProcess.run(
             ["set", "--metered-interfaces", "wwan*,\(pair.outside)", "--allow-metered", "no"],

@@ -10,24 +10,6 @@ import Testing
 struct ProxyTests {
     static let usable = TinyProxy.usable
 
-    /// Runs `haul get` in a temporary directory with no proxy variables but those given.
-    static func get(
-        _ arguments: [String],
-        in temp: TemporaryDirectory,
-        environment: [String: String?] = [:]
-    ) async throws -> (status: Int32, stdout: String, stderr: String) {
-        let cleared: [String: String?] = [
-            "http_proxy": nil, "HTTP_PROXY": nil, "https_proxy": nil, "HTTPS_PROXY": nil, "all_proxy": nil,
-            "ALL_PROXY": nil, "no_proxy": nil, "NO_PROXY": nil,
-        ]
-        return try await HaulProcess(
-            ["get"] + arguments,
-            home: temp.file("home"),
-            directory: temp.path,
-            environment: cleared.merging(environment) { $1 }
-        ).finish()
-    }
-
     static func viaProxy(_ request: TestServer.RecordedRequest) -> Bool {
         request.header("Via")?.contains("tinyproxy") == true
     }
@@ -42,7 +24,7 @@ struct ProxyTests {
                 server.set("/f.bin", .init(size: 12 << 20, seed: 5))
                 let temp = try TemporaryDirectory()
                 let url = server.url("/f.bin").absoluteString
-                let result = try await Self.get(
+                let result = try await HaulProcess.get(
                     [
                         "-v", "-x", "3", "--min-split", "1M", "--proxy", proxy.url(user: "haul", password: "s3cret-pw"),
                         url,
@@ -69,7 +51,7 @@ struct ProxyTests {
         try await TinyProxy.with { proxy in
             try await TLSTests.withServer { server, pki, digest in
                 let temp = try TemporaryDirectory()
-                let result = try await Self.get(
+                let result = try await HaulProcess.get(
                     ["--cacert", pki.caCertificate, "-o", "big.bin", server.url("/big.bin").absoluteString],
                     in: temp,
                     environment: ["https_proxy": proxy.url()]
@@ -104,7 +86,7 @@ struct ProxyTests {
                 for (name, flags, environment, proxied) in cases {
                     let temp = try TemporaryDirectory()
                     let before = server.requests(for: "/f.bin").count
-                    let result = try await Self.get(flags + [url], in: temp, environment: environment)
+                    let result = try await HaulProcess.get(flags + [url], in: temp, environment: environment)
                     #expect(result.status == 0, "\(name): \(result.stderr)")
                     #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"), "\(name)")
                     let request = try #require(server.requests(for: "/f.bin").dropFirst(before).first)
@@ -128,7 +110,7 @@ struct ProxyTests {
                 let environment: [String: String?] = ["http_proxy": proxy.url(), "no_proxy": "localhost"]
 
                 let first = try TemporaryDirectory()
-                let out = try await Self.get(
+                let out = try await HaulProcess.get(
                     [server.url("/to-direct").absoluteString],
                     in: first,
                     environment: environment
@@ -139,7 +121,7 @@ struct ProxyTests {
                 #expect(server.requests(for: "/f.bin").allSatisfy { !Self.viaProxy($0) })
 
                 let second = try TemporaryDirectory()
-                let back = try await Self.get(
+                let back = try await HaulProcess.get(
                     ["http://localhost:\(server.port)/to-proxied"],
                     in: second,
                     environment: environment
@@ -162,7 +144,7 @@ struct ProxyTests {
             try await TestServer.withServer { server in
                 server.set("/f.bin", .init(size: 100_000, seed: 8))
                 let url = server.url("/f.bin").absoluteString
-                let missing = try await Self.get(["--proxy", proxy.url(), url], in: try TemporaryDirectory())
+                let missing = try await HaulProcess.get(["--proxy", proxy.url(), url], in: try TemporaryDirectory())
                 #expect(missing.status == 1)
                 #expect(!missing.stderr.contains("retrying"), "\(missing.stderr)")
                 #expect(
@@ -173,7 +155,7 @@ struct ProxyTests {
                 )
                 #expect(missing.stderr.contains("USER:PASSWORD before the host in --proxy"), "\(missing.stderr)")
                 // tinyproxy answers wrong credentials with 401 (not 407): the hint names the proxy.
-                let wrong = try await Self.get(
+                let wrong = try await HaulProcess.get(
                     ["--proxy", proxy.url(user: "haul", password: "wrong-pw"), url],
                     in: try TemporaryDirectory()
                 )
@@ -192,7 +174,7 @@ struct ProxyTests {
     func proxyDown() async throws {
         let temp = try TemporaryDirectory()
         let port = try ExternalServer.freePort()
-        let result = try await Self.get(
+        let result = try await HaulProcess.get(
             ["--retries", "1", "--proxy", "http://127.0.0.1:\(port)", "http://files.example.test/f.bin"],
             in: temp
         )
@@ -216,7 +198,7 @@ struct ProxyTests {
             server.set("/f.bin", .init(size: 2 << 20, seed: 10))
             for scheme in ["socks5h", "socks5"] {
                 let temp = try TemporaryDirectory()
-                let result = try await Self.get(
+                let result = try await HaulProcess.get(
                     ["--proxy", "\(scheme)://127.0.0.1:\(proxy.port)", "http://localhost:\(server.port)/f.bin"],
                     in: temp
                 )

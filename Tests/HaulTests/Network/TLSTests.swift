@@ -25,19 +25,6 @@ struct TLSTests {
         }
     }
 
-    static func get(
-        _ arguments: [String],
-        in temp: TemporaryDirectory,
-        environment: [String: String?] = [:]
-    ) async throws -> (status: Int32, stdout: String, stderr: String) {
-        try await HaulProcess(
-            ["get"] + arguments,
-            home: temp.file("home"),
-            directory: temp.path,
-            environment: ["SSL_CERT_FILE": nil, "SSL_CERT_DIR": nil].merging(environment) { $1 }
-        ).finish()
-    }
-
     @Test(
         "an untrusted certificate fails at once, names the host, suggests --cacert, and writes nothing",
         .enabled(if: usable)
@@ -46,7 +33,7 @@ struct TLSTests {
         try await Self.withServer { server, _, _ in
             let temp = try TemporaryDirectory()
             let started = ContinuousClock.now
-            let result = try await Self.get([server.url("/big.bin").absoluteString], in: temp)
+            let result = try await HaulProcess.get([server.url("/big.bin").absoluteString], in: temp)
             #expect(result.status == 1)
             #expect(ContinuousClock.now - started < .seconds(30))  // Generous: at once, on a loaded machine.
             #expect(!result.stderr.contains("retrying"), "\(result.stderr)")
@@ -66,7 +53,7 @@ struct TLSTests {
     func wrongAuthority() async throws {
         try await Self.withServer { server, pki, _ in
             let temp = try TemporaryDirectory()
-            let result = try await Self.get(
+            let result = try await HaulProcess.get(
                 ["--cacert", pki.otherCACertificate, server.url("/big.bin").absoluteString],
                 in: temp
             )
@@ -87,7 +74,11 @@ struct TLSTests {
             ]
             for (name, flags, environment) in cases {
                 let temp = try TemporaryDirectory()
-                let result = try await Self.get(flags + ["-o", "big.bin", url], in: temp, environment: environment)
+                let result = try await HaulProcess.get(
+                    flags + ["-o", "big.bin", url],
+                    in: temp,
+                    environment: environment
+                )
                 #expect(result.status == 0, "\(name): \(result.stderr)")
                 #expect(sha256(file: temp.file("big.bin")) == digest, "\(name)")
                 #expect(!result.stderr.contains("warning"), "\(name): \(result.stderr)")
@@ -99,7 +90,10 @@ struct TLSTests {
     func insecure() async throws {
         try await Self.withServer { server, _, digest in
             let temp = try TemporaryDirectory()
-            let result = try await Self.get(["-k", "-o", "big.bin", server.url("/big.bin").absoluteString], in: temp)
+            let result = try await HaulProcess.get(
+                ["-k", "-o", "big.bin", server.url("/big.bin").absoluteString],
+                in: temp
+            )
             #expect(result.status == 0, "\(result.stderr)")
             #expect(sha256(file: temp.file("big.bin")) == digest)
             #expect(
@@ -116,19 +110,19 @@ struct TLSTests {
     func clientCertificate() async throws {
         try await Self.withServer { server, pki, digest in
             let url = server.url("/mtls/big.bin").absoluteString
-            let without = try await Self.get(["--cacert", pki.caCertificate, url], in: try TemporaryDirectory())
+            let without = try await HaulProcess.get(["--cacert", pki.caCertificate, url], in: try TemporaryDirectory())
             #expect(without.status == 1)
             #expect(without.stderr.contains("HTTP 403"), "\(without.stderr)")
             for flags in [["--cert", pki.clientCertificate, "--key", pki.clientKey], ["--cert", pki.clientBundle]] {
                 let temp = try TemporaryDirectory()
-                let result = try await Self.get(
+                let result = try await HaulProcess.get(
                     ["--cacert", pki.caCertificate, "-o", "big.bin"] + flags + [url],
                     in: temp
                 )
                 #expect(result.status == 0, "\(flags): \(result.stderr)")
                 #expect(sha256(file: temp.file("big.bin")) == digest)
             }
-            let missing = try await Self.get(
+            let missing = try await HaulProcess.get(
                 ["--cacert", pki.caCertificate, "--cert", pki.clientCertificate, url],
                 in: try TemporaryDirectory()
             )
@@ -141,7 +135,10 @@ struct TLSTests {
     func badAuthorityFiles() async throws {
         try await Self.withServer { server, pki, _ in
             let url = server.url("/big.bin").absoluteString
-            let missing = try await Self.get(["--cacert", "/nonexistent/ca.pem", url], in: try TemporaryDirectory())
+            let missing = try await HaulProcess.get(
+                ["--cacert", "/nonexistent/ca.pem", url],
+                in: try TemporaryDirectory()
+            )
             #expect(missing.status == 1)
             #expect(
                 missing.stderr.contains(
@@ -149,7 +146,7 @@ struct TLSTests {
                 ),
                 "\(missing.stderr)"
             )
-            let notPEM = try await Self.get(["--cacert", pki.serverKey, url], in: try TemporaryDirectory())
+            let notPEM = try await HaulProcess.get(["--cacert", pki.serverKey, url], in: try TemporaryDirectory())
             #expect(notPEM.status == 1)
             #expect(notPEM.stderr.contains("holds no PEM certificate"), "\(notPEM.stderr)")
         }

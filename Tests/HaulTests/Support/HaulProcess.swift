@@ -124,6 +124,28 @@ final class HaulProcess: Sendable {
         return status.map(output)
     }
 
+    /// The variables that change how `haul` reaches servers: none of this machine's apply
+    /// to a test unless it sets them.
+    static let networkVariables: [String: String?] = [
+        "http_proxy": nil, "HTTP_PROXY": nil, "https_proxy": nil, "HTTPS_PROXY": nil, "all_proxy": nil,
+        "ALL_PROXY": nil, "no_proxy": nil, "NO_PROXY": nil, "SSL_CERT_FILE": nil, "SSL_CERT_DIR": nil, "NETRC": nil,
+    ]
+
+    /// `haul get ARGUMENTS` in `temp` (its home `temp/home`) to the end, with the network
+    /// variables of this machine cleared and `environment` set.
+    static func get(
+        _ arguments: [String],
+        in temp: TemporaryDirectory,
+        environment: [String: String?] = [:]
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await HaulProcess(
+            ["get"] + arguments,
+            home: temp.file("home"),
+            directory: temp.path,
+            environment: networkVariables.merging(environment) { $1 }
+        ).finish()
+    }
+
     /// Runs `haul` to the end.
     static func run(
         _ arguments: [String],

@@ -24,21 +24,8 @@ struct TestPKI: Sendable {
         let directory = try TemporaryDirectory()
         let pki = TestPKI(directory: directory)
         func run(_ arguments: [String]) async throws {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: openssl)
-            process.arguments = arguments
-            process.currentDirectoryURL = URL(fileURLWithPath: directory.path)
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-            let (ended, continuation) = AsyncStream<Int32>.makeStream()
-            process.terminationHandler = {
-                continuation.yield($0.terminationStatus)
-                continuation.finish()
-            }
-            try process.run()
-            var status: Int32 = -1
-            for await code in ended { status = code }
-            try #require(status == 0, "openssl \(arguments.joined(separator: " ")) failed")
+            let (status, output) = try await Command.run(openssl, arguments, in: directory.path)
+            try #require(status == 0, "openssl \(arguments.joined(separator: " ")) failed: \(output)")
         }
         let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         for name in ["ca", "other-ca"] {

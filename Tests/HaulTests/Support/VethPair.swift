@@ -20,23 +20,7 @@ struct VethPair: Sendable {
     @discardableResult
     static func ip(_ arguments: [String]) async throws -> (status: Int32, output: String) {
         let ip = try #require(VethPair.ip, "iproute2 is not installed (apt-get install iproute2)")
-        let output = try TemporaryDirectory()
-        _ = FileManager.default.createFile(atPath: output.file("out"), contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: ip)
-        process.arguments = arguments
-        process.standardOutput = FileHandle(forWritingAtPath: output.file("out"))
-        process.standardError = process.standardOutput
-        let (ended, continuation) = AsyncStream<Int32>.makeStream()
-        process.terminationHandler = {
-            continuation.yield($0.terminationStatus)
-            continuation.finish()
-        }
-        try process.run()
-        var status: Int32 = -1
-        for await code in ended { status = code }
-        let text = (try? String(contentsOfFile: output.file("out"), encoding: .utf8)) ?? ""
-        return (status, text)
+        return try await Command.run(ip, arguments)
     }
 
     /// Creates the pair, both ends up, with 10.<a>.<b>.1 outside and .2 inside.
@@ -80,6 +64,36 @@ struct VethPair: Sendable {
             : ["link", "set", outside, up ? "up" : "down"]
         let (status, output) = try await VethPair.ip(arguments)
         #expect(status == 0, "\(output)")
+    }
+
+    /// Runs `body` with a new pair and nginx serving `file` from inside the namespace on the
+    /// inner address (`/slow/` at `slowRate`); stops nginx and removes the pair afterwards,
+    /// whether `body` throws or not.
+    static func withServer(
+        slowRate: String,
+        serving file: [UInt8],
+        _ body: (VethPair, ExternalServer) async throws -> Void
+    ) async throws {
+        let pair = try await VethPair.create()
+        do {
+            let server = try await ExternalServer.startNginx(
+                slowRate: slowRate,
+                host: pair.insideAddress,
+                namespace: pair.namespace
+            )
+            do {
+                try Data(file).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+                try await body(pair, server)
+            } catch {
+                await server.stop()
+                throw error
+            }
+            await server.stop()
+        } catch {
+            await pair.remove()
+            throw error
+        }
+        await pair.remove()
     }
 
     /// Deletes the pair (deleting one end deletes both) and the namespace.
