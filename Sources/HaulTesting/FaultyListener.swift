@@ -12,11 +12,13 @@ import Darwin
 /// server cannot be asked to produce.
 ///
 /// - ``Fault/reset``: accepts, reads the request, and resets the connection (`SO_LINGER` 0).
+/// - ``Fault/silent``: accepts, reads the request, and never answers (until stopped).
 /// - ``Fault/blackhole``: a full accept queue that is never drained, so a new connection's
 ///   SYN goes unanswered and the client waits out its connect timeout.
 public final class FaultyListener: @unchecked Sendable {
     public enum Fault: Sendable {
         case reset
+        case silent
         case blackhole
     }
 
@@ -24,6 +26,8 @@ public final class FaultyListener: @unchecked Sendable {
     public let port: Int
     private let fd: Int32
     private var fillers: [Int32] = []
+    /// Connections the silent listener holds open.
+    private var held: [Int32] = []
     private var thread: Thread?
     private let lock = NSLock()
     private var stopped = false
@@ -63,14 +67,24 @@ public final class FaultyListener: @unchecked Sendable {
                 }
                 fillers.append(client)
             }
-        case .reset:
+        case .reset, .silent:
             let listener = fd
+            let silent = fault == .silent
             let thread = Thread { [weak self] in
                 while true {
                     let client = accept(listener, nil, nil)
                     guard client >= 0 else { return }
                     var buffer = [UInt8](repeating: 0, count: 4096)
                     _ = read(client, &buffer, buffer.count)
+                    if silent {
+                        // Held open, answering nothing, until stop() closes it.
+                        guard let self else {
+                            close(client)
+                            return
+                        }
+                        self.lock.withLock { self.held.append(client) }
+                        continue
+                    }
                     var abort = linger(l_onoff: 1, l_linger: 0)
                     setsockopt(client, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
                     close(client)
@@ -94,6 +108,8 @@ public final class FaultyListener: @unchecked Sendable {
         close(fd)
         for filler in fillers { close(filler) }
         fillers.removeAll()
+        for client in lock.withLock({ held }) { close(client) }
+        lock.withLock { held.removeAll() }
     }
 
     deinit {

@@ -188,6 +188,30 @@ struct ProxyTests {
     }
 
     @Test(
+        "an origin that goes silent behind the proxy: the forwarded request times out after --timeout, in words",
+        .enabled(if: usable)
+    )
+    func forwardedReadTimeout() async throws {
+        let silent = try FaultyListener(.silent)
+        defer { silent.stop() }
+        try await TinyProxy.with { proxy in
+            let temp = try TemporaryDirectory()
+            let started = ContinuousClock.now
+            let result = try await HaulProcess.get(
+                ["--timeout", "1", "--retries", "0", "--proxy", proxy.url(), "http://127.0.0.1:\(silent.port)/f.bin"],
+                in: temp
+            )
+            #expect(result.status == 1)
+            #expect(
+                result.stderr.contains("Timed out: 127.0.0.1:\(silent.port) sent nothing for 1 s (--timeout)"),
+                "\(result.stderr)"
+            )
+            #expect(ContinuousClock.now - started < .seconds(30), "tinyproxy's own timeout is 60 s")
+            #expect(proxy.requests() == ["GET http://127.0.0.1:\(silent.port)/f.bin HTTP/1.1"])
+        }
+    }
+
+    @Test(
         "socks5h:// and socks5://: the proxy is asked for the name, and connects",
         .enabled(if: ExternalServer.python != nil || ExternalServer.isCI)
     )
