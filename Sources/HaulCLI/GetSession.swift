@@ -75,12 +75,16 @@ struct GetSession {
                         let name = state.order.count > 1 ? state.names[id] : nil
                         state.notices.append(ProgressRenderer.retryLine(retry, name: name))
                     }
-                case .stateChanged(let id, let from, let to):
+                case .stateChanged(let id, let from, let to, let reason):
                     if to == .running { state.running.insert(id) } else { state.running.remove(id) }
                     let name = state.names[id] ?? "the download"
                     if to == .waitingForNetwork {
+                        let why =
+                            reason == .metered
+                            ? "its route is metered and it may not use metered networks"
+                            : "no usable route to its server"
                         state.notices.append(
-                            "haul: \(name): waiting for the network… (no usable route to its server; --wait-for-network sets how long)"
+                            "haul: \(name): waiting for the network… (\(why); --wait-for-network sets how long)"
                         )
                     } else if from == .waitingForNetwork, to == .queued {
                         state.notices.append("haul: \(name): the network is back; resuming")
@@ -91,7 +95,7 @@ struct GetSession {
                 case .failed(let id, let error):
                     state.outcomes[id] = .failed(error)
                     state.finishedLines.append("Failed: \(error.description)")
-                case .added, .resumed:
+                case .added, .resumed, .networkChanged:
                     break
                 }
                 return state.order.allSatisfy { state.outcomes[$0] != nil }

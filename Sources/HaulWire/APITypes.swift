@@ -227,6 +227,8 @@ public enum API {
             public var metered: Bool
             public var allowMetered: Bool
             public var meteredInterfaces: [String]
+            /// The interfaces NetworkManager says are metered (absent where it does not run).
+            public var meteredBySystem: [String]?
             /// Tasks waiting for the network.
             public var waitingTasks: Int
 
@@ -237,8 +239,10 @@ public enum API {
                 metered: Bool,
                 allowMetered: Bool,
                 meteredInterfaces: [String],
+                meteredBySystem: [String]? = nil,
                 waitingTasks: Int
             ) {
+                self.meteredBySystem = meteredBySystem
                 self.interface = interface
                 self.sourceAddress = sourceAddress
                 self.usable = usable

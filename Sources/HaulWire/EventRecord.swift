@@ -10,23 +10,27 @@ public struct EventRecord: Codable, Sendable, Equatable {
     /// Which kind of event.
     public enum Kind: String, Codable, Sendable {
         case added, state, progress, resumed, completed, failed
+        /// The network changed; about no task (`id` is absent).
+        case network
     }
 
     /// The event's place in its session's log; nil for events that are not logged (progress).
     public var eventID: Int64?
     /// The session of the task, when known.
     public var session: String?
-    /// The task.
-    public var taskID: UUID
+    /// The task; nil for `network`, which is about all of them.
+    public var taskID: UUID?
     public var kind: Kind
     /// When it happened.
     public var time: Date?
     /// `added`: the URL and the state it was added in.
     public var url: String?
     public var state: TaskState?
-    /// `state`: the move.
+    /// `state`: the move, and why (``StateChangeReason``: `noRoute` and `metered` for a
+    /// task that waits for the network).
     public var from: TaskState?
     public var to: TaskState?
+    public var reason: StateChangeReason?
     /// `progress`: bytes on disk or in flight, bytes fetched by this run, the total when known,
     /// speed over at least a second and the estimated seconds left.
     public var received: Int64?
@@ -49,17 +53,25 @@ public struct EventRecord: Codable, Sendable, Equatable {
     public var code: String?
     public var status: Int?
     public var resumable: Bool?
+    /// `network`: the interface of the default route and its address (absent when there
+    /// is none), whether it is up with a carrier, whether it is metered, and whether
+    /// downloads may use metered networks.
+    public var interface: String?
+    public var address: String?
+    public var connected: Bool?
+    public var metered: Bool?
+    public var allowMetered: Bool?
 
     enum CodingKeys: String, CodingKey {
         case eventID, session
         case taskID = "id"
         case kind = "event"
-        case time, url, state, from, to, received, thisRun, total,
+        case time, url, state, from, to, reason, received, thisRun, total,
             bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, lengthConfirmed, error, code,
-            status, resumable
+            status, resumable, interface, address, connected, metered, allowMetered
     }
 
-    public init(taskID: UUID, kind: Kind, session: String? = nil, time: Date? = Date()) {
+    public init(taskID: UUID?, kind: Kind, session: String? = nil, time: Date? = Date()) {
         self.taskID = taskID
         self.kind = kind
         self.session = session
@@ -75,10 +87,11 @@ public struct EventRecord: Codable, Sendable, Equatable {
             url = Redaction.url(info.url)
             state = info.state
             path = info.path
-        case .stateChanged(_, let from, let to):
+        case .stateChanged(_, let from, let to, let reason):
             kind = .state
             self.from = from
             self.to = to
+            self.reason = reason
         case .progress(_, let progress):
             kind = .progress
             received = progress.bytesReceived
@@ -103,6 +116,13 @@ public struct EventRecord: Codable, Sendable, Equatable {
             code = error.code.description
             status = error.status
             resumable = error.resumeData != nil
+        case .networkChanged(let network):
+            kind = .network
+            interface = network.defaultRoute?.interface
+            address = network.defaultRoute?.sourceAddress
+            connected = network.isConnected
+            metered = network.isMetered
+            allowMetered = network.allowsMetered
         }
     }
 
@@ -125,7 +145,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case .state: return to == .completed || to == .failed ? nil : to
         case .completed: return .completed
         case .failed: return .failed
-        case .progress, .resumed: return nil
+        case .progress, .resumed, .network: return nil
         }
     }
 }

@@ -124,6 +124,9 @@ public final class NetworkMonitor: Sendable {
 
     // MARK: Looking
 
+    /// A name (never resolved) whose route is the default route.
+    static let defaultRouteProbe = "default-route.invalid"
+
     /// The route the kernel would take to `host` now, or nil when it has none. For an IP
     /// address, that address's route; for a name (not resolved: with no network there is no
     /// name server either), the default route — IPv4's, else IPv6's.

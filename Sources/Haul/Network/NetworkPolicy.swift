@@ -51,10 +51,16 @@ public struct NetworkPolicy: Sendable, Equatable, Codable {
         }
     }
 
-    /// Why a download cannot use its route now, or nil when it can.
-    func block(for route: NetworkMonitor.Route?, allowsMetered taskAllows: Bool) -> NetworkBlock? {
+    /// Why a download cannot use its route now, or nil when it can. `meteredBySystem`
+    /// names the interfaces the system (NetworkManager) says are metered.
+    func block(
+        for route: NetworkMonitor.Route?,
+        allowsMetered taskAllows: Bool,
+        meteredBySystem: Set<String> = []
+    ) -> NetworkBlock? {
         guard let route, route.isUsable else { return .noRoute }
-        if isMetered(route.interface), !(allowsMetered && taskAllows) { return .metered(route.interface) }
+        let metered = isMetered(route.interface) || meteredBySystem.contains(route.interface)
+        if metered, !(allowsMetered && taskAllows) { return .metered(route.interface) }
         return nil
     }
 }
@@ -66,6 +72,12 @@ enum NetworkBlock: Sendable, Equatable {
     /// The route goes out of a metered interface, and metered networks are not allowed.
     case metered(String)
 
+    /// The reason a task that stops for it gives.
+    var stateChangeReason: StateChangeReason {
+        if case .metered = self { return .metered }
+        return .noRoute
+    }
+
     var reason: String {
         switch self {
         case .noRoute: "no usable route to the server"
@@ -75,12 +87,61 @@ enum NetworkBlock: Sendable, Equatable {
     }
 }
 
-/// The policy in force, readable from any thread (the transfers' retry loops ask).
+/// The policy in force and the interfaces the system says are metered, readable from any
+/// thread (the transfers' retry loops ask).
 final class PolicyBox: Sendable {
-    private let value: Mutex<NetworkPolicy>
-    init(_ policy: NetworkPolicy) { value = Mutex(policy) }
+    private let value: Mutex<(policy: NetworkPolicy, meteredBySystem: Set<String>)>
+    init(_ policy: NetworkPolicy) { value = Mutex((policy, [])) }
+
     var policy: NetworkPolicy {
-        get { value.withLock { $0 } }
-        set { value.withLock { $0 = newValue } }
+        get { value.withLock { $0.policy } }
+        set { value.withLock { $0.policy = newValue } }
     }
+
+    /// The interfaces NetworkManager says are metered (empty where it does not run).
+    var meteredBySystem: Set<String> {
+        get { value.withLock { $0.meteredBySystem } }
+        set { value.withLock { $0.meteredBySystem = newValue } }
+    }
+
+    /// Whether `interface` is metered: by the user's patterns, or by the system's word.
+    func isMetered(_ interface: String) -> Bool {
+        value.withLock { $0.policy.isMetered(interface) || $0.meteredBySystem.contains(interface) }
+    }
+
+    /// Why a download cannot use `route` now, or nil when it can.
+    func block(for route: NetworkMonitor.Route?, allowsMetered: Bool) -> NetworkBlock? {
+        let (policy, system) = value.withLock { ($0.policy, $0.meteredBySystem) }
+        return policy.block(for: route, allowsMetered: allowsMetered, meteredBySystem: system)
+    }
+}
+
+/// The network as a manager that watches it sees it: the default route, whether it is
+/// metered, and the policy. ``DownloadEvent/networkChanged(_:)`` carries it each time one
+/// of these changes.
+public struct NetworkStatus: Sendable, Equatable {
+    /// Where traffic leaves by default; nil when there is no default route.
+    public var defaultRoute: NetworkMonitor.Route?
+    /// Whether the default route's interface is metered (by the user's patterns or by
+    /// NetworkManager's word).
+    public var isMetered: Bool
+    /// Whether downloads may use metered networks (``NetworkPolicy/allowsMetered``).
+    public var allowsMetered: Bool
+    /// The interfaces NetworkManager says are metered; empty where it does not run.
+    public var meteredBySystem: [String]
+
+    public init(
+        defaultRoute: NetworkMonitor.Route?,
+        isMetered: Bool,
+        allowsMetered: Bool,
+        meteredBySystem: [String] = []
+    ) {
+        self.defaultRoute = defaultRoute
+        self.isMetered = isMetered
+        self.allowsMetered = allowsMetered
+        self.meteredBySystem = meteredBySystem
+    }
+
+    /// Whether the default route's interface is up with a carrier.
+    public var isConnected: Bool { defaultRoute?.isUsable == true }
 }

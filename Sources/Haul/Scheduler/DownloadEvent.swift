@@ -6,8 +6,8 @@ import Synchronization
 public enum DownloadEvent: Sendable {
     /// A task was added (queued).
     case added(DownloadInfo)
-    /// A task moved from one state to another.
-    case stateChanged(id: UUID, from: TaskState, to: TaskState)
+    /// A task moved from one state to another, and why.
+    case stateChanged(id: UUID, from: TaskState, to: TaskState, reason: StateChangeReason)
     /// Progress of a running task, at most about ten times a second per task.
     case progress(id: UUID, DownloadProgress)
     /// A task continued earlier work from `offset`.
@@ -16,14 +16,19 @@ public enum DownloadEvent: Sendable {
     case completed(id: UUID, result: DownloadResult)
     /// A task failed; the error carries resume data when the download can continue.
     case failed(id: UUID, error: HaulError)
+    /// The network changed: its default route, whether that is metered, or the policy. Only
+    /// a manager that watches the network (``DownloadManager/Configuration/watchesNetwork``)
+    /// sends it, to every consumer, including those of one task's events.
+    case networkChanged(NetworkStatus)
 
-    /// The task the event is about.
-    public var taskID: UUID {
+    /// The task the event is about; nil for ``networkChanged(_:)``, which is about all of them.
+    public var taskID: UUID? {
         switch self {
         case .added(let info): return info.id
-        case .stateChanged(let id, _, _), .progress(let id, _), .resumed(let id, _, _), .completed(let id, _),
+        case .stateChanged(let id, _, _, _), .progress(let id, _), .resumed(let id, _, _), .completed(let id, _),
             .failed(let id, _):
             return id
+        case .networkChanged: return nil
         }
     }
 
@@ -116,13 +121,13 @@ final class EventSubscription: Sendable {
     }
 
     func deliver(_ event: DownloadEvent) {
-        if let taskID, event.taskID != taskID { return }
+        if let taskID, let about = event.taskID, about != taskID { return }
         let handOff = state.withLock { state -> (CheckedContinuation<DownloadEvent?, Never>, DownloadEvent)? in
             guard !state.finished else { return nil }
             if case .progress(let id, let progress) = event {
                 if state.pendingProgress.updateValue(progress, forKey: id) == nil { state.progressOrder.append(id) }
             } else {
-                state.flushProgress(of: event.taskID)
+                if let about = event.taskID { state.flushProgress(of: about) }
                 state.queue.append(event)
                 if state.queue.count > EventSubscription.bound {
                     state.queue.removeFirst()

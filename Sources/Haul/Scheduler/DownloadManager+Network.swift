@@ -46,8 +46,10 @@ extension DownloadManager {
             logger.warning("not watching the network", metadata: ["error": "\(error)"])
             return
         }
+        let changes = monitor.changes()
+        await startWatching()
         await withTaskCancellationHandler {
-            for await _ in monitor.changes() {
+            for await _ in changes {
                 guard await networkChanged() else { break }
             }
         } onCancel: {
@@ -56,9 +58,44 @@ extension DownloadManager {
         monitor.stop()
     }
 
-    /// Acts on a change of the network; false once shutting down.
+    /// The network as this manager sees it now: the default route, whether it is metered,
+    /// and the policy; nil for a manager that does not watch the network.
+    public var networkStatus: NetworkStatus? {
+        guard watchesNetwork else { return nil }
+        return currentNetworkStatus()
+    }
+
+    nonisolated func currentNetworkStatus() -> NetworkStatus {
+        let route = NetworkMonitor.route(to: NetworkMonitor.defaultRouteProbe)
+        return NetworkStatus(
+            defaultRoute: route,
+            isMetered: route.map { policy.isMetered($0.interface) } ?? false,
+            allowsMetered: policy.policy.allowsMetered,
+            meteredBySystem: policy.meteredBySystem.sorted()
+        )
+    }
+
+    /// Notes the network as watching begins: the first ``DownloadEvent/networkChanged(_:)``
+    /// is the first change from it.
+    private func startWatching() {
+        lastNetworkStatus = currentNetworkStatus()
+    }
+
+    /// Acts on a change of the network; false once shutting down. A change of what
+    /// ``networkStatus`` says is published first, then the tasks move.
     func networkChanged() async -> Bool {
         guard !shuttingDown else { return false }
+        let status = currentNetworkStatus()
+        if status != lastNetworkStatus {
+            lastNetworkStatus = status
+            logger.notice(
+                "the network changed",
+                metadata: [
+                    "route": "\(status.defaultRoute?.description ?? "none")", "metered": "\(status.isMetered)",
+                ]
+            )
+            hub.publish(.networkChanged(status))
+        }
         for id in running {
             guard let block = networkBlock(of: id) else { continue }
             logger.notice("waiting for the network", metadata: ["haul.task": "\(id)", "reason": "\(block.reason)"])
@@ -77,16 +114,17 @@ extension DownloadManager {
     func goOffline(_ id: UUID, after error: HaulError?) async -> Bool {
         guard watchesNetwork, !shuttingDown, running.contains(id), let host = host(of: id) else { return false }
         let stoppedForRoute = known[id]?.offlinePending == true
-        let block = networkBlock(of: id)
+        let found = networkBlock(of: id)
         if !stoppedForRoute {
             // A failure: only one the network explains, when it is still missing.
-            guard let error, error.isRetryable || error.network?.isNoRoute == true, block != nil else {
+            guard let error, error.isRetryable || error.network?.isNoRoute == true, found != nil else {
                 return false
             }
         }
         known[id]?.offlinePending = false
+        let block = found ?? .noRoute
         do {
-            let why = "Waiting for the network: " + (block ?? .noRoute).reason
+            let why = "Waiting for the network: " + block.reason
             try await store.setState(id, .waitingForNetwork, error: why)
         } catch {
             return false
@@ -95,7 +133,7 @@ extension DownloadManager {
         let run = known[id]?.run
         known[id]?.run = nil
         scheduler.remove(id)
-        move(id, .offline)
+        move(id, .offline, reason: block.stateChangeReason)
         for waiter in run?.endWaiters ?? [] { waiter.resume() }
         // The route may have come back while the run stopped.
         if networkBlock(of: id) == nil {

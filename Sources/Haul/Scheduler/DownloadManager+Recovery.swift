@@ -79,7 +79,7 @@ extension DownloadManager {
                 "the store could not record this download; it runs again once the store can be written",
                 metadata: ["haul.task": "\(id)", "error": "\(error)"]
             )
-            move(id, .yield)
+            move(id, .yield, reason: .storeRefused)
             known[id]?.heldForStore = true
         }
         if known[id]?.unrecorded == nil { known[id]?.unrecorded = .some(nil) }

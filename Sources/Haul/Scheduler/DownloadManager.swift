@@ -96,6 +96,8 @@ public actor DownloadManager {
     /// ``transferEnded(_:outcome:stop:)`` alone.
     var running: Set<UUID> = []
     var shuttingDown = false
+    /// What the last ``DownloadEvent/networkChanged(_:)`` said (or the network when watching began).
+    var lastNetworkStatus: NetworkStatus?
     /// The store refused the last write it was asked for: nothing new starts (it could not
     /// be recorded) until ``reconcile()`` gets a write through.
     var storeRefusing = false
@@ -241,8 +243,9 @@ public actor DownloadManager {
         startSink.yield((id, transfer))
     }
 
-    /// Applies a state-machine event and publishes the change.
-    func move(_ id: UUID, _ event: TaskStateMachine.Event) {
+    /// Applies a state-machine event and publishes the change, with `reason` or the one the
+    /// event gives.
+    func move(_ id: UUID, _ event: TaskStateMachine.Event, reason: StateChangeReason? = nil) {
         var machine = known[id]?.machine ?? TaskStateMachine()
         let from = machine.state
         do {
@@ -253,7 +256,7 @@ public actor DownloadManager {
         }
         if known[id] == nil { known[id] = ManagedTask(machine.state) }
         known[id]?.machine = machine
-        hub.publish(.stateChanged(id: id, from: from, to: machine.state))
+        hub.publish(.stateChanged(id: id, from: from, to: machine.state, reason: reason ?? StateChangeReason(event)))
     }
 
     /// Waits until the running transfer of a task has ended and its end was handled.

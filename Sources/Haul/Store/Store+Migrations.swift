@@ -153,6 +153,11 @@ extension Store {
                 t.column("value", .text).notNull()
             }
         }
+        migrator.registerMigration("v14: events about no task") { db in
+            // The daemon's log keeps events about the network, which concern no task; the
+            // task of the others is in their payload, and this column was never read.
+            try db.alter(table: "event") { t in t.drop(column: "taskID") }
+        }
         return migrator
     }
 }

@@ -199,15 +199,16 @@ final class WatchBoard: Sendable {
     private let state = Mutex<[UUID: Line]>([:])
 
     func apply(_ record: EventRecord) {
+        guard let taskID = record.taskID else { return }  // The network: the status line tells it.
         state.withLock { lines in
             switch record.kind {
             case .progress:
-                let name = lines[record.taskID]?.name ?? String(record.taskID.uuidString.prefix(8)).lowercased()
-                lines[record.taskID] = Line(name: name, record: record)
+                let name = lines[taskID]?.name ?? String(taskID.uuidString.prefix(8)).lowercased()
+                lines[taskID] = Line(name: name, record: record)
             case .completed, .failed:
-                lines[record.taskID] = nil
+                lines[taskID] = nil
             case .state where record.to != .running:
-                lines[record.taskID] = nil
+                lines[taskID] = nil
             default:
                 break
             }
@@ -229,9 +230,21 @@ final class WatchBoard: Sendable {
         let done = status.tasks["completed"] ?? 0
         text.append(
             "\(status.running) running, \(status.waiting) waiting, \(done) completed; \(Format.speed(status.bytesPerSecond))"
-                + (session.map { " (session \($0))" } ?? "")
+                + (status.network.flatMap(Self.networkNote) ?? "") + (session.map { " (session \($0))" } ?? "")
         )
         return text
+    }
+}
+
+extension WatchBoard {
+    /// `; offline, 2 waiting for the network` when the network holds anything up.
+    static func networkNote(_ network: API.Status.Network) -> String? {
+        guard !network.usable || network.waitingTasks > 0 else { return nil }
+        var note = network.usable ? "; " : "; offline"
+        if network.waitingTasks > 0 {
+            note += (network.usable ? "" : ", ") + "\(network.waitingTasks) waiting for the network"
+        }
+        return note
     }
 }
 
@@ -241,10 +254,15 @@ enum EventText {
         var parts: [String] = []
         if let id = record.eventID { parts.append("#\(id)") }
         if let time = record.time { parts.append(ISO8601DateFormatter().string(from: time)) }
-        parts.append(String(record.taskID.uuidString.prefix(8)).lowercased())
+        if let taskID = record.taskID { parts.append(String(taskID.uuidString.prefix(8)).lowercased()) }
         switch record.kind {
         case .added: parts.append("added \(record.url ?? "")")
-        case .state: parts.append("\(record.from?.rawValue ?? "?") -> \(record.to?.rawValue ?? "?")")
+        case .state:
+            parts.append(
+                "\(record.from?.rawValue ?? "?") -> \(record.to?.rawValue ?? "?")"
+                    + (record.reason.map { " (\($0.rawValue))" } ?? "")
+            )
+        case .network: parts.append("network: " + networkText(record))
         case .progress: parts.append("progress \(Format.bytes(record.received ?? 0))")
         case .resumed: parts.append("resumed at \(Format.bytes(record.offset ?? 0))")
         case .completed:
@@ -252,5 +270,16 @@ enum EventText {
         case .failed: parts.append("failed: \(record.error ?? "unknown error")")
         }
         return parts.joined(separator: "  ")
+    }
+
+    /// `default route via eth0 (10.0.0.2), metered; metered networks allowed`, or `no default route`.
+    static func networkText(_ record: EventRecord) -> String {
+        var text = "no default route"
+        if let interface = record.interface {
+            text = "default route via \(interface) (\(record.address ?? "?"))"
+            if record.connected != true { text += ", down" }
+            if record.metered == true { text += ", metered" }
+        }
+        return text + "; metered networks " + (record.allowMetered == false ? "not allowed" : "allowed")
     }
 }

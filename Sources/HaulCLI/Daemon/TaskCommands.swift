@@ -313,9 +313,12 @@ extension HaulCommand {
                     }
                     if network.waitingTasks > 0 { line += "; \(network.waitingTasks) waiting for it" }
                     print(line)
-                    print(
-                        "metered:  \(network.allowMetered ? "allowed" : "not allowed") (interfaces \(network.meteredInterfaces.joined(separator: ",")))"
-                    )
+                    var metered = "metered:  \(network.allowMetered ? "allowed" : "not allowed")"
+                    metered += " (interfaces \(network.meteredInterfaces.joined(separator: ","))"
+                    if let system = network.meteredBySystem, !system.isEmpty {
+                        metered += "; NetworkManager says \(system.joined(separator: ","))"
+                    }
+                    print(metered + ")")
                 }
             }
         }

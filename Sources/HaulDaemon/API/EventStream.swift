@@ -69,8 +69,9 @@ struct EventStream: Sendable {
         var seenThrough: Int64
     }
 
+    /// Whether the stream sends `record`: one of its session's, or one about no task.
     private func isMine(_ record: EventRecord) -> Bool {
-        session == nil || record.session == session
+        session == nil || record.session == session || record.taskID == nil
     }
 
     /// Sends the logged events after what was sent, from the store.

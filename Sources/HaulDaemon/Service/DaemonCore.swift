@@ -109,17 +109,19 @@ final class DaemonCore: Sendable {
         )
     }
 
-    /// The default route as the kernel has it now, and the metered policy.
-    func network(waiting: Int) async -> API.Status.Network {
-        let route = NetworkMonitor.route(to: "default-route.invalid")
+    /// The default route as the kernel has it now, and the metered policy; nil when the
+    /// manager does not watch the network.
+    func network(waiting: Int) async -> API.Status.Network? {
+        guard let status = await manager.networkStatus else { return nil }
         let policy = await manager.networkPolicy
         return API.Status.Network(
-            interface: route?.interface,
-            sourceAddress: route?.sourceAddress,
-            usable: route?.isUsable ?? false,
-            metered: route.map { policy.isMetered($0.interface) } ?? false,
+            interface: status.defaultRoute?.interface,
+            sourceAddress: status.defaultRoute?.sourceAddress,
+            usable: status.isConnected,
+            metered: status.isMetered,
             allowMetered: policy.allowsMetered,
             meteredInterfaces: policy.meteredInterfaces,
+            meteredBySystem: status.meteredBySystem,
             waitingTasks: waiting
         )
     }

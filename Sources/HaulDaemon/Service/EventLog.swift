@@ -63,18 +63,23 @@ final class EventLog: Sendable {
         while let batch = await events.nextBatch() {
             var records: [EventRecord] = []
             for event in batch {
-                if case .added(let info) = event { sessions[event.taskID] = info.session }
-                var session = sessions[event.taskID]
+                guard let taskID = event.taskID else {
+                    // About no task (the network): every session's listeners hear it.
+                    records.append(EventRecord(event))
+                    continue
+                }
+                if case .added(let info) = event { sessions[taskID] = info.session }
+                var session = sessions[taskID]
                 if session == nil {
-                    session = try? await store.session(ofTask: event.taskID)
-                    sessions[event.taskID] = session
+                    session = try? await store.session(ofTask: taskID)
+                    sessions[taskID] = session
                 }
                 // A task removed meanwhile has no session to tell.
                 guard let session else { continue }
                 let record = EventRecord(event, session: session)
                 if record.kind == .completed || record.kind == .failed || record.to == .cancelled {
                     // Its last event: a later one (after a re-add) looks the session up again.
-                    sessions[event.taskID] = nil
+                    sessions[taskID] = nil
                 }
                 if record.kind == .progress {
                     broadcast(.progress(LiveEvent(record)))

@@ -18,17 +18,24 @@ extension Store {
         package var errorMessage: String?
     }
 
-    /// Appends events, in order, in one transaction; each must have its session. An event
-    /// that would tell a final state (paused, cancelled, completed, failed) its task's log
-    /// already told is skipped, so a repair after a crash and a late event never both land.
+    /// Where events about no task (the network's) are logged: a name no session can have.
+    /// Every session's reader reads them with its own.
+    static let everySession = ""
+
+    /// Appends events, in order, in one transaction; each must have its session, but for
+    /// events about no task (logged for every session). An event that would tell a final
+    /// state (paused, cancelled, completed, failed) its task's log already told is skipped,
+    /// so a repair after a crash and a late event never both land.
     /// - Returns: the events as logged, with their ids.
     package func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] {
         let encoder = HaulJSON.encoder()
         return try await write { db in
             var logged: [EventRecord] = []
             for var record in records {
-                guard let session = record.session else { continue }
-                if let announces = record.announcedState {
+                guard let session = record.session ?? (record.taskID == nil ? Store.everySession : nil) else {
+                    continue
+                }
+                if let announces = record.announcedState, record.taskID != nil {
                     let told = try String.fetchOne(
                         db,
                         sql: "SELECT announcedState FROM task WHERE id = ?",
@@ -44,8 +51,8 @@ extension Store {
                 record.eventID = nil
                 let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
                 try db.execute(
-                    sql: "INSERT INTO event (session, taskID, payload, createdAt) VALUES (?, ?, ?, ?)",
-                    arguments: [session, record.taskID, payload, StoreDate.now]
+                    sql: "INSERT INTO event (session, payload, createdAt) VALUES (?, ?, ?)",
+                    arguments: [session, payload, StoreDate.now]
                 )
                 record.eventID = db.lastInsertedRowID
                 logged.append(record)
@@ -54,15 +61,16 @@ extension Store {
         }
     }
 
-    /// Logged events after `after`, oldest first: of one session, or of all with nil.
+    /// Logged events after `after`, oldest first: of one session (with those about no task),
+    /// or of all with nil.
     package func loggedEvents(session: String?, after: Int64, limit: Int = 1_000) async throws -> [EventRecord] {
         let decoder = HaulJSON.decoder
         return try await read { db in
             var sql = "SELECT id, payload FROM event WHERE id > ?"
             var arguments: StatementArguments = [after]
             if let session {
-                sql += " AND session = ?"
-                arguments += [session]
+                sql += " AND session IN (?, ?)"
+                arguments += [session, Store.everySession]
             }
             sql += " ORDER BY id LIMIT ?"
             arguments += [limit]
@@ -221,9 +229,10 @@ extension Store {
                     SELECT name, SUM(tasks), SUM(events) FROM (
                         SELECT session AS name, COUNT(*) AS tasks, 0 AS events FROM task WHERE background GROUP BY session
                         UNION ALL
-                        SELECT session, 0, COUNT(*) FROM event GROUP BY session
+                        SELECT session, 0, COUNT(*) FROM event WHERE session != ? GROUP BY session
                     ) GROUP BY name ORDER BY name
-                    """
+                    """,
+                arguments: [Store.everySession]
             )
             return rows.map { (name: $0[0], tasks: $0[1], pendingEvents: $0[2]) }
         }

@@ -72,6 +72,33 @@ import Testing
         #expect(ids == ids.sorted() && Set(ids).count == ids.count)
     }
 
+    @Test(
+        "an event about no task (the network) is read with every session's events, once in the whole log, and is no session"
+    )
+    func eventsAboutNoTask() async throws {
+        let temp = try TemporaryDirectory()
+        let store = try Store(path: temp.file("s.sqlite"))
+        let a = try await backgroundTask(store, state: .running, session: "a")
+        let b = try await backgroundTask(store, state: .running, session: "b")
+        var network = EventRecord(taskID: nil, kind: .network)
+        network.interface = "eth0"
+        network.connected = false
+        let logged = try await store.appendEvents([event(a, .state, to: .queued, session: "a"), network])
+        #expect(logged.count == 2)
+        _ = try await store.appendEvents([event(b, .state, to: .queued, session: "b")])
+        #expect(try await store.loggedEvents(session: "a", after: 0).map(\.kind) == [.state, .network])
+        #expect(try await store.loggedEvents(session: "b", after: 0).map(\.kind) == [.network, .state])
+        let all = try await store.loggedEvents(session: nil, after: 0)
+        #expect(all.map(\.kind) == [.state, .network, .state])
+        let read = try #require(all.first { $0.kind == .network })
+        #expect(read.taskID == nil && read.session == nil && read.interface == "eth0" && read.connected == false)
+        // Acknowledged by a: a reads it no more; b still does.
+        try await store.acknowledgeEvents(session: "a", through: try #require(logged.last?.eventID))
+        #expect(try await store.loggedEvents(session: "a", after: try #require(logged.last?.eventID)).isEmpty)
+        #expect(try await store.loggedEvents(session: "b", after: 0).map(\.kind) == [.network, .state])
+        #expect(try await store.sessionSummaries().map(\.name) == ["a", "b"])
+    }
+
     @Test("acknowledged events go, ids never repeat, acknowledgements never move back, the log is bounded")
     func acknowledgeAndBound() async throws {
         let temp = try TemporaryDirectory()
@@ -176,7 +203,7 @@ import Testing
                             let own = HaulClient(home: HaulHome(path: home))
                             do {
                                 for try await record in own.attach(session: "s") where record.kind == .completed {
-                                    seen.add(follower, record.taskID)
+                                    seen.add(follower, try #require(record.taskID))
                                     if seen.count(follower) == 600 { break }
                                 }
                             } catch {}

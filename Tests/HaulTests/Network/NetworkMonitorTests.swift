@@ -1,4 +1,5 @@
 import Foundation
+import HaulTesting
 import Synchronization
 import Testing
 
@@ -112,5 +113,72 @@ struct NetworkMonitorTests {
         // This machine has a default route (CI's too): a name goes where it goes.
         let named = NetworkMonitor.route(to: "files.example.test")
         #expect(named == nil || named?.interface != "lo")
+    }
+}
+
+/// What a manager that watches the network tells its consumers: each change of the network
+/// as it sees it, once, and the reason of every state change.
+@Suite("Network events")
+struct NetworkEventTests {
+    @Test("the policy turned off and on is told once each (networkChanged); the same policy again tells nothing")
+    func policyChanges() async throws {
+        let temp = try TemporaryDirectory()
+        var configuration = DownloadManagerTests.configuration(store: temp.file("s.sqlite"), limit: 1)
+        configuration.watchesNetwork = true
+        try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+            let events = manager.events()
+            let before = try #require(await manager.networkStatus)
+            #expect(before.allowsMetered)
+            try await manager.setNetworkPolicy(NetworkPolicy(allowsMetered: false))
+            try await manager.setNetworkPolicy(NetworkPolicy(allowsMetered: false))
+            var expected = [false, true]
+            var policy = NetworkPolicy(allowsMetered: true)
+            try await manager.setNetworkPolicy(policy)
+            if let interface = before.defaultRoute?.interface {
+                // The default route's interface named metered: told, with isMetered.
+                policy.meteredInterfaces = [interface]
+                try await manager.setNetworkPolicy(policy)
+                expected.append(true)
+            }
+            var told: [NetworkStatus] = []
+            var iterator = events.makeAsyncIterator()
+            while told.count < expected.count, let event = await iterator.next() {
+                if case .networkChanged(let status) = event { told.append(status) }
+            }
+            #expect(told.map(\.allowsMetered) == expected)
+            #expect(told.dropLast().allSatisfy { $0.isMetered == false && $0.defaultRoute == before.defaultRoute })
+            if before.defaultRoute != nil { #expect(told.last?.isMetered == true) }
+            #expect(await manager.networkStatus == told.last)
+        }
+    }
+
+    @Test("each state change says why: started, paused, resumed, completed")
+    func reasons() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/r", .init(size: 1 << 20, seed: 3, bytesPerSecond: 256 << 10))
+            let configuration = DownloadManagerTests.configuration(store: temp.file("s.sqlite"), limit: 1)
+            try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+                let events = manager.events()
+                let id = try await manager.download(
+                    DownloadRequest(url: server.url("/r"), destination: .directory(temp.path))
+                ).id
+                #expect(try await waitUntil { try await manager.info(id).state == .running })
+                _ = try await manager.pause(id)
+                server.update("/r") { $0.bytesPerSecond = nil }
+                _ = try await manager.resume(id)
+                var moves: [String] = []
+                for await event in events {
+                    guard case .stateChanged(_, _, let to, let reason) = event else { continue }
+                    moves.append("\(to.rawValue) \(reason.rawValue)")
+                    if to == .completed { break }
+                }
+                #expect(
+                    moves == [
+                        "running started", "paused paused", "queued resumed", "running started", "completed completed",
+                    ]
+                )
+            }
+        }
     }
 }

@@ -2,9 +2,11 @@ import Foundation
 import HaulClient
 import HaulTesting
 import HaulWire
+import Synchronization
 import Testing
 
 @testable import Haul
+@testable import HaulCLI
 
 /// A daemon download across a link outage, in a network namespace the test creates: nginx
 /// runs inside it on a veth pair's inner address, the daemon outside; the inner end going
@@ -26,12 +28,20 @@ struct NetworkOutageTests {
         }
     }
 
-    /// Runs `body` with a daemon on a new home (checkpointing every 0.2 s) and a client of it;
-    /// stops the daemon afterwards, whether `body` throws or not.
-    static func withDaemon(_ body: (String, HaulClient) async throws -> Void) async throws {
+    /// Runs `body` with a daemon on a new home (checkpointing every 0.2 s; in `namespace`
+    /// when given) and a client of it; stops the daemon afterwards, whether `body` throws or not.
+    static func withDaemon(
+        namespace: String? = nil,
+        _ body: (String, HaulClient) async throws -> Void
+    ) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
-        let started = try await HaulProcess.run(["daemon", "--checkpoint-interval", "0.2"], home: home)
+        let launcher = try namespace.map { [try #require(VethPair.ip), "netns", "exec", $0] } ?? []
+        let started = try await HaulProcess(
+            ["daemon", "--checkpoint-interval", "0.2"],
+            home: home,
+            launcher: launcher
+        ).finish()
         #expect(started.status == 0, "\(started.stderr)")
         let client = HaulClient(home: HaulHome(path: home))
         do {
@@ -147,6 +157,86 @@ struct NetworkOutageTests {
     }
 
     @Test(
+        "network events: the default route losing its carrier is logged and streamed before the task waits (noRoute); its return before the task queues (networkAvailable)",
+        .enabled(if: usable)
+    )
+    func networkEvents() async throws {
+        let bytes = TestContent.bytes(count: 8 << 20, seed: 47)
+        try await VethPair.withServer(slowRate: "1m", serving: bytes, serverOutside: true) { pair, server in
+            try await Self.withDaemon(namespace: pair.namespace) { home, client in
+                try await eventsAcrossOutage(bytes, server, pair, home: home, client: client)
+            }
+        }
+    }
+
+    private func eventsAcrossOutage(
+        _ bytes: [UInt8],
+        _ server: ExternalServer,
+        _ pair: VethPair,
+        home: String,
+        client: HaulClient
+    ) async throws {
+        // The daemon runs inside the namespace: its default route is the pair's inner end.
+        let status = try await client.status()
+        #expect(
+            status.network?.interface == pair.inside && status.network?.usable == true,
+            "\(String(describing: status.network))"
+        )
+        let live = Mutex<[EventRecord]>([])
+        let listener = Task {
+            for try await record in client.liveEvents(session: "e") { live.withLock { $0.append(record) } }
+        }
+        defer { listener.cancel() }
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let added = try await HaulProcess.run(
+            ["add", "--session", "e", "-x", "1", "-d", out, server.url("/slow/big.bin").absoluteString],
+            home: home
+        )
+        #expect(added.status == 0, "\(added.stderr)")
+        #expect(try await waitUntil { (try await client.tasks().first?.bytesCommitted ?? 0) > 1 << 20 })
+
+        // The outer end goes down: the inner one loses its carrier.
+        try await pair.set(up: false)
+        #expect(
+            try await waitUntil(timeout: .seconds(30)) { try await client.tasks().first?.state == .waitingForNetwork }
+        )
+        let down = try await client.status()
+        #expect(down.network?.usable == false && down.network?.waitingTasks == 1)
+        try await pair.set(up: true)
+        let waited = try await HaulProcess.run(["wait", "--session", "e"], home: home)
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(sha256(file: out + "/big.bin") == TestContent.sha256(bytes))
+
+        // The log, in order: the network down, the task waiting for it; the network back, the task queued.
+        let logged = try await client.loggedEvents(session: "e")
+        let story = logged.compactMap { record -> String? in
+            switch record.kind {
+            case .network: return "network \(record.interface ?? "none") connected=\(record.connected ?? false)"
+            case .state where record.to == .waitingForNetwork || record.from == .waitingForNetwork:
+                return "\(record.to?.rawValue ?? "?") \(record.reason?.rawValue ?? "?")"
+            default: return nil
+            }
+        }
+        #expect(
+            story == [
+                "network \(pair.inside) connected=false", "waitingForNetwork noRoute",
+                "network \(pair.inside) connected=true", "queued networkAvailable",
+            ],
+            "\(story)"
+        )
+        let network = try #require(logged.first { $0.kind == .network })
+        #expect(network.taskID == nil && network.address == pair.insideAddress && network.allowMetered == true)
+        #expect(logged.last?.kind == .completed)
+        // The same events reached the live stream (Server-Sent Events).
+        #expect(try await waitUntil { live.withLock { $0.contains { $0.kind == .completed } } })
+        let streamed = live.withLock { $0.filter { $0.kind == .network || $0.kind == .state } }
+        #expect(streamed.filter { $0.kind == .network }.map(\.connected) == [false, true], "\(streamed)")
+        let line = EventText.line(network)
+        #expect(line.contains("network: default route via \(pair.inside) (\(pair.insideAddress)), down"), "\(line)")
+    }
+
+    @Test(
         "metered: the link's interface marked metered and the policy off, no bytes for 5 s; on, it completes; off again live, it waits",
         .enabled(if: usable)
     )
@@ -204,8 +294,12 @@ struct NetworkOutageTests {
         let waited = try await HaulProcess.run(["wait", "--session", "m"], home: home)
         #expect(waited.status == 0, "\(waited.stderr)")
         #expect(sha256(file: out + "/big.bin") == TestContent.sha256(bytes))
-        let states = try await client.loggedEvents(session: "m").filter { $0.kind == .state }.compactMap(\.to)
+        let logged = try await client.loggedEvents(session: "m")
+        let states = logged.filter { $0.kind == .state }.compactMap(\.to)
         #expect(!states.contains(.failed) && !states.contains(.retrying), "\(states)")
+        // Each wait says it was for a metered route; the policy's turns were told as network events.
+        #expect(logged.filter { $0.to == .waitingForNetwork }.map(\.reason) == [.metered, .metered])
+        #expect(logged.filter { $0.kind == .network }.map(\.allowMetered) == [false, true, false, true], "\(logged)")
         #expect(server.accessLog().last?[1] == "206")
         // Kept across a restart.
         _ = try await HaulProcess.run(["daemon", "stop"], home: home)

@@ -137,14 +137,15 @@ struct ConcurrentAddTests {
             for consumer in 0..<2 {
                 group.addTask {
                     for await event in events {
-                        received.byConsumer.withLock { $0[consumer, default: []].append(event.taskID) }
+                        guard let id = event.taskID else { continue }
+                        received.byConsumer.withLock { $0[consumer, default: []].append(id) }
                     }
                 }
             }
             // Both wait before the first event.
             #expect(try await waitUntil { events.subscription.waitingCount == 2 })
             for id in ids {
-                hub.publish(.stateChanged(id: id, from: .queued, to: .running))
+                hub.publish(.stateChanged(id: id, from: .queued, to: .running, reason: .started))
                 await Task.yield()
             }
             hub.finish()

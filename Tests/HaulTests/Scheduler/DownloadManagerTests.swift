@@ -34,7 +34,7 @@ struct DownloadManagerTests {
             let list = self.list
             task = Task {
                 for await event in events {
-                    if case .stateChanged(let id, _, let to) = event, to == state { list.append(id) }
+                    if case .stateChanged(let id, _, let to, _) = event, to == state { list.append(id) }
                 }
             }
         }
@@ -397,7 +397,7 @@ struct DownloadManagerTests {
                     guard let event = await iterator.next() else { break }
                     switch event {
                     case .added(let info): seen[info.id, default: []].append("added")
-                    case .stateChanged(let id, _, let to): seen[id, default: []].append(to.rawValue)
+                    case .stateChanged(let id, _, let to, _): seen[id, default: []].append(to.rawValue)
                     case .completed(let id, _): seen[id, default: []].append("completed!")
                     default: break
                     }

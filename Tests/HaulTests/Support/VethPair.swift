@@ -66,20 +66,28 @@ struct VethPair: Sendable {
         #expect(status == 0, "\(output)")
     }
 
-    /// Runs `body` with a new pair and nginx serving `file` from inside the namespace on the
-    /// inner address (`/slow/` at `slowRate`); stops nginx and removes the pair afterwards,
-    /// whether `body` throws or not.
+    /// Runs `body` with a new pair and nginx serving `file` (`/slow/` at `slowRate`) from
+    /// inside the namespace on the inner address; or, with `serverOutside`, from this
+    /// namespace on the outer address, the namespace's default route going to it. Stops
+    /// nginx and removes the pair afterwards, whether `body` throws or not.
     static func withServer(
         slowRate: String,
         serving file: [UInt8],
+        serverOutside: Bool = false,
         _ body: (VethPair, ExternalServer) async throws -> Void
     ) async throws {
         let pair = try await VethPair.create()
         do {
+            if serverOutside {
+                let (status, output) = try await ip(
+                    ["-n", pair.namespace, "route", "add", "default", "via", pair.outsideAddress]
+                )
+                #expect(status == 0, "\(output)")
+            }
             let server = try await ExternalServer.startNginx(
                 slowRate: slowRate,
-                host: pair.insideAddress,
-                namespace: pair.namespace
+                host: serverOutside ? pair.outsideAddress : pair.insideAddress,
+                namespace: serverOutside ? nil : pair.namespace
             )
             do {
                 try Data(file).write(to: URL(fileURLWithPath: server.root + "/big.bin"))
