@@ -10,7 +10,8 @@ import Musl
 
 /// The machine's network as the kernel sees it: a change stream from rtnetlink (links,
 /// addresses and routes; no polling) and, for a destination, the route the kernel would
-/// take and whether its interface can carry anything now.
+/// take and whether its interface can carry anything now. Where NetworkManager runs, the
+/// interfaces it says are metered (``meteredBySystem``), from its D-Bus signals.
 ///
 /// ```swift
 /// let monitor = try NetworkMonitor()
@@ -40,10 +41,16 @@ public final class NetworkMonitor: Sendable {
     private let wake: (read: Int32, write: Int32)
     private let subscribers = Mutex<[UUID: AsyncStream<Void>.Continuation]>([:])
     private let stopped = Mutex(false)
+    private let systemMetered = Mutex<Set<String>>([])
+    private let networkManager = Mutex<NetworkManagerWatch?>(nil)
 
-    /// Opens the rtnetlink socket and starts reading it on a thread of its own.
+    /// Opens the rtnetlink socket and starts reading it on a thread of its own; with a
+    /// system bus address, also watches NetworkManager there for metered interfaces
+    /// (``meteredBySystem``).
+    /// - Parameter systemBus: the D-Bus system bus (`unix:path=…`); by default
+    ///   `DBUS_SYSTEM_BUS_ADDRESS`, else the standard socket; nil not to ask NetworkManager.
     /// - Throws: ``HaulError/Code/invalidArgument`` where the system has no rtnetlink.
-    public init() throws {
+    public init(systemBus: String? = NetworkMonitor.systemBusAddress) throws {
         let fd = chaul_rtnetlink_open()
         guard fd >= 0 else {
             throw HaulError(
@@ -63,6 +70,29 @@ public final class NetworkMonitor: Sendable {
         let thread = Thread { [self] in readLoop() }
         thread.name = "haul-netlink"
         thread.start()
+        // Without a watch (no pipe to be had), the metered interfaces are the user's patterns alone.
+        if let systemBus,
+            let watch = try? NetworkManagerWatch(address: systemBus, onChange: { [weak self] in self?.systemSaid($0) })
+        {
+            networkManager.withLock { $0 = watch }
+        }
+    }
+
+    /// The system bus as this process's environment names it (`DBUS_SYSTEM_BUS_ADDRESS`),
+    /// else the standard socket.
+    public static var systemBusAddress: String { NetworkManagerWatch.systemBusAddress() }
+
+    /// The interfaces NetworkManager says are metered (its devices' `Metered` property is
+    /// `yes` or `guess-yes`); empty where it does not run. A change of it is a change.
+    public var meteredBySystem: Set<String> { systemMetered.withLock { $0 } }
+
+    private func systemSaid(_ metered: Set<String>) {
+        let changed = systemMetered.withLock { known in
+            defer { known = metered }
+            return known != metered
+        }
+        guard changed else { return }
+        for continuation in subscribers.withLock({ Array($0.values) }) { continuation.yield(()) }
     }
 
     deinit {
@@ -96,6 +126,7 @@ public final class NetworkMonitor: Sendable {
         guard !already else { return }
         var byte: UInt8 = 1
         _ = write(wake.write, &byte, 1)
+        networkManager.withLock { $0 }?.stop()
     }
 
     private func readLoop() {

@@ -56,7 +56,7 @@ public struct NetworkPolicy: Sendable, Equatable, Codable {
     func block(
         for route: NetworkMonitor.Route?,
         allowsMetered taskAllows: Bool,
-        meteredBySystem: Set<String> = []
+        meteredBySystem: Set<String>
     ) -> NetworkBlock? {
         guard let route, route.isUsable else { return .noRoute }
         let metered = isMetered(route.interface) || meteredBySystem.contains(route.interface)

@@ -8,7 +8,7 @@ extension DownloadManager {
     /// manager that does not watch the network.
     nonisolated func networkBlock(host: String, allowsMetered: Bool = true) -> NetworkBlock? {
         guard watchesNetwork else { return nil }
-        return policy.policy.block(for: NetworkMonitor.route(to: host), allowsMetered: allowsMetered)
+        return policy.block(for: NetworkMonitor.route(to: host), allowsMetered: allowsMetered)
     }
 
     /// ``networkBlock(host:allowsMetered:)`` for a known task.
@@ -50,6 +50,7 @@ extension DownloadManager {
         await startWatching()
         await withTaskCancellationHandler {
             for await _ in changes {
+                policy.meteredBySystem = monitor.meteredBySystem
                 guard await networkChanged() else { break }
             }
         } onCancel: {

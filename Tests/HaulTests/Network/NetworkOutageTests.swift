@@ -32,6 +32,7 @@ struct NetworkOutageTests {
     /// when given) and a client of it; stops the daemon afterwards, whether `body` throws or not.
     static func withDaemon(
         namespace: String? = nil,
+        environment: [String: String?] = [:],
         _ body: (String, HaulClient) async throws -> Void
     ) async throws {
         let temp = try TemporaryDirectory()
@@ -40,7 +41,8 @@ struct NetworkOutageTests {
         let started = try await HaulProcess(
             ["daemon", "--checkpoint-interval", "0.2"],
             home: home,
-            launcher: launcher
+            launcher: launcher,
+            environment: environment
         ).finish()
         #expect(started.status == 0, "\(started.stderr)")
         let client = HaulClient(home: HaulHome(path: home))
@@ -234,6 +236,63 @@ struct NetworkOutageTests {
         #expect(streamed.filter { $0.kind == .network }.map(\.connected) == [false, true], "\(streamed)")
         let line = EventText.line(network)
         #expect(line.contains("network: default route via \(pair.inside) (\(pair.insideAddress)), down"), "\(line)")
+    }
+
+    @Test(
+        "metered by NetworkManager: its Metered on the route's interface with the policy off holds the task (metered); turned off, the task completes",
+        .enabled(if: usable && SystemBus.usable)
+    )
+    func meteredByNetworkManager() async throws {
+        let bytes = TestContent.bytes(count: 4 << 20, seed: 53)
+        try await SystemBus.with { system in
+            try await VethPair.withServer(slowRate: "2m", serving: bytes, serverOutside: true) { pair, server in
+                try await system.device(pair.inside, metered: 1)
+                try await Self.withDaemon(
+                    namespace: pair.namespace,
+                    environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address]
+                ) { home, client in
+                    try await meteredBySystem(bytes, server, pair, system, home: home, client: client)
+                }
+            }
+        }
+    }
+
+    private func meteredBySystem(
+        _ bytes: [UInt8],
+        _ server: ExternalServer,
+        _ pair: VethPair,
+        _ system: SystemBus,
+        home: String,
+        client: HaulClient
+    ) async throws {
+        #expect(try await waitUntil { try await client.status().network?.meteredBySystem == [pair.inside] })
+        let status = try await client.status()
+        #expect(status.network?.metered == true && status.network?.interface == pair.inside)
+        let set = try await HaulProcess.run(["set", "--allow-metered", "no"], home: home)
+        #expect(set.status == 0, "\(set.stderr)")
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let added = try await HaulProcess.run(
+            ["add", "--session", "n", "-d", out, server.url("/slow/big.bin").absoluteString],
+            home: home
+        )
+        #expect(added.status == 0, "\(added.stderr)")
+        #expect(try await waitUntil { try await client.tasks().first?.state == .waitingForNetwork })
+        let waiting = try #require(try await client.tasks().first)
+        #expect(waiting.errorMessage?.contains("\(pair.inside), which is metered") == true, "\(waiting)")
+        let shown = try await HaulProcess.run(["status"], home: home)
+        #expect(shown.stdout.contains("NetworkManager says \(pair.inside)"), "\(shown.stdout)")
+        #expect(shown.stdout.contains("default route via \(pair.inside) (\(pair.insideAddress)), metered"))
+
+        // NetworkManager changes its mind: the task runs to the end.
+        try await system.device(pair.inside, metered: 2)
+        let waited = try await HaulProcess.run(["wait", "--session", "n"], home: home)
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(sha256(file: out + "/big.bin") == TestContent.sha256(bytes))
+        let logged = try await client.loggedEvents(session: "n")
+        #expect(logged.filter { $0.to == .waitingForNetwork }.map(\.reason) == [.metered])
+        #expect(logged.filter { $0.from == .waitingForNetwork }.map(\.reason) == [.networkAvailable])
+        #expect(logged.filter { $0.kind == .network }.last?.metered == false, "\(logged)")
     }
 
     @Test(
