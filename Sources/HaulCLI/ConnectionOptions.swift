@@ -132,3 +132,62 @@ struct ConnectionOptions: ParsableArguments {
         )
     }
 }
+
+/// Timeouts, the longest wait a server may ask for, and how long a download waits for the
+/// network: the same options for `haul get` and `haul daemon` (which applies them to every
+/// download it runs).
+struct TimingOptions: ParsableArguments {
+    @Option(name: .customLong("connect-timeout"), help: "Seconds to wait for a connection (default 30).")
+    var connectTimeout: Double?
+
+    @Option(help: "Seconds without data before a connection counts as failed (default 60).")
+    var timeout: Double?
+
+    @Option(
+        name: .customLong("retry-max-wait"),
+        help:
+            "The longest wait a server may ask for (Retry-After) before a retry, in seconds; longer fails at once (default 600)."
+    )
+    var retryMaxWait: Double?
+
+    @Option(
+        name: .customLong("wait-for-network"),
+        help:
+            "How long a download whose server has no usable route (a link down, no network) waits for it, e.g. 10m, 1h (haul get: default 10m; the daemon: as long as it takes)."
+    )
+    var waitForNetwork: SpokenDuration?
+
+    func validate() throws {
+        let year = 365.0 * 86400
+        for value in [connectTimeout, timeout].compactMap({ $0 }) where !(value > 0 && value <= year) {
+            throw ValidationError("Timeouts must be positive numbers of seconds, at most a year")
+        }
+        if let retryMaxWait, !(retryMaxWait >= 0 && retryMaxWait <= 1e9) {
+            throw ValidationError("--retry-max-wait must be 0 or more seconds")
+        }
+        if let waitForNetwork, waitForNetwork.seconds > KeepTrying.longestGiveUp.components.seconds {
+            throw ValidationError("--wait-for-network must be at most 366 days")
+        }
+    }
+
+    var connect: Duration? { connectTimeout.map { .milliseconds(Int64($0 * 1000)) } }
+    var read: Duration? { timeout.map { .milliseconds(Int64($0 * 1000)) } }
+    var maxRetryAfter: Duration? { retryMaxWait.map { .milliseconds(Int64($0 * 1000)) } }
+
+    /// Sets what was given on `downloader`.
+    func apply(to downloader: inout Downloader.Configuration) {
+        if let connect { downloader.connectTimeout = connect }
+        if let read { downloader.readTimeout = read }
+        if let maxRetryAfter { downloader.retry.maxRetryAfter = maxRetryAfter }
+    }
+
+    /// The options again, for a process started with them (the daemon in the background).
+    var arguments: [String] {
+        var arguments: [String] = []
+        if let connectTimeout { arguments += ["--connect-timeout", "\(connectTimeout)"] }
+        if let timeout { arguments += ["--timeout", "\(timeout)"] }
+        if let retryMaxWait { arguments += ["--retry-max-wait", "\(retryMaxWait)"] }
+        if let waitForNetwork { arguments += ["--wait-for-network", "\(waitForNetwork.seconds)s"] }
+        return arguments
+    }
+}

@@ -34,25 +34,8 @@ extension HaulCommand {
         @Option(help: "Retries in a row without progress before giving up.")
         var retries: Int = 5
 
-        @Option(
-            name: .customLong("retry-max-wait"),
-            help:
-                "The longest wait a server may ask for (Retry-After) before a retry, in seconds; longer fails at once."
-        )
-        var retryMaxWait: Double = 600
-
-        @Option(name: .customLong("connect-timeout"), help: "Seconds to wait for a connection.")
-        var connectTimeout: Double = 30
-
-        @Option(help: "Seconds without data before a connection counts as failed.")
-        var timeout: Double = 60
-
-        @Option(
-            name: .customLong("wait-for-network"),
-            help:
-                "How long a download whose server has no usable route (a link down, no network) waits for it, e.g. 10m, 1h."
-        )
-        var waitForNetwork: SpokenDuration = SpokenDuration(seconds: 600)
+        @OptionGroup(title: "Timing")
+        var timing: TimingOptions
 
         @Flag(name: .shortAndLong, help: "Print only errors.")
         var quiet = false
@@ -73,16 +56,6 @@ extension HaulCommand {
                 throw ValidationError("--total-limit-rate must be at least 1 byte per second")
             }
             guard retries >= 0 else { throw ValidationError("--retries must be 0 or more") }
-            let year = 365.0 * 86400
-            guard connectTimeout > 0, timeout > 0, connectTimeout <= year, timeout <= year else {
-                throw ValidationError("Timeouts must be positive numbers of seconds, at most a year")
-            }
-            guard waitForNetwork.seconds <= KeepTrying.longestGiveUp.components.seconds else {
-                throw ValidationError("--wait-for-network must be at most 366 days")
-            }
-            guard retryMaxWait >= 0, retryMaxWait <= 1e9 else {
-                throw ValidationError("--retry-max-wait must be 0 or more seconds")
-            }
             if let checkpointInterval, !(checkpointInterval > 0 && checkpointInterval <= 3600) {
                 throw ValidationError("--checkpoint-interval must be positive")
             }
@@ -94,11 +67,10 @@ extension HaulCommand {
                 downloads.connection.warnIfInsecure()
                 var downloader = Downloader.Configuration(
                     store: .sqlite(at: HaulHome.resolve().storePath),
-                    connectTimeout: .milliseconds(Int64(connectTimeout * 1000)),
-                    readTimeout: .milliseconds(Int64(timeout * 1000)),
-                    retry: RetryPolicy(maxRetries: retries, maxRetryAfter: .milliseconds(Int64(retryMaxWait * 1000))),
+                    retry: RetryPolicy(maxRetries: retries),
                     overallRateLimit: totalLimitRate?.bytes
                 )
+                timing.apply(to: &downloader)
                 if let checkpointInterval {
                     downloader.checkpointInterval = .milliseconds(Int64(checkpointInterval * 1000))
                 }
@@ -120,7 +92,7 @@ extension HaulCommand {
                     recoversTasks: false
                 )
                 configuration.watchesNetwork = true
-                configuration.networkWaitLimit = .seconds(waitForNetwork.seconds)
+                configuration.networkWaitLimit = .seconds(timing.waitForNetwork?.seconds ?? 600)
                 let (quiet, json) = (self.quiet, self.json)
                 let summary = try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     try await GetSession(manager: manager, requests: requests, quiet: quiet, json: json).run()

@@ -155,11 +155,14 @@ extension DownloadManager {
     func networkWaitExpired(_ id: UUID, host: String, limit: Duration) async {
         guard known[id]?.state == .waitingForNetwork, !shuttingDown else { return }
         known[id]?.retryTimer = nil
+        let again =
+            background
+            ? "then resume it with 'haul resume \(id.uuidString.prefix(8).lowercased())' (haul daemon --wait-for-network waits longer)"
+            : "then run the same command again to resume (--wait-for-network waits longer)"
         let error = HaulError(
             .connection,
             "No usable route to \(host) for \(limit.spoken): the network did not come back",
-            hint:
-                "Check the network connection, then run the same command again to resume (--wait-for-network waits longer)"
+            hint: "Check the network connection, " + again
         )
         do {
             try await store.setState(id, .failed, error: error.description)

@@ -71,6 +71,9 @@ extension HaulCommand {
             @Option(help: "Quick retries of each run before a download waits to try again later (default 5).")
             var retries: Int?
 
+            @OptionGroup(title: "Timing")
+            var timing: TimingOptions
+
             /// The first wait before trying again, in seconds (30 unless tests say).
             @Option(name: .customLong("retry-first-delay"), help: .hidden)
             var retryFirstDelay: Double?
@@ -133,6 +136,10 @@ extension HaulCommand {
                     logger: logger
                 )
                 configuration.retriesPerRun = retries
+                configuration.connectTimeout = timing.connect
+                configuration.readTimeout = timing.read
+                configuration.maxRetryAfter = timing.maxRetryAfter
+                configuration.networkWaitLimit = timing.waitForNetwork.map { .seconds($0.seconds) }
                 if let retryFirstDelay {
                     configuration.keepsTrying.firstDelay = .milliseconds(Int64(retryFirstDelay * 1000))
                 }
@@ -161,6 +168,7 @@ extension HaulCommand {
                 if let checkpointInterval { arguments += ["--checkpoint-interval", "\(checkpointInterval)"] }
                 if let totalLimitRate { arguments += ["--total-limit-rate", "\(totalLimitRate.bytes)"] }
                 if let retries { arguments += ["--retries", "\(retries)"] }
+                arguments += timing.arguments
                 if let retryFirstDelay { arguments += ["--retry-first-delay", "\(retryFirstDelay)"] }
                 if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
                 let client = HaulClient(home: home)

@@ -45,6 +45,14 @@ public final class DaemonService: Service, Sendable {
         public var keepsTrying = KeepTrying()
         /// The retries of each run before it waits to try again (the transfer's own, quick ones).
         public var retriesPerRun: Int?
+        /// The downloads' connect timeout, read timeout and longest `Retry-After` wait; nil
+        /// for the library's defaults (30 s, 60 s, 600 s).
+        public var connectTimeout: Duration?
+        public var readTimeout: Duration?
+        public var maxRetryAfter: Duration?
+        /// How long a task may wait for the network before it fails; nil (the default) for
+        /// as long as it takes.
+        public var networkWaitLimit: Duration?
         /// A limit on all downloads together, in bytes per second, 0 for none; nil as for
         /// ``maxConcurrentDownloads``, none when never set. `PUT /v1/settings` changes it live.
         public var overallRateLimit: Int64?
@@ -130,6 +138,10 @@ public final class DaemonService: Service, Sendable {
         if let interval = configuration.checkpointInterval {
             managerConfiguration.downloader.checkpointInterval = interval
         }
+        if let timeout = configuration.connectTimeout { managerConfiguration.downloader.connectTimeout = timeout }
+        if let timeout = configuration.readTimeout { managerConfiguration.downloader.readTimeout = timeout }
+        if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
+        managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
         let manager = try DownloadManager(configuration: managerConfiguration)
         let eventLog = EventLog(store: manager.store, limitPerSession: configuration.eventsPerSession, logger: logger)
         let core = DaemonCore(manager: manager, eventLog: eventLog, paths: paths, logger: logger)

@@ -76,6 +76,33 @@ struct KeepTryingTests {
         await server.shutdown()
     }
 
+    @Test(
+        "haul daemon --timeout applies to its downloads: a silent server's task waits to try again after 1 s, saying so"
+    )
+    func daemonTimeout() async throws {
+        let silent = try FaultyListener(.silent)
+        defer { silent.stop() }
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        let started = try await HaulProcess.run(["daemon", "--retries", "0", "--timeout", "1"], home: home)
+        #expect(started.status == 0, "\(started.stderr)")
+        let client = HaulClient(home: HaulHome(path: home))
+        let added = try await HaulProcess.run(
+            ["add", "-d", try temp.directory("out"), "http://127.0.0.1:\(silent.port)/f.bin"],
+            home: home
+        )
+        #expect(added.status == 0, "\(added.stderr)")
+        // Well before the default 60 s.
+        #expect(try await waitUntil(timeout: .seconds(30)) { try await client.tasks().first?.state == .retrying })
+        let info = try #require(try await client.tasks().first)
+        #expect(
+            info.errorMessage?.contains("Timed out: 127.0.0.1:\(silent.port) sent nothing for 1 s") == true,
+            "\(info.errorMessage ?? "")"
+        )
+        _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        try await client.shutdown()
+    }
+
     @Test("--give-up-after: a task still failing after it fails, with the error; the setting is kept")
     func givesUp() async throws {
         let temp = try TemporaryDirectory()

@@ -26,7 +26,7 @@ struct NetworkManagerTests {
             var seen = changes.seen
             try await system.device("eth-t", metered: 1)
             #expect(try await changes.until { monitor.meteredBySystem == ["wlan-t", "eth-t"] })
-            #expect(changes.seen > seen)
+            #expect(try await waitUntil { changes.seen > seen })
             try await system.device("wlan-t", metered: 4)
             #expect(try await changes.until { monitor.meteredBySystem == ["eth-t"] })
             // A device appears: DeviceAdded.
@@ -36,7 +36,7 @@ struct NetworkManagerTests {
             seen = changes.seen
             system.stopNetworkManager()
             #expect(try await changes.until { monitor.meteredBySystem.isEmpty })
-            #expect(changes.seen > seen)
+            #expect(try await waitUntil { changes.seen > seen })
         }
     }
 

@@ -33,13 +33,14 @@ struct NetworkOutageTests {
     static func withDaemon(
         namespace: String? = nil,
         environment: [String: String?] = [:],
+        arguments: [String] = [],
         _ body: (String, HaulClient) async throws -> Void
     ) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
         let launcher = try namespace.map { [try #require(VethPair.ip), "netns", "exec", $0] } ?? []
         let started = try await HaulProcess(
-            ["daemon", "--checkpoint-interval", "0.2"],
+            ["daemon", "--checkpoint-interval", "0.2"] + arguments,
             home: home,
             launcher: launcher,
             environment: environment
@@ -236,6 +237,38 @@ struct NetworkOutageTests {
         #expect(streamed.filter { $0.kind == .network }.map(\.connected) == [false, true], "\(streamed)")
         let line = EventText.line(network)
         #expect(line.contains("network: default route via \(pair.inside) (\(pair.insideAddress)), down"), "\(line)")
+    }
+
+    @Test(
+        "haul daemon --wait-for-network 2s: a task whose link stays down fails after 2 s, saying how to resume it",
+        .enabled(if: usable)
+    )
+    func daemonWaitLimit() async throws {
+        let bytes = TestContent.bytes(count: 1 << 20, seed: 59)
+        try await VethPair.withServer(slowRate: "1m", serving: bytes, serverOutside: true) { pair, server in
+            try await pair.set(up: false)
+            try await Self.withDaemon(namespace: pair.namespace, arguments: ["--wait-for-network", "2s"]) {
+                home,
+                client in
+                let temp = try TemporaryDirectory()
+                let started = ContinuousClock.now
+                let added = try await HaulProcess.run(
+                    ["add", "--session", "w", "-d", try temp.directory("out"), server.url("/big.bin").absoluteString],
+                    home: home
+                )
+                #expect(added.status == 0, "\(added.stderr)")
+                let waited = try await HaulProcess.run(["wait", "--session", "w"], home: home)
+                #expect(waited.status != 0)
+                #expect(ContinuousClock.now - started >= .seconds(2))
+                let task = try #require(try await client.tasks().first)
+                #expect(task.state == .failed)
+                let message = task.errorMessage ?? ""
+                #expect(message.contains("for 2 s: the network did not come back"), "\(message)")
+                #expect(message.contains("haul resume \(task.id.uuidString.prefix(8).lowercased())"), "\(message)")
+                let reasons = try await client.loggedEvents(session: "w").compactMap(\.reason)
+                #expect(reasons.suffix(2) == [.noRoute, .networkWaitExpired], "\(reasons)")
+            }
+        }
     }
 
     @Test(

@@ -72,7 +72,7 @@ final class SystemBus: Sendable {
         bus.standardError = bus.standardOutput
         try bus.run()
         // dbus-daemon prints its address once it listens.
-        for _ in 0..<500 where !SystemBus.text(directory.file("bus.out")).contains("unix:") {
+        for _ in 0..<3000 where !SystemBus.text(directory.file("bus.out")).contains("unix:") {
             guard bus.isRunning else { break }
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -143,7 +143,8 @@ final class SystemBus: Sendable {
     var serviceOutput: String { SystemBus.text(directory.file("nm.out")) }
 
     private func waitForOutput(_ line: String) async throws -> Bool {
-        try await waitUntil(timeout: .seconds(20)) {
+        // Generous: Python's imports alone take seconds on a loaded machine.
+        try await waitUntil(timeout: .seconds(60)) {
             self.serviceOutput.split(separator: "\n").contains { $0 == line }
         }
     }
