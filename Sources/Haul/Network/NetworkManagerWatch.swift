@@ -25,11 +25,13 @@ final class NetworkManagerWatch: Sendable {
     /// NM_METERED_YES and NM_METERED_GUESS_YES; unknown (0), no (2) and guess-no (4) are not metered.
     static let meteredValues: Set<UInt32> = [1, 3]
 
-    /// The signals after which the answer may differ: a device's properties, a device
-    /// added or removed, NetworkManager starting or stopping.
+    /// The signals after which the answer may differ: a device's own properties (not its
+    /// access points' signal strength, which changes every few seconds), a device added
+    /// or removed, NetworkManager starting or stopping.
     static let rules = [
-        "type='signal',sender='\(service)',interface='\(properties)',member='PropertiesChanged'",
-        "type='signal',sender='\(service)',interface='\(service)'",
+        "type='signal',sender='\(service)',interface='\(properties)',member='PropertiesChanged',arg0='\(deviceInterface)'",
+        "type='signal',sender='\(service)',interface='\(service)',member='DeviceAdded'",
+        "type='signal',sender='\(service)',interface='\(service)',member='DeviceRemoved'",
         "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(service)'",
     ]
 

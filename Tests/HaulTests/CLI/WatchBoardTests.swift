@@ -76,4 +76,46 @@ import Testing
         #expect(lines == [lines.last!] && lines[0].hasPrefix("0 running, 0 waiting, 1 completed; "), "\(lines)")
         #expect(!lines[0].contains("session"))
     }
+
+    @Test("the status line says when the network holds tasks up; event lines give each move's reason and the network")
+    func networkLines() {
+        let board = WatchBoard()
+        var held = status(running: 0, waiting: 0, completed: 1)
+        held.network = API.Status.Network(
+            interface: "wlan0",
+            sourceAddress: "192.168.1.20",
+            usable: false,
+            metered: false,
+            allowMetered: true,
+            meteredInterfaces: ["wwan*"],
+            waitingTasks: 2
+        )
+        #expect(board.lines(status: held, session: nil).last?.hasSuffix("; offline, 2 waiting for the network") == true)
+        held.network?.usable = true
+        held.network?.waitingTasks = 0
+        #expect(board.lines(status: held, session: nil).last?.contains("network") == false)
+        // A network event is about no task: the board keeps no line for it.
+        var network = EventRecord(taskID: nil, kind: .network, time: nil)
+        network.interface = "wlan0"
+        network.address = "192.168.1.20"
+        network.connected = true
+        network.metered = true
+        network.allowMetered = false
+        board.apply(network)
+        #expect(board.lines(status: held, session: nil).count == 1)
+        #expect(
+            EventText.line(network)
+                == "network: default route via wlan0 (192.168.1.20), metered; metered networks not allowed"
+        )
+        var moved = EventRecord(taskID: a, kind: .state, time: nil)
+        moved.from = .running
+        moved.to = .waitingForNetwork
+        moved.reason = .metered
+        #expect(EventText.line(moved) == "aaaaaaaa  running -> waitingForNetwork (metered)")
+        #expect(
+            EventText.line(EventRecord(taskID: nil, kind: .network, time: nil)).hasSuffix(
+                "network: no default route; metered networks allowed"
+            )
+        )
+    }
 }
