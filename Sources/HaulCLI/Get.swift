@@ -14,6 +14,9 @@ extension HaulCommand {
                 Interrupted downloads (Ctrl-C, a crash, kill -9, a reboot) continue from their last \
                 checkpoint when the same command is run again. The file appears at its destination \
                 only once complete and verified; until then the data is in <destination>.part.
+
+                \(ExitStatus.summary) With several files that failed, the status is their class \
+                when they share one, else 1.
                 """
         )
 
@@ -100,7 +103,7 @@ extension HaulCommand {
                 try report(summary)
             } catch let error as HaulError {
                 CLIError.print(error)
-                throw ExitCode.failure
+                throw ExitStatus(error).exit
             }
         }
 
@@ -138,7 +141,7 @@ extension HaulCommand {
                 Output.error("haul: failed: \(url): \(error.description)\n")
             }
             if let signal = summary.signal { throw ExitCode(128 + signal) }
-            if !failures.isEmpty { throw ExitCode.failure }
+            if !failures.isEmpty { throw ExitStatus(failures.map(\.1)).exit }
         }
 
         private func reportSingle(
@@ -154,7 +157,7 @@ extension HaulCommand {
                 if error.resumeData != nil, !quiet, error.hint?.contains("again") != true {
                     CLIError.note("The data so far is kept; run the same command again to resume.")
                 }
-                throw ExitCode.failure
+                throw ExitStatus(error).exit
             case nil:
                 if signal == SIGPIPE { throw ExitCode(128 + SIGPIPE) }
                 if !quiet, let info {

@@ -11,6 +11,8 @@ public struct HaulCommand: AsyncParsableCommand {
         discussion: """
             Downloads continue where they stopped after Ctrl-C, a crash, kill -9 or a reboot: \
             run the same command again. State lives in $HAUL_HOME (default ~/.local/share/haul).
+
+            \(ExitStatus.summary)
             """,
         version: HaulVersion.current,
         subcommands: [
@@ -38,7 +40,7 @@ public struct HaulCommand: AsyncParsableCommand {
             let code = exitCode(for: error)
             guard code == .validationFailure else { exit(withError: error) }
             Output.error("haul: error: \(ArgumentErrors.line(for: message(for: error)))\n")
-            Foundation.exit(code.rawValue)
+            Foundation.exit(ExitStatus.usage.rawValue)
         }
     }
 }

@@ -149,7 +149,7 @@ extension HaulCommand {
                     try await daemon.run()
                 } catch let error as HaulError {
                     CLIError.print(error)
-                    throw ExitCode.failure
+                    throw ExitStatus.daemon.exit
                 }
             }
 
@@ -186,7 +186,7 @@ extension HaulCommand {
                 } catch let error as HaulError {
                     try? await client.shutdown()
                     CLIError.print(error)
-                    throw ExitCode.failure
+                    throw ExitStatus.daemon.exit
                 }
             }
         }
@@ -212,7 +212,7 @@ extension HaulCommand {
                 }
                 if running() {
                     CLIError.print(HaulError(.busy, "The Haul daemon (pid \(pid)) has not stopped after 60 s"))
-                    throw ExitCode.failure
+                    throw ExitStatus.daemon.exit
                 }
                 CLIError.note("Stopped the Haul daemon (pid \(pid)).")
             }

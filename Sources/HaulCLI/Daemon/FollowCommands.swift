@@ -139,7 +139,7 @@ extension HaulCommand {
                 let reason = task.errorMessage ?? task.state.rawValue
                 Output.error("haul: \(task.state.rawValue): \(Redaction.url(task.url)): \(reason)\n")
             }
-            if completed.count != tasks.count { throw ExitCode.failure }
+            if completed.count != tasks.count { throw ExitStatus.failure.exit }
         }
     }
 

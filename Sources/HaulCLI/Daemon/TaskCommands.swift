@@ -58,20 +58,28 @@ struct TaskSelection: ParsableArguments {
     }
 }
 
-/// Runs a daemon command body, turning Haul errors into one line and exit 1.
+/// Runs a daemon command body, turning Haul errors into one line and their exit status:
+/// 8 when the daemon cannot be reached (or goes away meanwhile), else the class of what it
+/// answered.
 func withDaemon(autoStart: Bool = true, _ body: (HaulClient) async throws -> Void) async throws {
+    let client: HaulClient
     do {
-        let client = try await DaemonConnection.connect(autoStart: autoStart)
-        do {
-            try await body(client)
-            try? await client.shutdown()
-        } catch {
-            try? await client.shutdown()
-            throw error
-        }
+        client = try await DaemonConnection.connect(autoStart: autoStart)
     } catch let error as HaulError {
         CLIError.print(error)
-        throw ExitCode.failure
+        throw ExitStatus.daemon.exit
+    }
+    do {
+        try await body(client)
+        try? await client.shutdown()
+    } catch let error as HaulError {
+        try? await client.shutdown()
+        CLIError.print(error)
+        // Only the daemon is talked to: a connection that fails is the daemon's.
+        throw error.code == .connection ? ExitStatus.daemon.exit : ExitStatus(error).exit
+    } catch {
+        try? await client.shutdown()
+        throw error
     }
 }
 

@@ -27,7 +27,7 @@ struct HostileInputTests {
                 directory: temp.path,
                 input: list
             )
-            #expect(result.status == 1)
+            #expect(result.status == 2)
             #expect(result.stderr.contains("would leave the download directory"), "\(result.stderr)")
             #expect(server.requests(for: "/f.bin").isEmpty)
             #expect(!FileManager.default.fileExists(atPath: temp.file("a/escaped.bin")))
@@ -72,7 +72,7 @@ struct HostileInputTests {
                 directory: temp.path,
                 stderr: full
             ).finish()
-            #expect(failed.status == 1)
+            #expect(failed.status == 6)
         }
     }
 
@@ -126,7 +126,7 @@ struct HostileInputTests {
             home: temp.file("home"),
             directory: temp.path
         )
-        #expect(result.status == 1)
+        #expect(result.status == 2)
         #expect(
             result.stderr
                 == "haul: error: Invalid URL 'http://127.0.0.1:99999/x': port 99999 is not between 1 and 65535. Give a full http:// or https:// URL\n"
@@ -145,7 +145,7 @@ struct HostileInputTests {
     func malformedOptionValues(arguments: [String], form: String) async throws {
         let temp = try TemporaryDirectory()
         let result = try await HaulProcess.run(["get"] + arguments + ["http://127.0.0.1:1/x"], home: temp.file("home"))
-        #expect(result.status == 64)
+        #expect(result.status == 2)
         #expect(result.stderr.hasPrefix("haul: error: "))
         #expect(result.stderr.filter { $0 == "\n" }.count == 1, "\(result.stderr)")
         #expect(result.stderr.contains(form), "\(result.stderr)")

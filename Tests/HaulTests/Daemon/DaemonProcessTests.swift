@@ -237,7 +237,7 @@ import Testing
             let paused = try await HaulProcess.run(["pause", prefix], home: home)
             #expect(paused.status == 0 && paused.stderr == "Paused 1 task.\n", "\(paused.stderr)")
             let again = try await HaulProcess.run(["pause", prefix], home: home)
-            #expect(again.status == 1)
+            #expect(again.status == 2)
             #expect(again.stderr.contains("Cannot pause task \(id): it is paused"), "\(again.stderr)")
             let list = try await HaulProcess.run(["list", "--session", "cli"], home: home)
             let lines = list.stdout.split(separator: "\n")
@@ -251,7 +251,7 @@ import Testing
             let empty = try await HaulProcess.run(["list"], home: home)
             #expect(empty.stderr == "No tasks.\n")
             let unknown = try await HaulProcess.run(["resume", "ffffffff"], home: home)
-            #expect(unknown.status == 1 && unknown.stderr.contains("No task 'ffffffff'"), "\(unknown.stderr)")
+            #expect(unknown.status == 2 && unknown.stderr.contains("No task 'ffffffff'"), "\(unknown.stderr)")
             _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }
     }

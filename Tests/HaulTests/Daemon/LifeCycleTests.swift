@@ -57,7 +57,7 @@ struct LifeCycleTests {
                         home: home
                     )
                     let ended = try #require(await start.finish(within: .seconds(60)), "the failed start did not end")
-                    #expect(ended.status == 1)
+                    #expect(ended.status == 8)
                     // One line from haul says why; the server library's own log lines (timestamped)
                     // may be written around it while it closes what it had opened.
                     let told = ended.stderr.split(separator: "\n").filter { $0.hasPrefix("haul:") }
@@ -73,7 +73,7 @@ struct LifeCycleTests {
                 // Started in the background, the command says why it did not start.
                 let background = try HaulProcess(["daemon", "--listen", "127.0.0.1:\(port)"], home: home)
                 let ended = try #require(await background.finish(within: .seconds(60)))
-                #expect(ended.status == 1)
+                #expect(ended.status == 8)
                 #expect(
                     ended.stderr.contains("The Haul daemon did not start: Cannot listen on 127.0.0.1:\(port)"),
                     "\(ended.stderr)"
@@ -124,7 +124,7 @@ struct LifeCycleTests {
             let arguments = name == "daemon.log" ? ["daemon"] : ["daemon", "--foreground"]
             let start = try HaulProcess(arguments, home: home)
             let ended = try #require(await start.finish(within: .seconds(60)))
-            #expect(ended.status == 1)
+            #expect(ended.status == 8)
             #expect(
                 ended.stderr.contains("\(home)/\(name) is a symbolic link; Haul will not use it"),
                 "\(ended.stderr)"
@@ -137,7 +137,7 @@ struct LifeCycleTests {
         try "mine\n".write(toFile: home + "/daemon.sock", atomically: false, encoding: .utf8)
         let start = try HaulProcess(["daemon", "--foreground"], home: home)
         let ended = try #require(await start.finish(within: .seconds(60)))
-        #expect(ended.status == 1)
+        #expect(ended.status == 8)
         #expect(ended.stderr.contains("\(home)/daemon.sock is not a socket; Haul will not use it"), "\(ended.stderr)")
         #expect(try String(contentsOfFile: home + "/daemon.sock", encoding: .utf8) == "mine\n")
     }
@@ -148,7 +148,7 @@ struct LifeCycleTests {
         let home = temp.file("home")
         for address in ["0.0.0.0:0", "192.0.2.1:7800", "example.org:7800"] {
             let refused = try await HaulProcess.run(["daemon", "--foreground", "--listen", address], home: home)
-            #expect(refused.status == 64, "\(address): \(refused.stderr)")
+            #expect(refused.status == 2, "\(address): \(refused.stderr)")
             #expect(refused.stderr.contains("is not a loopback address"), "\(refused.stderr)")
         }
         #expect(DaemonLock.holder(home + "/daemon.lock") == nil)
@@ -221,7 +221,7 @@ struct LifeCycleTests {
         }
         for arguments in [["list"], ["daemon", "--foreground"]] {
             let result = try await HaulProcess.run(arguments, home: home)
-            #expect(result.status == 1, "\(arguments)")
+            #expect(result.status == 8, "\(arguments)")
             #expect(result.stderr.contains("\(path) is \(says), not a Haul store"), "\(arguments): \(result.stderr)")
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before, "the file was changed")

@@ -64,7 +64,7 @@ struct DiskFullTests {
                     server.url("/f.bin").absoluteString,
                 ]
                 let full = try await HaulProcess.run(arguments, home: temp.file("home"))
-                #expect(full.status == 1, "\(full.stderr)")
+                #expect(full.status == 3, "\(full.stderr)")
                 #expect(full.stderr.contains("No space left on device"), "\(full.stderr)")
                 #expect(full.stderr.split(separator: "\n").last?.hasPrefix("haul: error: ") == true)
                 #expect(!FileManager.default.fileExists(atPath: mountPoint + "/f.bin"))

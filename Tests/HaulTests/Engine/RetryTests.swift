@@ -58,7 +58,7 @@ struct RetryTests {
                 home: temp.file("home"),
                 directory: temp.path
             )
-            #expect(result.status == 1)
+            #expect(result.status == 6)
             let last = try #require(result.stderr.split(separator: "\n").last)
             #expect(last.hasPrefix("haul: error: HTTP 503"))
             #expect(

@@ -55,7 +55,7 @@ struct CredentialsTests {
                 #expect(Self.users(server, "/auth/big.bin").last == "haul", "\(name)")
             }
             let without = try await HaulProcess.get([plain], in: try TemporaryDirectory())
-            #expect(without.status == 1)
+            #expect(without.status == 6)
             #expect(without.stderr.contains("HTTP 401"), "\(without.stderr)")
             #expect(!without.stderr.contains("retrying"))
         }
@@ -69,7 +69,7 @@ struct CredentialsTests {
         try await Self.withServer { server, digest in
             let start = server.url("/to-localhost-auth").absoluteString
             let dropped = try await HaulProcess.get(["-u", "haul:\(Self.secret)", start], in: try TemporaryDirectory())
-            #expect(dropped.status == 1)
+            #expect(dropped.status == 6)
             #expect(dropped.stderr.contains("HTTP 401"), "\(dropped.stderr)")
             #expect(Self.users(server, "/auth/big.bin").allSatisfy { $0 == "-" || $0.isEmpty })
 
@@ -100,7 +100,7 @@ struct CredentialsTests {
                 ["--no-cookies", server.url("/login").absoluteString],
                 in: try TemporaryDirectory()
             )
-            #expect(refused.status == 1)
+            #expect(refused.status == 6)
             #expect(refused.stderr.contains("HTTP 403"), "\(refused.stderr)")
         }
     }

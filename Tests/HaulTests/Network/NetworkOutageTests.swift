@@ -153,7 +153,7 @@ struct NetworkOutageTests {
             home: home,
             directory: temp.path
         )
-        #expect(bounded.status == 1, "\(bounded.stderr)")
+        #expect(bounded.status == 4, "\(bounded.stderr)")
         #expect(ContinuousClock.now - started >= .seconds(2))
         #expect(bounded.stderr.contains("No usable route to \(pair.insideAddress) for 2 s"), "\(bounded.stderr)")
         try await pair.set(inside: true, up: true)

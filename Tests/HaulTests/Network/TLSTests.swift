@@ -34,7 +34,7 @@ struct TLSTests {
             let temp = try TemporaryDirectory()
             let started = ContinuousClock.now
             let result = try await HaulProcess.get([server.url("/big.bin").absoluteString], in: temp)
-            #expect(result.status == 1)
+            #expect(result.status == 5)
             #expect(ContinuousClock.now - started < .seconds(30))  // Generous: at once, on a loaded machine.
             #expect(!result.stderr.contains("retrying"), "\(result.stderr)")
             #expect(
@@ -57,7 +57,7 @@ struct TLSTests {
                 ["--cacert", pki.otherCACertificate, server.url("/big.bin").absoluteString],
                 in: temp
             )
-            #expect(result.status == 1)
+            #expect(result.status == 5)
             #expect(result.stderr.contains("is not trusted"), "\(result.stderr)")
         }
     }
@@ -111,7 +111,7 @@ struct TLSTests {
         try await Self.withServer { server, pki, digest in
             let url = server.url("/mtls/big.bin").absoluteString
             let without = try await HaulProcess.get(["--cacert", pki.caCertificate, url], in: try TemporaryDirectory())
-            #expect(without.status == 1)
+            #expect(without.status == 6)
             #expect(without.stderr.contains("HTTP 403"), "\(without.stderr)")
             for flags in [["--cert", pki.clientCertificate, "--key", pki.clientKey], ["--cert", pki.clientBundle]] {
                 let temp = try TemporaryDirectory()
@@ -126,7 +126,7 @@ struct TLSTests {
                 ["--cacert", pki.caCertificate, "--cert", pki.clientCertificate, url],
                 in: try TemporaryDirectory()
             )
-            #expect(missing.status == 1)
+            #expect(missing.status == 2)
             #expect(missing.stderr.contains("holds no PEM private key"), "\(missing.stderr)")
         }
     }
@@ -139,7 +139,7 @@ struct TLSTests {
                 ["--cacert", "/nonexistent/ca.pem", url],
                 in: try TemporaryDirectory()
             )
-            #expect(missing.status == 1)
+            #expect(missing.status == 2)
             #expect(
                 missing.stderr.contains(
                     "The certificate authorities file (--cacert) /nonexistent/ca.pem cannot be read"
@@ -147,7 +147,7 @@ struct TLSTests {
                 "\(missing.stderr)"
             )
             let notPEM = try await HaulProcess.get(["--cacert", pki.serverKey, url], in: try TemporaryDirectory())
-            #expect(notPEM.status == 1)
+            #expect(notPEM.status == 2)
             #expect(notPEM.stderr.contains("holds no PEM certificate"), "\(notPEM.stderr)")
         }
     }
