@@ -64,9 +64,24 @@ struct DownloadOptions: ParsableArguments {
         }
     }
 
+    /// Creates `-d`'s directory and its missing parents, as wget and aria2 do (mode 0777
+    /// less the umask); one that exists is left as it is, and anything else at the path is
+    /// left for the request's own check to name.
+    static func createDirectory(_ path: String) throws {
+        guard !path.isEmpty, !path.utf8.contains(0), path.utf8.count < PATH_MAX else { return }
+        var prefix = path.hasPrefix("/") ? "/" : ""
+        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
+            prefix += (prefix.isEmpty || prefix.hasSuffix("/") ? "" : "/") + component
+            guard mkdir(prefix, 0o777) == 0 || errno == EEXIST else {
+                throw HaulError.fileSystem("create the directory", path: prefix, errno: errno)
+            }
+        }
+    }
+
     /// The requests the URLs and the input file describe.
     func requests(session: String = DownloadRequest.defaultSession) throws -> [DownloadRequest] {
         try DownloadRequest.validateSession(session)
+        if let directory { try DownloadOptions.createDirectory(directory) }
         let base = directory ?? "."
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))

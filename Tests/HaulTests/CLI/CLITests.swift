@@ -54,7 +54,7 @@ struct CLITests {
         (["get", "http://"], "Invalid URL", 2),
         (["get", "--checksum", "sha256=xyz", "http://127.0.0.1:1/x"], "Invalid sha256 checksum", 2),
         (["get", "-H", "NoColon", "http://127.0.0.1:1/x"], "Invalid header", 2),
-        (["get", "-d", "/nonexistent/dir", "http://127.0.0.1:1/x"], "does not exist", 3),
+        (["get", "-d", "/dev/null/dir", "http://127.0.0.1:1/x"], "Cannot create the directory /dev/null", 3),
     ])
     func badInputIsOneClearLine(arguments: [String], message: String, status: Int32) async throws {
         let temp = try TemporaryDirectory()
@@ -64,6 +64,31 @@ struct CLITests {
         #expect(lines.count == 1, "\(result.stderr)")
         #expect(result.stderr.hasPrefix("haul: error: "))
         #expect(result.stderr.contains(message), "\(result.stderr)")
+    }
+
+    @Test("-d creates the directory and its missing parents, for haul get and haul add alike")
+    func directoryIsCreated() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 300_000, seed: 5))
+            let got = try await HaulProcess.run(
+                ["get", "-q", "-d", "new/sub/dir", server.url("/a.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
+            #expect(got.status == 0, "\(got.stderr)")
+            #expect(sha256(file: temp.file("new/sub/dir/a.bin")) == server.sha256("/a.bin"))
+            let home = temp.file("daemon-home")
+            let added = try await HaulProcess.run(
+                ["add", "-d", temp.file("queued/here"), server.url("/a.bin").absoluteString],
+                home: home
+            )
+            #expect(added.status == 0, "\(added.stderr)")
+            let waited = try await HaulProcess.run(["wait"], home: home)
+            #expect(waited.status == 0, "\(waited.stderr)")
+            #expect(sha256(file: temp.file("queued/here/a.bin")) == server.sha256("/a.bin"))
+            _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+        }
     }
 
     @Test func existingFileIsKeptWithoutForce() async throws {
