@@ -59,9 +59,8 @@ struct DownloadOptions: ParsableArguments {
             throw ValidationError("--limit-rate must be at least 1 byte per second")
         }
         guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
-        if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
-            throw ValidationError("-o names one file; with several URLs use -d (and out= in an input file)")
-        }
+        // '-o with several URLs' is checked by requests(): checked here, it would be said
+        // before an unknown option that made a URL of the option's value (`--bogus X -o f URL`).
     }
 
     /// Creates `-d`'s directory and its missing parents, as wget and aria2 do (mode 0777
@@ -80,6 +79,13 @@ struct DownloadOptions: ParsableArguments {
 
     /// The requests the URLs and the input file describe.
     func requests(session: String = DownloadRequest.defaultSession) throws -> [DownloadRequest] {
+        if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+            throw HaulError(
+                .invalidArgument,
+                "-o names one file, and \(urls.count + (inputFile == nil ? 0 : 1)) sources were given",
+                hint: "With several URLs use -d (and out= in an input file)"
+            )
+        }
         try DownloadRequest.validateSession(session)
         if let directory { try DownloadOptions.createDirectory(directory) }
         let base = directory ?? "."

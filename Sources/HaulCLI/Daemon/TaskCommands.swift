@@ -341,8 +341,10 @@ enum DaemonOutput {
         String(decoding: try HaulJSON.encoder(pretty: true).encode(value), as: UTF8.self)
     }
 
-    /// `ID  STATE  PROGRESS  SIZE  SESSION  NAME`, one task per line; then, for each task
-    /// waiting to try again, its next try and its last error.
+    /// `ID  STATE  PROGRESS  SIZE  SESSION  NAME`, one task per line (the state a word, so
+    /// the columns hold); then, below, why each failed or waiting task is where it is: the
+    /// error of a failed one, the wait of an offline one, the next try and last error of one
+    /// waiting to try again.
     static func table(_ tasks: [DownloadInfo], now: Date = Date()) -> String {
         var lines = [["ID", "STATE", "DONE", "SIZE", "SESSION", "FILE"]]
         var notes: [String] = []
@@ -350,7 +352,10 @@ enum DaemonOutput {
             let done = task.totalBytes.map { $0 > 0 ? "\(task.bytesCommitted * 100 / $0)%" : "100%" } ?? "-"
             let name = task.path.map { ($0 as NSString).lastPathComponent } ?? Redaction.url(task.url)
             var state = task.state == .waitingForNetwork ? "offline" : task.state.rawValue
-            if let error = task.errorMessage, task.state == .failed { state += ": " + error.prefix(60) }
+            let id = String(task.id.uuidString.prefix(8)).lowercased()
+            if let error = task.errorMessage, task.state == .failed || task.state == .waitingForNetwork {
+                notes.append("\(id): \(task.state == .failed ? "failed: " : "")\(Redaction.text(error))")
+            }
             if task.state == .retrying, let next = task.nextTryAt {
                 let wait = Duration.milliseconds(Int64(max(0, next.timeIntervalSince(now)) * 1000))
                 state += " in \(Format.duration(wait))"

@@ -55,6 +55,9 @@ struct CLITests {
         (["get", "--checksum", "sha256=xyz", "http://127.0.0.1:1/x"], "Invalid sha256 checksum", 2),
         (["get", "-H", "NoColon", "http://127.0.0.1:1/x"], "Invalid header", 2),
         (["get", "-d", "/dev/null/dir", "http://127.0.0.1:1/x"], "Cannot create the directory /dev/null", 3),
+        // The unknown option is what is wrong, not the -o its value seemed to make a second URL of.
+        (["get", "--bogus", "X", "-o", "f", "http://127.0.0.1:1/x"], "Unknown option '--bogus'", 2),
+        (["get", "-o", "f", "http://127.0.0.1:1/x", "http://127.0.0.1:1/y"], "-o names one file, and 2 sources", 2),
     ])
     func badInputIsOneClearLine(arguments: [String], message: String, status: Int32) async throws {
         let temp = try TemporaryDirectory()

@@ -118,4 +118,37 @@ import Testing
             )
         )
     }
+
+    @Test("haul list keeps its columns: a failed or offline task's state is one word, its reason a line below")
+    func listColumns() {
+        func info(_ id: UUID, _ state: TaskState, error: String?) -> DownloadInfo {
+            DownloadInfo(
+                id: id,
+                url: URL(string: "http://u:SECRET@h/\(state.rawValue).bin")!,
+                path: "/d/\(state.rawValue).bin",
+                directory: "/d",
+                state: state,
+                priority: 0,
+                bytesCommitted: 0,
+                totalBytes: nil,
+                errorMessage: error,
+                session: "default"
+            )
+        }
+        let table = DaemonOutput.table([
+            info(a, .failed, error: "HTTP 404 Not Found for http://u:SECRET@h/failed.bin. Check the URL"),
+            info(b, .waitingForNetwork, error: "Waiting for the network: no usable route to the server"),
+        ])
+        let lines = table.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines[0].hasPrefix("ID        STATE    DONE"), "\(table)")
+        #expect(lines[1].hasPrefix("aaaaaaaa  failed   -"), "\(table)")
+        #expect(lines[2].hasPrefix("bbbbbbbb  offline  -"), "\(table)")
+        // Every row's FILE column starts where the header's does.
+        let column = lines[0].count - "FILE".count
+        #expect(lines[1].dropFirst(column) == "failed.bin", "\(table)")
+        #expect(lines[2].dropFirst(column) == "waitingForNetwork.bin", "\(table)")
+        #expect(lines.contains("aaaaaaaa: failed: HTTP 404 Not Found for http://u:***@h/failed.bin. Check the URL"))
+        #expect(lines.contains("bbbbbbbb: Waiting for the network: no usable route to the server"))
+        #expect(!table.contains("SECRET"))
+    }
 }
