@@ -168,6 +168,16 @@ extension HaulCommand {
                         var drawn = 0
                         while true {
                             let status = try await client.status()
+                            // Each task's file name, asked once when it first shows progress.
+                            for id in board.unnamed {
+                                let info = try? await client.info(id)
+                                let file = info?.path.map { ($0 as NSString).lastPathComponent }
+                                board.name(
+                                    id,
+                                    file ?? info.map { Redaction.url($0.url) }
+                                        ?? String(id.uuidString.prefix(8)).lowercased()
+                                )
+                            }
                             let lines = board.lines(status: status, session: session)
                             if terminal {
                                 var text = drawn > 0 ? "\u{1B}[\(drawn)F\u{1B}[J" : ""
@@ -194,17 +204,34 @@ final class WatchBoard: Sendable {
     private struct Line {
         var name: String
         var record: EventRecord
+        var named = false
     }
 
     private let state = Mutex<[UUID: Line]>([:])
+
+    /// The tasks shown by their id alone, for want of a file name.
+    var unnamed: [UUID] {
+        state.withLock { lines in lines.filter { $0.value.named == false }.map(\.key) }
+    }
+
+    /// Shows `id` by its file name.
+    func name(_ id: UUID, _ name: String) {
+        state.withLock { lines in
+            lines[id]?.name = name
+            lines[id]?.named = true
+        }
+    }
 
     func apply(_ record: EventRecord) {
         guard let taskID = record.taskID else { return }  // The network: the status line tells it.
         state.withLock { lines in
             switch record.kind {
             case .progress:
-                let name = lines[taskID]?.name ?? String(taskID.uuidString.prefix(8)).lowercased()
-                lines[taskID] = Line(name: name, record: record)
+                if lines[taskID] == nil {
+                    lines[taskID] = Line(name: String(taskID.uuidString.prefix(8)).lowercased(), record: record)
+                } else {
+                    lines[taskID]?.record = record
+                }
             case .completed, .failed:
                 lines[taskID] = nil
             case .state where record.to != .running:

@@ -151,4 +151,19 @@ import Testing
         #expect(lines.contains("bbbbbbbb: Waiting for the network: no usable route to the server"))
         #expect(!table.contains("SECRET"))
     }
+
+    @Test("haul watch shows each task by its file name once known, by its id until then")
+    func fileNames() {
+        let board = WatchBoard()
+        board.apply(progress(a, received: 10, total: 100, speed: 5, eta: nil))
+        #expect(board.unnamed == [a])
+        #expect(
+            board.lines(status: status(running: 1, waiting: 0, completed: 0), session: nil)[0].hasPrefix("aaaaaaaa  ")
+        )
+        board.name(a, "big.iso")
+        #expect(board.unnamed.isEmpty)
+        board.apply(progress(a, received: 50, total: 100, speed: 5, eta: nil))
+        let line = board.lines(status: status(running: 1, waiting: 0, completed: 0), session: nil)[0]
+        #expect(line.hasPrefix("big.iso  50 B of 100 B (50%)"), "\(line)")
+    }
 }
