@@ -161,16 +161,24 @@ enum ProgressRenderer {
             "haul: \(file)retrying in \(Format.wait(retry.delay)) (\(retry.attempt) of \(retry.maxRetries)\(who)): \(retry.reason.continuingSentence)"
     }
 
+    /// `name ████░░░░  42% 4.2 MiB/10.0 MiB  1.1 MiB/s  ETA 0:05`. Each field after the bar
+    /// has a fixed width (the speed and ETA stand as `--` until known), so the bar does not
+    /// shrink or jump as they appear and change.
     static func barLine(_ progress: DownloadProgress, name: String, width: Int) -> String {
+        func right(_ text: String, _ width: Int) -> String {
+            String(repeating: " ", count: max(0, width - text.count)) + text
+        }
         var stats = ""
         if let fraction = progress.fractionCompleted {
             stats += String(format: "%3.0f%% ", fraction * 100)
         }
-        stats += Format.bytes(progress.bytesReceived)
-        if let total = progress.totalBytes { stats += "/\(Format.bytes(total))" }
-        stats += "  " + (progress.bytesPerSecond > 0 ? Format.speed(progress.bytesPerSecond) : "--/s")
-        if let eta = progress.estimatedTimeRemaining {
-            stats += "  ETA \(Format.duration(eta))"
+        var amount = Format.bytes(progress.bytesReceived)
+        if let total = progress.totalBytes { amount += "/\(Format.bytes(total))" }
+        // "1023.9 MiB/1023.9 MiB", "1023.9 MiB/s", "ETA 99:59:59".
+        stats += right(amount, progress.totalBytes == nil ? 10 : 21)
+        stats += "  " + right(progress.bytesPerSecond > 0 ? Format.speed(progress.bytesPerSecond) : "--/s", 12)
+        if progress.totalBytes != nil {
+            stats += "  ETA " + right(progress.estimatedTimeRemaining.map(Format.duration) ?? "--:--", 8)
         }
         let nameWidth = min(max(8, width / 4), 30)
         if let waiting = progress.waiting {

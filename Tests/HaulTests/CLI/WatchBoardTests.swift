@@ -166,4 +166,29 @@ import Testing
         let line = board.lines(status: status(running: 1, waiting: 0, completed: 0), session: nil)[0]
         #expect(line.hasPrefix("big.iso  50 B of 100 B (50%)"), "\(line)")
     }
+
+    @Test("haul get's progress line keeps its width as the speed and the ETA become known and change")
+    func steadyBar() {
+        func line(received: Int64, speed: Double) -> String {
+            let progress = DownloadProgress(
+                bytesReceived: received,
+                totalBytes: 10 << 20,
+                bytesThisRun: received,
+                resumedFrom: nil,
+                bytesPerSecond: speed,
+                fileName: "big.iso"
+            )
+            return ProgressRenderer.barLine(progress, name: "big.iso", width: 100)
+        }
+        let lines = [
+            line(received: 0, speed: 0), line(received: 512, speed: 0), line(received: 1 << 20, speed: 900),
+            line(received: 5 << 20, speed: 1_200_000), line(received: 10 << 20, speed: 80_000_000),
+        ]
+        // The bar itself keeps its size (the line's length always did: the bar took up the slack).
+        let bars = lines.map { $0.filter { "█░".contains($0) }.count }
+        #expect(Set(bars).count == 1 && bars[0] > 10, "\(lines)")
+        #expect(Set(lines.map(\.count)) == [lines[0].count], "\(lines)")
+        #expect(lines[0].contains("--/s  ETA    --:--"), "\(lines[0])")
+        #expect(lines[3].hasSuffix("5.00 MiB/10.0 MiB    1.14 MiB/s  ETA     0:04"), "\(lines[3])")
+    }
 }
