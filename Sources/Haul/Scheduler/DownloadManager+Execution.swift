@@ -6,7 +6,7 @@ extension DownloadManager {
     /// Runs a started task's transfer on the one execution path every download takes
     /// (``Transfer/execute(_:segments:environment:handles:)``), then hands its end back.
     nonisolated func execute(_ id: UUID, _ handles: TransferHandles) async {
-        let outcome: Result<DownloadResult, HaulError>
+        let ended: Result<DownloadResult, HaulError>
         do {
             guard let (record, segments) = try await store.taskWithSegments(id) else {
                 throw HaulError(.store, "Task \(id) vanished from the store")
@@ -37,13 +37,14 @@ extension DownloadManager {
                     hint: "Check the network connection"
                 )
                 error.network = NetworkFailure(kind: .unreachable, endpoint: record.url.host ?? "")
-                outcome = .failure(error)
+                ended = .failure(error)
             } else {
-                outcome = await Transfer.execute(record, segments: segments, environment: environment, handles: handles)
+                ended = await Transfer.execute(record, segments: segments, environment: environment, handles: handles)
             }
         } catch {
-            outcome = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
+            ended = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
         }
+        let outcome = ended.mapError { told($0, about: id) }
         if case .failure(let error) = outcome {
             let stop = handles.control.requested
             if stop == .yield || stop == nil, await goOffline(id, after: stop == nil ? error : nil) { return }
@@ -56,6 +57,18 @@ extension DownloadManager {
             }
         }
         await transferEnded(id, outcome: outcome, stop: handles.control.requested)
+    }
+
+    /// `error` as this manager's users are to read it: a daemon's task is continued with
+    /// `haul resume ID`, not by running a command again.
+    nonisolated func told(_ error: HaulError, about id: UUID) -> HaulError {
+        guard background, let hint = error.hint, hint.contains("run the same command again") else { return error }
+        var error = error
+        error.hint = hint.replacingOccurrences(
+            of: "run the same command again",
+            with: "run 'haul resume \(id.uuidString.prefix(8).lowercased())'"
+        )
+        return error
     }
 
     /// Whether this manager's transfers leave their failures to it to record.

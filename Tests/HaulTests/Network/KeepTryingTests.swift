@@ -122,6 +122,11 @@ struct KeepTryingTests {
         let listed = try await HaulProcess.run(["list", "--json"], home: home)
         #expect(listed.stdout.contains("\"state\" : \"failed\""), "\(listed.stdout)")
         #expect(listed.stdout.contains("Connection refused by 127.0.0.1:\(port)"), "\(listed.stdout)")
+        // The way on is named for a daemon's task: haul resume, not running a command again.
+        let failed = try #require(try await Store(path: home + "/haul.sqlite").infos().first)
+        let message = failed.errorMessage ?? ""
+        #expect(message.contains("run 'haul resume \(failed.id.uuidString.prefix(8).lowercased())'"), "\(message)")
+        #expect(!message.contains("run the same command again"), "\(message)")
         // Kept across a restart.
         _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         let shown = try await HaulProcess.run(["set"], home: home)
