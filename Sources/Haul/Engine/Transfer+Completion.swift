@@ -136,6 +136,12 @@ extension Transfer {
                     error as? HaulError
                     ?? HaulError(.connection, "Download of \(task.url) failed", url: url, underlying: error)
                 if failure.path == nil { failure.path = task.destinationPath }
+                if committedBytes == 0, let partPath = task.partPath {
+                    // Nothing kept (a 404, a refused connection, an untrusted certificate
+                    // before the first byte): no empty part file is left behind.
+                    PartFile.remove(at: partPath, owner: task.id, identity: task.partIdentity)
+                    try await forgetPart()
+                }
                 if failure.code != .checksumMismatch, committedBytes > 0 { failure.resumeData = resumeData }
                 if !environment.defersFailureRecord { try await record(.failed, error: failure.description) }
                 return failure

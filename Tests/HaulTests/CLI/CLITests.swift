@@ -133,6 +133,36 @@ struct CLITests {
         }
     }
 
+    @Test("a failure before the first byte (404 with -o, a refused port) leaves no part file behind")
+    func noEmptyPartFile() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            let missing = try await HaulProcess.run(
+                ["get", "-o", "NAME", server.url("/missing").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
+            #expect(missing.status == 6, "\(missing.stderr)")
+            let refused = try await HaulProcess.run(
+                ["get", "--retries", "0", "-o", "OTHER", "http://127.0.0.1:1/x"],
+                home: temp.file("home"),
+                directory: temp.path
+            )
+            #expect(refused.status == 4, "\(refused.stderr)")
+            let left = try FileManager.default.contentsOfDirectory(atPath: temp.path).filter { $0 != "home" }
+            #expect(left.isEmpty, "\(left)")
+            // The same command works once the file is there, from byte 0.
+            server.set("/missing", .init(size: 200_000, seed: 3))
+            let again = try await HaulProcess.run(
+                ["get", "-o", "NAME", server.url("/missing").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
+            #expect(again.status == 0, "\(again.stderr)")
+            #expect(sha256(file: temp.file("NAME")) == server.sha256("/missing"))
+        }
+    }
+
     @Test func sigintPausesAndTheRerunResumes() async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
