@@ -40,6 +40,12 @@ extension HaulCommand {
         @OptionGroup(title: "Timing")
         var timing: TimingOptions
 
+        @Flag(
+            name: .customLong("no-remote-time"),
+            help: "Keep the time of writing as the file's modification time (default: the server's Last-Modified)."
+        )
+        var noRemoteTime = false
+
         @Flag(name: .shortAndLong, help: "Print only errors.")
         var quiet = false
 
@@ -74,6 +80,7 @@ extension HaulCommand {
                     overallRateLimit: totalLimitRate?.bytes
                 )
                 timing.apply(to: &downloader)
+                downloader.setsRemoteTime = !noRemoteTime
                 if let checkpointInterval {
                     downloader.checkpointInterval = .milliseconds(Int64(checkpointInterval * 1000))
                 }

@@ -51,6 +51,9 @@ public final class Downloader: Sendable {
         public var overallRateLimit: Int64?
         /// Where the library logs; silent by default.
         public var logger: Logger
+        /// Whether a finished file takes the server's `Last-Modified` as its modification time
+        /// (wget's default, curl's `-R`); false keeps the time it was written.
+        public var setsRemoteTime = true
 
         public init(
             store: StoreLocation = .default,
@@ -337,6 +340,7 @@ public final class Downloader: Sendable {
             connections: configuration.connectionsPerDownload,
             minSplitSize: configuration.minSplitSize,
             globalLimiter: overallLimiter,
+            setsRemoteTime: configuration.setsRemoteTime,
             logger: configuration.logger
         )
     }

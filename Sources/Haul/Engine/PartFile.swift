@@ -274,6 +274,21 @@ final class PartFile: Sendable {
         guard fdatasync(descriptor) == 0 else { throw HaulError.fileSystem("sync", path: path, errno: errno) }
     }
 
+    /// Sets the file's modification time (its access time is left alone); false when the
+    /// file system refused.
+    @discardableResult
+    func setModificationTime(_ date: Date) -> Bool {
+        let seconds = date.timeIntervalSince1970
+        let whole = floor(seconds)
+        // UTIME_OMIT, a macro Swift does not import: leave the access time as it is.
+        let omit = (1 << 30) - 2
+        var times = [
+            timespec(tv_sec: 0, tv_nsec: omit),
+            timespec(tv_sec: time_t(whole), tv_nsec: Int((seconds - whole) * 1e9)),
+        ]
+        return futimens(descriptor, &times) == 0
+    }
+
     /// Cuts or extends the file to `length` bytes.
     func truncate(to length: Int64) throws {
         guard ftruncate(descriptor, off_t(length)) == 0 else {

@@ -59,10 +59,15 @@ extension Transfer {
         }
         // Blocking file work (truncate, fsync, reading the whole file for a digest, rename and
         // the directory's fsync) runs on NIO's thread pool, never on Swift's cooperative threads.
-        try await FileIO.run {
+        // The server's Last-Modified, as wget and `curl -R` set it; a date it cannot be is left out.
+        let modified = environment.setsRemoteTime ? task.validators.lastModified.flatMap(HTTPDate.parse) : nil
+        let timed = try await FileIO.run {
             if try part.size() != total { try part.truncate(to: total) }
+            let timed = modified.map { part.setModificationTime($0) } ?? true
             try part.sync()
+            return timed
         }
+        if !timed { logger.notice("cannot set the file's modification time", metadata: ["path": "\(partPath)"]) }
         if let checksum {
             let algorithm = checksum.algorithm
             let actual = try await FileIO.run { try part.digest(algorithm, length: total) }

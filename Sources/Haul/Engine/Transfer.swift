@@ -25,6 +25,8 @@ struct TransferEnvironment: Sendable {
     /// Whether a failure is left for the caller to record: a manager that may keep trying or
     /// wait for the network decides the state, and no reader sees a `failed` in between.
     var defersFailureRecord = false
+    /// Whether the finished file takes the server's `Last-Modified` as its modification time.
+    var setsRemoteTime = true
     var logger: Logger
 }
 

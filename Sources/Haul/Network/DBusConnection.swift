@@ -12,7 +12,17 @@ extension DBus {
     /// signals. Every wait has a deadline or a wake descriptor, so a silent bus never holds
     /// its thread past what the caller allows.
     final class Connection {
-        private let descriptor: Int32
+        /// Owns the socket: it is closed exactly once, when the last reference goes — also
+        /// when the connection's initializer fails part way (a second close could close a
+        /// descriptor another thread has opened since).
+        private final class Socket {
+            let descriptor: Int32
+            init(_ descriptor: Int32) { self.descriptor = descriptor }
+            deinit { close(descriptor) }
+        }
+
+        private let handle: Socket
+        private var descriptor: Int32 { handle.descriptor }
         private var inbox: [UInt8] = []
         private var lastSerial: UInt32 = 0
         /// A signal arrived while a call waited for its reply.
@@ -30,13 +40,12 @@ extension DBus {
             }
             let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             guard fd >= 0 else { throw Failure(message: "cannot open a socket: \(String(cString: strerror(errno)))") }
-            descriptor = fd
+            handle = Socket(fd)
             var storage = sockaddr_un()
             storage.sun_family = sa_family_t(AF_UNIX)
             let capacity = MemoryLayout.size(ofValue: storage.sun_path)
             let path = Array(target.path.utf8)
             guard path.count + (target.abstract ? 1 : 0) < capacity else {
-                close(fd)
                 throw Failure(message: "the bus socket path is too long")
             }
             withUnsafeMutableBytes(of: &storage.sun_path) { raw in
@@ -49,20 +58,11 @@ extension DBus {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) == 0 }
             }
             guard connected else {
-                let reason = String(cString: strerror(errno))
-                close(fd)
-                throw Failure(message: "cannot connect to the bus: \(reason)")
+                throw Failure(message: "cannot connect to the bus: \(String(cString: strerror(errno)))")
             }
-            do {
-                try authenticate(until: deadline)
-                _ = try call(Connection.bus.0, Connection.bus.1, Connection.bus.2, "Hello", until: deadline)
-            } catch {
-                close(fd)
-                throw error
-            }
+            try authenticate(until: deadline)
+            _ = try call(Connection.bus.0, Connection.bus.1, Connection.bus.2, "Hello", until: deadline)
         }
-
-        deinit { close(descriptor) }
 
         /// The socket named by a bus address, or nil when it names none Haul can use.
         static func socketAddress(_ address: String) -> (path: String, abstract: Bool)? {

@@ -74,6 +74,13 @@ extension HaulCommand {
             @OptionGroup(title: "Timing")
             var timing: TimingOptions
 
+            @Flag(
+                name: .customLong("no-remote-time"),
+                help:
+                    "Keep the time of writing as finished files' modification time (default: the server's Last-Modified)."
+            )
+            var noRemoteTime = false
+
             /// The first wait before trying again, in seconds (30 unless tests say).
             @Option(name: .customLong("retry-first-delay"), help: .hidden)
             var retryFirstDelay: Double?
@@ -139,6 +146,7 @@ extension HaulCommand {
                 configuration.connectTimeout = timing.connect
                 configuration.readTimeout = timing.read
                 configuration.maxRetryAfter = timing.maxRetryAfter
+                configuration.setsRemoteTime = !noRemoteTime
                 configuration.networkWaitLimit = timing.waitForNetwork.map { .seconds($0.seconds) }
                 if let retryFirstDelay {
                     configuration.keepsTrying.firstDelay = .milliseconds(Int64(retryFirstDelay * 1000))
@@ -169,6 +177,7 @@ extension HaulCommand {
                 if let totalLimitRate { arguments += ["--total-limit-rate", "\(totalLimitRate.bytes)"] }
                 if let retries { arguments += ["--retries", "\(retries)"] }
                 arguments += timing.arguments
+                if noRemoteTime { arguments.append("--no-remote-time") }
                 if let retryFirstDelay { arguments += ["--retry-first-delay", "\(retryFirstDelay)"] }
                 if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
                 let client = HaulClient(home: home)

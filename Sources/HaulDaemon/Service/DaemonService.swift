@@ -50,6 +50,8 @@ public final class DaemonService: Service, Sendable {
         public var connectTimeout: Duration?
         public var readTimeout: Duration?
         public var maxRetryAfter: Duration?
+        /// Whether finished files take the server's `Last-Modified` as their modification time.
+        public var setsRemoteTime = true
         /// How long a task may wait for the network before it fails; nil (the default) for
         /// as long as it takes.
         public var networkWaitLimit: Duration?
@@ -141,6 +143,7 @@ public final class DaemonService: Service, Sendable {
         if let timeout = configuration.connectTimeout { managerConfiguration.downloader.connectTimeout = timeout }
         if let timeout = configuration.readTimeout { managerConfiguration.downloader.readTimeout = timeout }
         if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
+        managerConfiguration.downloader.setsRemoteTime = configuration.setsRemoteTime
         managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
         let manager = try DownloadManager(configuration: managerConfiguration)
         let eventLog = EventLog(store: manager.store, limitPerSession: configuration.eventsPerSession, logger: logger)

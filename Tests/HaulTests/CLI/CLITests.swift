@@ -163,6 +163,36 @@ struct CLITests {
         }
     }
 
+    @Test(
+        "the finished file takes the server's Last-Modified as its mtime, as wget and curl -R; --no-remote-time keeps the time of writing"
+    )
+    func remoteTime() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            let stamp = Date(timeIntervalSince1970: 1_500_000_000)
+            server.set("/t.bin", .init(size: 300_000, seed: 4, lastModified: stamp))
+            server.set("/none.bin", .init(size: 1_000, seed: 5, lastModified: nil))
+            let started = Date().addingTimeInterval(-2)
+            for (name, flags) in [("t.bin", [String]()), ("u.bin", ["--no-remote-time"]), ("none.bin", [])] {
+                let path = name == "none.bin" ? "/none.bin" : "/t.bin"
+                let got = try await HaulProcess.run(
+                    ["get", "-q"] + flags + ["-o", name, server.url(path).absoluteString],
+                    home: temp.file("home"),
+                    directory: temp.path
+                )
+                #expect(got.status == 0, "\(got.stderr)")
+            }
+            func modified(_ name: String) throws -> Date? {
+                try FileManager.default.attributesOfItem(atPath: temp.file(name))[.modificationDate] as? Date
+            }
+            #expect(try modified("t.bin") == stamp)
+            // Without the flag's effect, or with no Last-Modified to take: the time of writing.
+            #expect(try modified("u.bin").map { $0 >= started } == true)
+            #expect(try modified("none.bin").map { $0 >= started } == true)
+            #expect(sha256(file: temp.file("t.bin")) == server.sha256("/t.bin"))
+        }
+    }
+
     @Test func sigintPausesAndTheRerunResumes() async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
