@@ -223,13 +223,17 @@ extension HaulError {
         return error
     }
 
+    /// How a download that stopped is continued, as hints say it to a foreground command's
+    /// user; a daemon's manager says `haul resume ID` instead (``DownloadManager``).
+    package static let rerunToResume = "run the same command again to resume"
+
     package static func fileSystem(_ operation: String, path: String, errno code: Int32) -> HaulError {
         if code == ENOSPC || code == EDQUOT {
             return HaulError(
                 .diskFull,
                 "No space left on device while trying to \(operation) \(path)",
                 path: path,
-                hint: "Free some space and run the same command again to resume"
+                hint: "Free some space and \(HaulError.rerunToResume)"
             )
         }
         var hint: String?

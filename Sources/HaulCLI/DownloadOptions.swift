@@ -79,15 +79,21 @@ struct DownloadOptions: ParsableArguments {
 
     /// The requests the URLs and the input file describe.
     func requests(session: String = DownloadRequest.defaultSession) throws -> [DownloadRequest] {
-        if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+        if output != nil, inputFile != nil {
             throw HaulError(
                 .invalidArgument,
-                "-o names one file, and \(urls.count + (inputFile == nil ? 0 : 1)) sources were given",
+                "-o names one file and cannot go with -i",
+                hint: "Use out= in the input file"
+            )
+        }
+        if output != nil, urls.count > 1 {
+            throw HaulError(
+                .invalidArgument,
+                "-o names one file, and \(urls.count) URLs were given",
                 hint: "With several URLs use -d (and out= in an input file)"
             )
         }
         try DownloadRequest.validateSession(session)
-        if let directory { try DownloadOptions.createDirectory(directory) }
         let base = directory ?? "."
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
         let defaultChecksum = try checksum.map(Checksum.init(parsing:))
@@ -150,6 +156,8 @@ struct DownloadOptions: ParsableArguments {
             }
         }
         guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
+        // Last: a command line or input file that is wrong creates nothing.
+        if let directory { try DownloadOptions.createDirectory(directory) }
         if connection.noMetered {
             for index in requests.indices { requests[index].allowsMeteredNetwork = false }
         }

@@ -56,7 +56,7 @@ public struct RetryPolicy: Sendable, Equatable {
         var error = error
         var hint = "Gave up after \(maxRetries) \(maxRetries == 1 ? "retry" : "retries")"
         if let advice = error.hint, !advice.isEmpty { hint += "; " + advice.continuingSentence }
-        error.hint = hint + "; run the same command again to resume"
+        error.hint = hint + "; " + HaulError.rerunToResume
         return error
     }
 

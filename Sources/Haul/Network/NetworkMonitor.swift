@@ -178,25 +178,26 @@ public final class NetworkMonitor: Sendable {
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var storage = sockaddr_storage()
-        var length: socklen_t
+        /// `address` at the start of `storage`; its size.
+        func store<Address>(_ address: Address) -> socklen_t {
+            withUnsafeMutableBytes(of: &storage) { target in
+                withUnsafeBytes(of: address) { target.copyMemory(from: $0) }
+            }
+            return socklen_t(MemoryLayout<Address>.size)
+        }
+        let length: socklen_t
         if family == AF_INET {
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
             address.sin_port = in_port_t(UInt16(9).bigEndian)
             withUnsafeMutableBytes(of: &address.sin_addr) { $0.copyBytes(from: bytes) }
-            length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            withUnsafeMutableBytes(of: &storage) { target in
-                withUnsafeBytes(of: address) { target.copyMemory(from: $0) }
-            }
+            length = store(address)
         } else {
             var address = sockaddr_in6()
             address.sin6_family = sa_family_t(AF_INET6)
             address.sin6_port = in_port_t(UInt16(9).bigEndian)
             withUnsafeMutableBytes(of: &address.sin6_addr) { $0.copyBytes(from: bytes) }
-            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
-            withUnsafeMutableBytes(of: &storage) { target in
-                withUnsafeBytes(of: address) { target.copyMemory(from: $0) }
-            }
+            length = store(address)
         }
         let connected = withUnsafePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) == 0 }

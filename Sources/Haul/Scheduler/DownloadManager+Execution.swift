@@ -62,13 +62,25 @@ extension DownloadManager {
     /// `error` as this manager's users are to read it: a daemon's task is continued with
     /// `haul resume ID`, not by running a command again.
     nonisolated func told(_ error: HaulError, about id: UUID) -> HaulError {
-        guard background, let hint = error.hint, hint.contains("run the same command again") else { return error }
+        guard background, let hint = error.hint, hint.contains(HaulError.rerunToResume) else { return error }
         var error = error
         error.hint = hint.replacingOccurrences(
-            of: "run the same command again",
-            with: "run 'haul resume \(id.uuidString.prefix(8).lowercased())'"
+            of: HaulError.rerunToResume,
+            with: "resume it with 'haul resume \(id.uuidString.prefix(8).lowercased())'"
         )
         return error
+    }
+
+    /// A run that ended is over for a task that now waits outside the queue (to try again,
+    /// for the network): it leaves the running set and the scheduler, moves, and wakes whoever
+    /// waited for the run's end.
+    func leaveRun(_ id: UUID, _ event: TaskStateMachine.Event, reason: StateChangeReason? = nil) {
+        running.remove(id)
+        let run = known[id]?.run
+        known[id]?.run = nil
+        scheduler.remove(id)
+        move(id, event, reason: reason)
+        for waiter in run?.endWaiters ?? [] { waiter.resume() }
     }
 
     /// Whether this manager's transfers leave their failures to it to record.

@@ -11,10 +11,25 @@ extension DownloadManager {
         return policy.block(for: NetworkMonitor.route(to: host), allowsMetered: allowsMetered)
     }
 
-    /// ``networkBlock(host:allowsMetered:)`` for a known task.
+    /// ``networkBlock(host:allowsMetered:)`` for a known task; with `routes`, each host's
+    /// route is asked of the kernel once per pass over many tasks (thousands of tasks wait on
+    /// a few hosts, and each look is a socket and an interface listing).
+    func networkBlock(of id: UUID, routes: inout [String: NetworkMonitor.Route?]) -> NetworkBlock? {
+        guard watchesNetwork, let host = host(of: id) else { return nil }
+        let route: NetworkMonitor.Route?
+        if let known = routes[host] {
+            route = known
+        } else {
+            route = NetworkMonitor.route(to: host)
+            routes[host] = .some(route)
+        }
+        return policy.block(for: route, allowsMetered: known[id]?.entry?.allowsMetered ?? true)
+    }
+
+    /// ``networkBlock(host:allowsMetered:)`` for a known task, looked up afresh.
     func networkBlock(of id: UUID) -> NetworkBlock? {
-        guard let host = host(of: id) else { return nil }
-        return networkBlock(host: host, allowsMetered: known[id]?.entry?.allowsMetered ?? true)
+        var routes: [String: NetworkMonitor.Route?] = [:]
+        return networkBlock(of: id, routes: &routes)
     }
 
     /// The policy in force.
@@ -97,14 +112,15 @@ extension DownloadManager {
             )
             hub.publish(.networkChanged(status))
         }
+        var routes: [String: NetworkMonitor.Route?] = [:]
         for id in running {
-            guard let block = networkBlock(of: id) else { continue }
+            guard let block = networkBlock(of: id, routes: &routes) else { continue }
             logger.notice("waiting for the network", metadata: ["haul.task": "\(id)", "reason": "\(block.reason)"])
             known[id]?.offlinePending = true
             known[id]?.transfer?.control.request(.yield)
         }
         for (id, task) in known where task.state == .waitingForNetwork {
-            guard networkBlock(of: id) == nil else { continue }
+            guard networkBlock(of: id, routes: &routes) == nil else { continue }
             await comeOnline(id)
         }
         return true
@@ -130,12 +146,7 @@ extension DownloadManager {
         } catch {
             return false
         }
-        running.remove(id)
-        let run = known[id]?.run
-        known[id]?.run = nil
-        scheduler.remove(id)
-        move(id, .offline, reason: block.stateChangeReason)
-        for waiter in run?.endWaiters ?? [] { waiter.resume() }
+        leaveRun(id, .offline, reason: block.stateChangeReason)
         // The route may have come back while the run stopped.
         if networkBlock(of: id) == nil {
             await comeOnline(id)
@@ -155,14 +166,13 @@ extension DownloadManager {
     func networkWaitExpired(_ id: UUID, host: String, limit: Duration) async {
         guard known[id]?.state == .waitingForNetwork, !shuttingDown else { return }
         known[id]?.retryTimer = nil
-        let again =
-            background
-            ? "then resume it with 'haul resume \(id.uuidString.prefix(8).lowercased())' (haul daemon --wait-for-network waits longer)"
-            : "then run the same command again to resume (--wait-for-network waits longer)"
-        let error = HaulError(
-            .connection,
-            "No usable route to \(host) for \(limit.spoken): the network did not come back",
-            hint: "Check the network connection, " + again
+        let error = told(
+            HaulError(
+                .connection,
+                "No usable route to \(host) for \(limit.spoken): the network did not come back",
+                hint: "Check the network connection, then \(HaulError.rerunToResume) (--wait-for-network waits longer)"
+            ),
+            about: id
         )
         do {
             try await store.setState(id, .failed, error: error.description)

@@ -61,18 +61,13 @@ extension DownloadManager {
         }
         // The store says retrying now: so does the manager. (A pause asked for meanwhile found
         // the transfer already ended; the task can be paused in its new state.)
-        running.remove(id)
-        let run = known[id]?.run
-        known[id]?.run = nil
-        scheduler.remove(id)
         known[id]?.retryAttempts = attempt
-        move(id, .retryLater)
+        leaveRun(id, .retryLater)
         logger.notice(
             "trying again later",
             metadata: ["haul.task": "\(id)", "in": "\(delay)", "error": "\(error.message)"]
         )
         armRetry(id, at: nextTryAt)
-        for waiter in run?.endWaiters ?? [] { waiter.resume() }
         admitAndStart()
         return true
     }

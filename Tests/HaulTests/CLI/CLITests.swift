@@ -57,7 +57,9 @@ struct CLITests {
         (["get", "-d", "/dev/null/dir", "http://127.0.0.1:1/x"], "Cannot create the directory /dev/null", 3),
         // The unknown option is what is wrong, not the -o its value seemed to make a second URL of.
         (["get", "--bogus", "X", "-o", "f", "http://127.0.0.1:1/x"], "Unknown option '--bogus'", 2),
-        (["get", "-o", "f", "http://127.0.0.1:1/x", "http://127.0.0.1:1/y"], "-o names one file, and 2 sources", 2),
+        (["get", "-o", "f", "http://127.0.0.1:1/x", "http://127.0.0.1:1/y"], "-o names one file, and 2 URLs", 2),
+        // A wrong URL creates no directory (checked below).
+        (["get", "-d", "not-made", "ftp://example.org/x"], "Unsupported URL scheme 'ftp'", 2),
     ])
     func badInputIsOneClearLine(arguments: [String], message: String, status: Int32) async throws {
         let temp = try TemporaryDirectory()
@@ -67,6 +69,7 @@ struct CLITests {
         #expect(lines.count == 1, "\(result.stderr)")
         #expect(result.stderr.hasPrefix("haul: error: "))
         #expect(result.stderr.contains(message), "\(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: temp.file("not-made")))
     }
 
     @Test("-d creates the directory and its missing parents, for haul get and haul add alike")
@@ -190,6 +193,20 @@ struct CLITests {
             #expect(try modified("u.bin").map { $0 >= started } == true)
             #expect(try modified("none.bin").map { $0 >= started } == true)
             #expect(sha256(file: temp.file("t.bin")) == server.sha256("/t.bin"))
+            // The daemon's downloads alike, and its --no-remote-time.
+            for (home, flags, out) in [("d1", [String](), "by-daemon"), ("d2", ["--no-remote-time"], "kept-time")] {
+                let started = try await HaulProcess.run(["daemon"] + flags, home: temp.file(home))
+                #expect(started.status == 0, "\(started.stderr)")
+                let added = try await HaulProcess.run(
+                    ["add", "-o", out, "-d", temp.path, server.url("/t.bin").absoluteString],
+                    home: temp.file(home)
+                )
+                #expect(added.status == 0, "\(added.stderr)")
+                #expect(try await HaulProcess.run(["wait"], home: temp.file(home)).status == 0)
+                _ = try await HaulProcess.run(["daemon", "stop"], home: temp.file(home))
+            }
+            #expect(try modified("by-daemon") == stamp)
+            #expect(try modified("kept-time").map { $0 >= started } == true)
         }
     }
 

@@ -125,7 +125,10 @@ struct KeepTryingTests {
         // The way on is named for a daemon's task: haul resume, not running a command again.
         let failed = try #require(try await Store(path: home + "/haul.sqlite").infos().first)
         let message = failed.errorMessage ?? ""
-        #expect(message.contains("run 'haul resume \(failed.id.uuidString.prefix(8).lowercased())'"), "\(message)")
+        #expect(
+            message.contains("resume it with 'haul resume \(failed.id.uuidString.prefix(8).lowercased())'"),
+            "\(message)"
+        )
         #expect(!message.contains("run the same command again"), "\(message)")
         // Kept across a restart.
         _ = try await HaulProcess.run(["daemon", "stop"], home: home)
