@@ -73,7 +73,8 @@ import Testing
         let out = try temp.directory("out")
         let home = temp.file("home")
         try await TestServer.withServer { server in
-            server.set("/big", .init(size: 6_000_000, seed: 3, bytesPerSecond: 1_000_000))
+            // Slow enough (20 s) that a loaded machine cannot finish before the stop; fast again after it.
+            server.set("/big", .init(size: 6_000_000, seed: 3, bytesPerSecond: 300_000))
             let daemon = try HaulProcess(["daemon", "--foreground", "--checkpoint-interval", "10"], home: home)
             let client = HaulClient(home: HaulHome(path: home))
             defer { Task { try? await client.shutdown() } }
@@ -91,6 +92,7 @@ import Testing
             let stored = try #require(try await Store(path: home + "/haul.sqlite").infos().first)
             #expect(stored.state == .queued)
             #expect(stored.bytesCommitted > 500_000)
+            server.update("/big") { $0.bytesPerSecond = nil }
 
             let again = try HaulProcess(["daemon", "--foreground"], home: home)
             #expect(
