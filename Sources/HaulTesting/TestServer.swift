@@ -308,6 +308,9 @@ public final class TestServer: Sendable {
         requests.filter { $0.path == path }
     }
 
+    /// Connections open right now (a connection closes once the server has read all it was sent).
+    public var openConnections: Int { state.withLock { $0.openConnections } }
+
     /// The most connections that were open at once.
     public var maxOpenConnections: Int { state.withLock { $0.maxOpenConnections } }
 
