@@ -16,7 +16,13 @@ struct DownloadOptions: ParsableArguments {
     )
     var inputFile: String?
 
-    @Option(name: .shortAndLong, help: "Write the file to this path (relative to --directory if given).")
+    @Option(
+        name: .shortAndLong,
+        help: """
+            Write the file to this path (relative to --directory if given). '-' streams it to \
+            stdout: one connection, no part file, no resume, progress on stderr.
+            """
+    )
     var output: String?
 
     @Option(name: [.customShort("d"), .long], help: "Save into this directory (default: the current one).")
@@ -62,6 +68,9 @@ struct DownloadOptions: ParsableArguments {
         // '-o with several URLs' is checked by requests(): checked here, it would be said
         // before an unknown option that made a URL of the option's value (`--bogus X -o f URL`).
     }
+
+    /// `-o -`: the body goes to stdout as it arrives.
+    var streamsToStandardOutput: Bool { output == "-" }
 
     /// Creates `-d`'s directory and its missing parents, as wget and aria2 do (mode 0777
     /// less the umask); one that exists is left as it is, and anything else at the path is
@@ -156,8 +165,9 @@ struct DownloadOptions: ParsableArguments {
             }
         }
         guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
-        // Last: a command line or input file that is wrong creates nothing.
-        if let directory { try DownloadOptions.createDirectory(directory) }
+        // Last: a command line or input file that is wrong creates nothing. A stream to
+        // stdout writes no file.
+        if let directory, !streamsToStandardOutput { try DownloadOptions.createDirectory(directory) }
         if connection.noMetered {
             for index in requests.indices { requests[index].allowsMeteredNetwork = false }
         }

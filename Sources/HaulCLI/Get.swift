@@ -68,6 +68,9 @@ extension HaulCommand {
             if let checkpointInterval, !(checkpointInterval > 0 && checkpointInterval <= 3600) {
                 throw ValidationError("--checkpoint-interval must be positive")
             }
+            if json, downloads.streamsToStandardOutput {
+                throw ValidationError("--json cannot go with -o -: stdout carries the file")
+            }
         }
 
         func run() async throws {
@@ -88,6 +91,12 @@ extension HaulCommand {
                     var logger = Logger(label: "haul") { StreamLogHandler.standardError(label: $0) }
                     logger.logLevel = .debug
                     downloader.logger = logger
+                }
+                if downloads.streamsToStandardOutput {
+                    // Nothing is recorded: the store stays untouched.
+                    downloader.store = .inMemory
+                    try await StandardOutputStream(request: requests[0], quiet: quiet).run(downloader)
+                    return
                 }
                 // Only the downloads this command asks for run: leftovers of other commands in
                 // the same store wait for their own command (or the daemon).

@@ -84,7 +84,14 @@ final class ProgressBox: Sendable {
 
     /// Sleeps `delay` before retry number `attempt` of `maxRetries` after `error`, showing
     /// the wait in the progress meanwhile.
-    func waiting(_ delay: Duration, after error: HaulError, attempt: Int, of maxRetries: Int) async throws {
+    /// `announce` is given the progress once the wait is in it.
+    func waiting(
+        _ delay: Duration,
+        after error: HaulError,
+        attempt: Int,
+        of maxRetries: Int,
+        announce: (DownloadProgress) -> Void = { _ in }
+    ) async throws {
         update {
             let wait = DownloadProgress.RetryWait(
                 reason: error.message,
@@ -98,6 +105,7 @@ final class ProgressBox: Sendable {
             $0.retries += 1
         }
         defer { update { $0.waiting = nil } }
+        announce(snapshot())
         try await Task.sleep(for: delay)
     }
 

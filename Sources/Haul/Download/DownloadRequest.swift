@@ -208,18 +208,24 @@ public struct DownloadRequest: Sendable {
     /// so a bad one adds none.
     /// - Throws: ``HaulError`` saying what is wrong.
     public func validate() throws {
-        try DownloadRequest.validate(url)
+        try validateFetching()
         try DownloadRequest.validateSession(session)
+        try FileOps.checkWritableDirectory(destination.directory)
+        if let name = destination.fileName, !FileNaming.isPlainName(name) {
+            throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: destination.directory)
+        }
+    }
+
+    /// Checks what fetching needs, whatever the destination: the URL, the tuning, the
+    /// headers' syntax, and the TLS, proxy, credential and cookie options.
+    func validateFetching() throws {
+        try DownloadRequest.validate(url)
         try validateTuning()
         for header in headers { try header.validate() }
         try tls.validate()
         try proxy.validate()
         try credentials.validate()
         try cookies.validate()
-        try FileOps.checkWritableDirectory(destination.directory)
-        if let name = destination.fileName, !FileNaming.isPlainName(name) {
-            throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: destination.directory)
-        }
     }
 
     /// Checks a session name: 1 to 128 letters, digits, `.`, `_` or `-`.

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import NIOSSL
 import Synchronization
 
@@ -140,6 +141,42 @@ struct HTTPTransport: Sendable {
             }
             logger.debug("redirect", metadata: ["status": "\(status)", "to": "\(Redaction.url(next))"])
             current = next
+        }
+    }
+
+    /// This transport with a download's TLS options, proxies, credentials and cookies. The
+    /// files they name (netrc, cookie jar) are read now, on NIO's thread pool, so a daemon
+    /// sees them as they are at each start.
+    func configured(
+        tls: TLSOptions,
+        proxy: ProxySettings,
+        credentials: Credentials,
+        cookies: CookieOptions,
+        url: URL
+    ) async throws -> HTTPTransport {
+        var transport = self
+        transport.tls = TLSSource(tls)
+        transport.proxies = proxy
+        transport.credentials = credentials
+        let (netrc, jar) = try await NIOThreadPool.singleton.runIfActive {
+            (
+                try credentials.netrcFile.map { try Netrc(file: $0) },
+                cookies.enabled ? try CookieJar.starting(with: cookies, url: url) : nil
+            )
+        }
+        transport.netrc = netrc
+        transport.cookies = jar
+        return transport
+    }
+
+    /// Writes the cookies the download ends with to its cookie jar file, if it has one. A
+    /// jar that cannot be written is logged, and does not undo the download.
+    func saveCookies(to path: String?, logger: Logger) async {
+        guard let path, let jar = cookies else { return }
+        do {
+            try await NIOThreadPool.singleton.runIfActive { try jar.save(to: path) }
+        } catch {
+            logger.warning("the cookie jar was not saved", metadata: ["error": "\(error)"])
         }
     }
 

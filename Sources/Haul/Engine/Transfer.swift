@@ -125,33 +125,20 @@ final class Transfer {
         }
     }
 
-    /// The transport for this task: its TLS configuration, proxies, credentials and cookies.
-    /// The files they name are read at each start (on NIO's thread pool), so a daemon sees
-    /// them as they are now.
+    /// The transport for this task: its TLS configuration, proxies, credentials and cookies,
+    /// the files they name read at each start.
     private func prepareTransport() async throws {
-        transport.tls = TLSSource(task.tls)
-        transport.proxies = task.proxy
-        transport.credentials = task.credentials
-        let (credentials, cookies, url) = (task.credentials, task.cookies, task.url)
-        let (netrc, jar) = try await NIOThreadPool.singleton.runIfActive {
-            (
-                try credentials.netrcFile.map { try Netrc(file: $0) },
-                cookies.enabled ? try CookieJar.starting(with: cookies, url: url) : nil
-            )
-        }
-        transport.netrc = netrc
-        transport.cookies = jar
+        transport = try await environment.transport.configured(
+            tls: task.tls,
+            proxy: task.proxy,
+            credentials: task.credentials,
+            cookies: task.cookies,
+            url: task.url
+        )
     }
 
-    /// Writes the cookies the download ends with to the task's cookie jar file, if it has
-    /// one. A jar that cannot be written is logged, and does not undo the download.
     private func saveCookies() async {
-        guard let path = task.cookies.save, let jar = transport.cookies else { return }
-        do {
-            try await NIOThreadPool.singleton.runIfActive { try jar.save(to: path) }
-        } catch {
-            logger.warning("the cookie jar was not saved", metadata: ["error": "\(error)"])
-        }
+        await transport.saveCookies(to: task.cookies.save, logger: logger)
     }
 
     /// Runs attempts until one is done, acting on how each ended: a restart from 0 (a

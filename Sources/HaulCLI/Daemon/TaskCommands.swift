@@ -105,6 +105,14 @@ extension HaulCommand {
         @Flag(help: "Print the tasks as JSON.")
         var json = false
 
+        func validate() throws {
+            if downloads.streamsToStandardOutput {
+                throw ValidationError(
+                    "-o - streams to this command's stdout, which the daemon does not have; use haul get -o -"
+                )
+            }
+        }
+
         func run() async throws {
             try await withDaemon { client in
                 try DownloadRequest.validateSession(session)
