@@ -40,6 +40,16 @@ struct DownloadOptions: ParsableArguments {
     @Flag(help: "Replace a file already at the destination.")
     var force = false
 
+    @Flag(
+        name: [.customShort("N"), .customLong("timestamping"), .customLong("check-newer")],
+        help: """
+            Check a file already at the destination against the server (If-None-Match with \
+            its ETag, else If-Modified-Since): kept when the server has nothing newer, else \
+            replaced by the new version once it is complete.
+            """
+    )
+    var timestamping = false
+
     @Option(
         name: [.customShort("x"), .customLong("connections")],
         help: "Connections per file: a large file whose server allows ranges is split over them (default 4)."
@@ -168,8 +178,9 @@ struct DownloadOptions: ParsableArguments {
         // Last: a command line or input file that is wrong creates nothing. A stream to
         // stdout writes no file.
         if let directory, !streamsToStandardOutput { try DownloadOptions.createDirectory(directory) }
-        if connection.noMetered {
-            for index in requests.indices { requests[index].allowsMeteredNetwork = false }
+        for index in requests.indices {
+            if connection.noMetered { requests[index].allowsMeteredNetwork = false }
+            requests[index].checkNewer = timestamping
         }
         return requests
     }

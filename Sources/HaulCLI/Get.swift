@@ -71,6 +71,9 @@ extension HaulCommand {
             if json, downloads.streamsToStandardOutput {
                 throw ValidationError("--json cannot go with -o -: stdout carries the file")
             }
+            if downloads.timestamping, downloads.streamsToStandardOutput {
+                throw ValidationError("-N compares with a file at the destination, and -o - writes none")
+            }
         }
 
         func run() async throws {

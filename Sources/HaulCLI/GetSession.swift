@@ -175,8 +175,12 @@ struct GetSession {
     }
 
     static func savedLine(_ result: DownloadResult) -> String {
+        if result.notModified {
+            return "Up to date: \(result.path) (\(Format.bytes(result.bytes))); the server has nothing newer"
+        }
         if result.alreadyComplete {
-            return "Already complete: \(result.path) (\(Format.bytes(result.bytes))); nothing fetched"
+            return
+                "Already complete: \(result.path) (\(Format.bytes(result.bytes))); nothing fetched (-N asks the server for a newer version)"
         }
         var line = "Saved \(result.path) (\(Format.bytes(result.bytes)) in \(Format.seconds(result.elapsed))"
         let seconds = Double(result.elapsed.components.seconds) + Double(result.elapsed.components.attoseconds) / 1e18

@@ -49,6 +49,9 @@ public enum API {
             public var cookies: CookieOptions?
             /// false: the download never uses a metered network (default true).
             public var allowsMeteredNetwork: Bool?
+            /// true: a file already at the destination is checked against the server and
+            /// replaced by a newer version (``DownloadRequest/checkNewer``; default false).
+            public var checkNewer: Bool?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -66,6 +69,7 @@ public enum API {
                 credentials = request.credentials == .none ? nil : request.credentials
                 cookies = request.cookies == .standard ? nil : request.cookies
                 allowsMeteredNetwork = request.allowsMeteredNetwork ? nil : false
+                checkNewer = request.checkNewer ? true : nil
             }
 
             /// The request it describes.
@@ -95,6 +99,7 @@ public enum API {
                     cookies: cookies ?? .standard
                 )
                 request.allowsMeteredNetwork = allowsMeteredNetwork ?? true
+                request.checkNewer = checkNewer ?? false
                 return request
             }
         }

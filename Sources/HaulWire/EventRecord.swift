@@ -45,6 +45,8 @@ public struct EventRecord: Codable, Sendable, Equatable {
     public var bytes: Int64?
     public var fetched: Int64?
     public var alreadyComplete: Bool?
+    /// With `alreadyComplete`: the server was asked for a newer version (`-N`) and had none.
+    public var notModified: Bool?
     /// `completed`: false when the server gave no length and the end could not be confirmed
     /// (the file may be truncated); absent otherwise.
     public var lengthConfirmed: Bool?
@@ -67,7 +69,9 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case taskID = "id"
         case kind = "event"
         case time, url, state, from, to, reason, received, thisRun, total,
-            bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, lengthConfirmed, error, code,
+            bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, notModified, lengthConfirmed,
+            error,
+            code,
             status, resumable, interface, address, connected, metered, allowMetered
     }
 
@@ -109,6 +113,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
             bytes = result.bytes
             fetched = result.bytesFetched
             alreadyComplete = result.alreadyComplete
+            notModified = result.notModified ? true : nil
             if !result.lengthConfirmed { lengthConfirmed = false }
         case .failed(_, let error):
             kind = .failed

@@ -131,6 +131,12 @@ public struct DownloadRequest: Sendable {
     /// Whether the download may use a metered network (``NetworkPolicy``); a manager's
     /// policy must allow it too.
     public var allowsMeteredNetwork = true
+    /// Whether a file already at the destination is checked against the server, as wget's
+    /// `-N` and curl's `-z` do: a conditional request (`If-None-Match` with the recorded
+    /// ETag, else `If-Modified-Since`), and a newer version, if there is one, downloaded and
+    /// put in its place atomically. Without it a completed file is kept without a request,
+    /// and a file Haul did not download is left alone (unless ``overwrite``).
+    public var checkNewer = false
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"

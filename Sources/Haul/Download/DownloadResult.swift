@@ -12,8 +12,12 @@ public struct DownloadResult: Sendable, Equatable {
     public var bytesFetched: Int64
     /// The offset this run continued from, when it resumed earlier work.
     public var resumedFrom: Int64?
-    /// True when the file was already complete and no request was made.
+    /// True when the file was already complete and nothing was fetched: no request was made,
+    /// or (with ``notModified``) the server was asked and had nothing newer.
     public var alreadyComplete: Bool
+    /// True when ``DownloadRequest/checkNewer`` asked the server, and it had no newer version
+    /// than the file in place.
+    public var notModified = false
     /// Wall time of this run.
     public var elapsed: Duration
     /// False when the server never said how long the file is and, asked for what follows

@@ -137,29 +137,16 @@ private struct BodyStream {
 
     /// The 200 to stream; until it comes, failures are retried as a download's are.
     private func open(progress: (DownloadProgress) -> Void) async throws -> HTTPTransport.Response {
-        let retry = environment.retry
-        var failures = 0
-        while true {
-            do {
-                let response = try await transport.get(
-                    request.url,
-                    headers: request.headers,
-                    range: nil,
-                    ifRange: nil,
-                    logger: environment.logger
-                )
-                guard response.status == 200 else { throw await HTTPTransport.failure(response, url: request.url) }
-                return response
-            } catch let error as HaulError where error.isRetryable {
-                failures += 1
-                guard failures <= retry.maxRetries else { throw retry.givenUp(error) }
-                let delay = try retry.delay(retrying: error, attempt: failures)
-                environment.logger.notice(
-                    "retrying",
-                    metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
-                )
-                try await box.waiting(delay, after: error, attempt: failures, of: retry.maxRetries, announce: progress)
-            }
+        try await environment.retry.retrying(progress: box, logger: environment.logger, announce: progress) {
+            let response = try await transport.get(
+                request.url,
+                headers: request.headers,
+                range: nil,
+                ifRange: nil,
+                logger: environment.logger
+            )
+            guard response.status == 200 else { throw await HTTPTransport.failure(response, url: request.url) }
+            return response
         }
     }
 

@@ -218,6 +218,7 @@ public final class Downloader: Sendable {
             record.credentials = request.credentials
             record.cookies = request.cookies
             record.allowsMetered = request.allowsMeteredNetwork
+            record.checkNewer = request.checkNewer
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,
@@ -232,7 +233,8 @@ public final class Downloader: Sendable {
                 proxy: request.proxy,
                 credentials: request.credentials,
                 cookies: request.cookies,
-                allowsMetered: request.allowsMeteredNetwork
+                allowsMetered: request.allowsMeteredNetwork,
+                checkNewer: request.checkNewer
             )
             return (record, reAdd)
         }

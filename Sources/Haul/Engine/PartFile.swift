@@ -331,6 +331,17 @@ enum FileOps {
         return Int64(info.st_size)
     }
 
+    /// The size and modification time of the regular file at `path` (symbolic links
+    /// followed); nil for anything else.
+    static func regularFile(_ path: String) -> (size: Int64, modified: Date)? {
+        var info = stat()
+        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        let modified = Date(
+            timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9
+        )
+        return (Int64(info.st_size), modified)
+    }
+
     static func isDirectory(_ path: String) -> Bool {
         var info = stat()
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR

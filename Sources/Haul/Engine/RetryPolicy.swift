@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// How failures with a chance of success are retried: exponential backoff with full
 /// jitter, honouring the server's `Retry-After`, a bounded number of times.
@@ -58,6 +59,37 @@ public struct RetryPolicy: Sendable, Equatable {
         if let advice = error.hint, !advice.isEmpty { hint += "; " + advice.continuingSentence }
         error.hint = hint + "; " + HaulError.rerunToResume
         return error
+    }
+
+    /// Runs `attempt` until it returns, retrying the retryable ``HaulError``s it throws after
+    /// the backoff (shown in `progress`, and given to `announce` once it is), at most
+    /// ``maxRetries`` times in a row: for a request whose answer is awaited before anything
+    /// is kept (a stream's opening, a check for a newer version).
+    /// - Parameter offline: true when the server has no usable route: the error goes up at
+    ///   once, for a manager that waits for the network.
+    func retrying<Result>(
+        progress: ProgressBox,
+        logger: Logger,
+        offline: () -> Bool = { false },
+        announce: (DownloadProgress) -> Void = { _ in },
+        _ attempt: () async throws -> Result
+    ) async throws -> Result {
+        var failures = 0
+        while true {
+            do {
+                return try await attempt()
+            } catch let error as HaulError where error.isRetryable {
+                if offline() { throw error }
+                failures += 1
+                guard failures <= maxRetries else { throw givenUp(error) }
+                let delay = try delay(retrying: error, attempt: failures)
+                logger.notice(
+                    "retrying",
+                    metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
+                )
+                try await progress.waiting(delay, after: error, attempt: failures, of: maxRetries, announce: announce)
+            }
+        }
     }
 
     /// Whether an HTTP status says "not now" rather than "no": 408, 429 and 5xx.

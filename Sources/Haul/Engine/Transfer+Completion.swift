@@ -29,10 +29,13 @@ extension Transfer {
         }
         logger.info("already complete", metadata: ["path": "\(destination)"])
         if !recorded { try await record(.completed) }
-        progress.update {
-            $0.fileName = task.fileName
-            $0.totalBytes = size
-            $0.bytesReceived = size
+        // With -N the server is asked first: until it answers, nothing is known to be done.
+        if !task.checkNewer {
+            progress.update {
+                $0.fileName = task.fileName
+                $0.totalBytes = size
+                $0.bytesReceived = size
+            }
         }
         return DownloadResult(
             taskID: task.id,
@@ -45,8 +48,12 @@ extension Transfer {
     }
 
     /// Refuses to replace a file that is already at the destination unless asked to.
+    /// With -N (`checkNewer`) the file there was compared with the server's first, and is
+    /// replaced only by a newer version.
     func checkDestinationFree() throws {
-        guard !task.overwrite, let destination = task.destinationPath, FileOps.exists(destination) else { return }
+        guard !mayReplaceDestination, let destination = task.destinationPath, FileOps.exists(destination) else {
+            return
+        }
         throw HaulError.destinationExists(destination, url: url)
     }
 
@@ -90,7 +97,7 @@ extension Transfer {
             }
         }
         try checkDestinationFree()
-        let replacing = task.overwrite
+        let replacing = mayReplaceDestination
         try await FileIO.run { try FileOps.rename(partPath, to: destination, replacing: replacing) }
         part.unmark()  // The finished file is the user's, not a part file.
         part.close()

@@ -50,9 +50,11 @@ final class Transfer {
     var logger: Logger
     var part: PartFile?
     /// The environment's transport with this task's TLS configuration, once loaded.
-    private var transport: HTTPTransport
+    var transport: HTTPTransport
     /// False when the server never gave the length and its end could not be confirmed.
     var lengthConfirmed = true
+    /// Whether the file at the destination may be replaced (``run()`` decides).
+    var mayReplaceDestination = false
     /// Set once the server answered a range request with the same file whole: it will not
     /// serve ranges (to this client, with this `If-Range`), so this run stops splitting.
     private var rangesDeclined = false
@@ -101,13 +103,33 @@ final class Transfer {
     func run() async throws -> DownloadResult {
         let started = ContinuousClock.now
         do {
-            if let done = try await alreadyComplete() { return done }
+            let done = try await alreadyComplete()
+            // -N: a file at the destination is compared with the server's; a newer version
+            // arrives as this response, written from byte 0 and put in the file's place.
+            var newer: HTTPTransport.Response?
+            if task.checkNewer, done != nil || committedBytes == 0 {
+                try await prepareTransport()
+                switch try await askForNewer(completed: done) {
+                case .upToDate(let result): return result
+                case .newer(let response): newer = response
+                case .noFile: break
+                }
+            } else if let done {
+                return done
+            }
+            // What may be replaced: with -N, the file the server has a newer version of, or
+            // the one a newer version already under way (resumed) was compared with.
+            mayReplaceDestination = task.overwrite || newer != nil || (task.checkNewer && committedBytes > 0)
             try checkDestinationFree()
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try await openPart() }
-            // The files TLS options name are read at each start: a daemon sees them as they are now.
-            try await prepareTransport()
+            if newer != nil {
+                try await resetToZero(validators: Validators())
+            } else {
+                // The files TLS options name are read at each start: a daemon sees them as they are now.
+                try await prepareTransport()
+            }
             try await record(.running)
             progress.update {
                 $0.fileName = task.fileName
@@ -115,7 +137,7 @@ final class Transfer {
                 $0.bytesReceived = committedBytes
                 $0.resumedFrom = committedBytes > 0 ? committedBytes : nil
             }
-            try await transferWithRetries()
+            try await transferWithRetries(given: newer)
             let result = try await finish(started: started)
             await saveCookies()
             return result
@@ -127,7 +149,7 @@ final class Transfer {
 
     /// The transport for this task: its TLS configuration, proxies, credentials and cookies,
     /// the files they name read at each start.
-    private func prepareTransport() async throws {
+    func prepareTransport() async throws {
         transport = try await environment.transport.configured(
             tls: task.tls,
             proxy: task.proxy,
@@ -144,10 +166,11 @@ final class Transfer {
     /// Runs attempts until one is done, acting on how each ended: a restart from 0 (a
     /// bounded number of times), a retry after a backoff (a bounded number in a row
     /// without progress), or the end.
-    private func transferWithRetries() async throws {
+    /// - Parameter given: a 200 already received, written first (from byte 0).
+    private func transferWithRetries(given first: HTTPTransport.Response?) async throws {
         var failures = 0
         var restarts = 0
-        var given: HTTPTransport.Response?
+        var given = first
         // Progress is reaching further than ever in this run: a server that breaks off every
         // whole-file response at the same point makes none, though each one writes bytes.
         var furthest = committedBytes

@@ -139,6 +139,7 @@ public final class Store: Sendable {
         var credentials: Credentials
         var cookies: CookieOptions
         var allowsMetered: Bool
+        var checkNewer: Bool
     }
 
     /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
@@ -184,11 +185,12 @@ public final class Store: Sendable {
                     existing.credentials = reAdd.credentials
                     existing.cookies = reAdd.cookies
                     existing.allowsMetered = reAdd.allowsMetered
+                    existing.checkNewer = reAdd.checkNewer
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
                                 connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?,
-                                credentials = ?, cookies = ?, allowsMetered = ?, updatedAt = ?
+                                credentials = ?, cookies = ?, allowsMetered = ?, checkNewer = ?, updatedAt = ?
                             WHERE id = ?
                             """,
                         arguments: [
@@ -198,7 +200,7 @@ public final class Store: Sendable {
                             try TaskRecord.text(of: reAdd.proxy),
                             reAdd.credentials == .none ? nil : try TaskRecord.json(reAdd.credentials),
                             reAdd.cookies == .standard ? nil : try TaskRecord.json(reAdd.cookies),
-                            reAdd.allowsMetered,
+                            reAdd.allowsMetered, reAdd.checkNewer,
                             StoreDate.now, existing.id,
                         ]
                     )

@@ -74,6 +74,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var cookies = CookieOptions.standard
     /// Whether it may use a metered network (the request group).
     var allowsMetered = true
+    /// Whether a file at the destination is checked against the server for a newer version.
+    var checkNewer = false
     /// For a task waiting to try again: when (the state group).
     var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
@@ -113,6 +115,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let cookies = Column("cookies")
         static let nextTryAt = Column("nextTryAt")
         static let allowsMetered = Column("allowsMetered")
+        static let checkNewer = Column("checkNewer")
         static let retryingSince = Column("retryingSince")
     }
 
@@ -174,6 +177,7 @@ extension TaskRecord {
         }
         nextTryAt = try reader.optionalDate(Columns.nextTryAt)
         allowsMetered = try reader.value(Columns.allowsMetered)
+        checkNewer = try reader.value(Columns.checkNewer)
         retryingSince = try reader.optionalDate(Columns.retryingSince)
     }
 
@@ -211,6 +215,7 @@ extension TaskRecord {
         container[Columns.cookies] = cookies == .standard ? nil : try TaskRecord.json(cookies)
         container[Columns.nextTryAt] = nextTryAt.map(StoreDate.text)
         container[Columns.allowsMetered] = allowsMetered
+        container[Columns.checkNewer] = checkNewer
         container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
     }
 

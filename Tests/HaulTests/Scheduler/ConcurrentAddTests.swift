@@ -97,9 +97,10 @@ struct ConcurrentAddTests {
                 record.queueOrder = Int64(index + 1)
                 // The columns of that version only: later ones (tls, proxy) did not exist yet.
                 let values = try record.databaseDictionary.filter {
-                    !["tls", "proxy", "credentials", "cookies", "nextTryAt", "retryingSince", "allowsMetered"].contains(
-                        $0.key
-                    )
+                    ![
+                        "tls", "proxy", "credentials", "cookies", "nextTryAt", "retryingSince", "allowsMetered",
+                        "checkNewer",
+                    ].contains($0.key)
                 }
                 let columns = values.keys.sorted()
                 try db.execute(
@@ -114,7 +115,7 @@ struct ConcurrentAddTests {
         // Read through the pool after the migration: every column it added is found (a reader
         // opened before it once kept the old columns, and allowsMetered was "not found").
         let tasks = try await store.allTasks()
-        #expect(tasks.allSatisfy { $0.allowsMetered && $0.tls.isDefault && $0.nextTryAt == nil })
+        #expect(tasks.allSatisfy { $0.allowsMetered && !$0.checkNewer && $0.tls.isDefault && $0.nextTryAt == nil })
         #expect(tasks.first { $0.id == older }?.state == .cancelled)
         #expect(tasks.first { $0.id == newer }?.state == .queued)
         // And the index now refuses a second live task for it.

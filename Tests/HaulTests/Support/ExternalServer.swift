@@ -124,7 +124,7 @@ final class ExternalServer: Sendable {
             error_log \(directory.file("error.log")) warn;
             events { worker_connections 64; }
             http {
-                log_format haul escape=none '$request_uri|$status|$http_range|$http_if_range|$body_bytes_sent|$remote_user|$http_cookie';
+                log_format haul escape=none '$request_uri|$status|$http_range|$http_if_range|$body_bytes_sent|$remote_user|$http_cookie|$http_if_none_match|$http_if_modified_since';
                 access_log \(directory.file("access.log")) haul;
                 client_body_temp_path \(directory.file("temp"));
                 proxy_temp_path \(directory.file("temp"));

@@ -1,0 +1,119 @@
+import AsyncHTTPClient
+import Foundation
+import NIOHTTP1
+
+/// `checkNewer` (`haul get -N`, wget's `-N`, curl's `-z`): a file at the destination is
+/// compared with the server's by a conditional request before anything else happens.
+extension Transfer {
+    enum NewerCheck {
+        /// The server has nothing newer: the file stays, and this is the result.
+        case upToDate(DownloadResult)
+        /// The server's newer version, its body not read yet.
+        case newer(HTTPTransport.Response)
+        /// Nothing at the destination to compare: an ordinary download follows.
+        case noFile
+    }
+
+    /// Asks the server for the file only if it changed since the one at the destination.
+    ///
+    /// - A file this task completed is asked about with `If-None-Match` and its recorded
+    ///   ETag, else `If-Modified-Since` and its recorded `Last-Modified`.
+    /// - A file Haul did not download (or whose record has no validator) is asked about with
+    ///   `If-Modified-Since` and its modification time, as wget does (Haul sets the
+    ///   server's `Last-Modified` on what it downloads).
+    ///
+    /// A 304 means up to date. So does a 200 from a server that ignores conditions when its
+    /// validators and length prove it is the same file (or, for a file Haul did not
+    /// download, it is no newer and the same length). Any other 200 is the newer version.
+    /// Failures before an answer are retried as an opening's are.
+    ///
+    /// A download whose name the server would choose is compared with the file named after
+    /// the URL, as wget does; the newer version then keeps that name.
+    func askForNewer(completed done: DownloadResult?) async throws -> NewerCheck {
+        if task.fileName == nil {
+            let name = FileNaming.fileName(contentDisposition: nil, url: task.url)
+            guard FileOps.regularFile((task.directory as NSString).appendingPathComponent(name)) != nil else {
+                return .noFile
+            }
+            task.fileName = name
+        }
+        guard let destination = task.destinationPath, let file = FileOps.regularFile(destination) else {
+            return .noFile
+        }
+        let recorded = done != nil ? task.validators : Validators()
+        var condition: HTTPHeaderField
+        if let etag = recorded.etag {
+            condition = HTTPHeaderField(name: "If-None-Match", value: etag)
+        } else {
+            let since = recorded.lastModified ?? HTTPDate.format(file.modified)
+            condition = HTTPHeaderField(name: "If-Modified-Since", value: since)
+        }
+        let headers = task.requestHeaders.filter {
+            !["if-none-match", "if-modified-since"].contains($0.name.lowercased())
+        }
+        let (transport, url, logger) = (self.transport, self.url, self.logger)
+        let isOffline = environment.isOffline
+        func offline() -> Bool { isOffline(url) }
+        let response = try await environment.retry.retrying(progress: progress, logger: logger, offline: offline) {
+            let response = try await transport.get(
+                url,
+                headers: headers + [condition],
+                range: nil,
+                ifRange: nil,
+                logger: logger
+            )
+            guard response.status == 200 || response.status == 304 else {
+                throw await HTTPTransport.failure(response, url: url)
+            }
+            return response
+        }
+        task.finalURL = response.url
+        let length = response.headers.first(name: "Content-Length").flatMap { Int64($0) }
+        let same: Bool
+        if response.status == 304 {
+            same = true
+        } else if done != nil {
+            // A server that ignores the condition: the same validators and length are the same file.
+            let current = Validators(headers: response.headers, totalLength: length)
+            same =
+                length == file.size && recorded.contradiction(response.headers) == nil
+                && (recorded.etag.map { $0 == current.etag } ?? (recorded.lastModified != nil))
+        } else {
+            let served = response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse)
+            same = length == file.size && served.map { $0 <= file.modified.addingTimeInterval(0.999) } == true
+        }
+        guard same else {
+            logger.info(
+                "the server has a newer version",
+                metadata: ["path": "\(destination)", "condition": "\(condition.name): \(condition.value)"]
+            )
+            return .newer(response)
+        }
+        await HTTPTransport.discard(response.head.body)
+        logger.info("up to date", metadata: ["path": "\(destination)", "status": "\(response.status)"])
+        if done == nil {
+            // A file Haul did not download, now known to be the server's: recorded as
+            // completed, with the time it was compared by.
+            task.totalLength = file.size
+            task.validators = Validators(lastModified: HTTPDate.format(file.modified), totalLength: file.size)
+            segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: file.size, committed: file.size)]
+            try await store.saveResponse(task, segments: segments)
+            try await record(.completed)
+        }
+        progress.update {
+            $0.fileName = task.fileName
+            $0.totalBytes = file.size
+            $0.bytesReceived = file.size
+        }
+        var result = DownloadResult(
+            taskID: task.id,
+            path: destination,
+            bytes: file.size,
+            bytesFetched: 0,
+            resumedFrom: nil,
+            alreadyComplete: true
+        )
+        result.notModified = true
+        return .upToDate(result)
+    }
+}
