@@ -50,6 +50,15 @@ struct DownloadOptions: ParsableArguments {
     )
     var timestamping = false
 
+    @Flag(
+        name: .customLong("continue"),
+        help: """
+            Continue a file already at the destination (or a NAME.part left by another tool) \
+            when its last 64 KiB and length match the server's: only the rest is fetched.
+            """
+    )
+    var continueExisting = false
+
     @Option(
         name: [.customShort("x"), .customLong("connections")],
         help: "Connections per file: a large file whose server allows ranges is split over them (default 4)."
@@ -181,6 +190,7 @@ struct DownloadOptions: ParsableArguments {
         for index in requests.indices {
             if connection.noMetered { requests[index].allowsMeteredNetwork = false }
             requests[index].checkNewer = timestamping
+            requests[index].continuesExistingFile = continueExisting
         }
         return requests
     }

@@ -52,6 +52,9 @@ public enum API {
             /// true: a file already at the destination is checked against the server and
             /// replaced by a newer version (``DownloadRequest/checkNewer``; default false).
             public var checkNewer: Bool?
+            /// true: a file at the destination (or a stray part file) is continued when it
+            /// matches the server's (``DownloadRequest/continuesExistingFile``; default false).
+            public var continuesExistingFile: Bool?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -70,6 +73,7 @@ public enum API {
                 cookies = request.cookies == .standard ? nil : request.cookies
                 allowsMeteredNetwork = request.allowsMeteredNetwork ? nil : false
                 checkNewer = request.checkNewer ? true : nil
+                continuesExistingFile = request.continuesExistingFile ? true : nil
             }
 
             /// The request it describes.
@@ -100,6 +104,7 @@ public enum API {
                 )
                 request.allowsMeteredNetwork = allowsMeteredNetwork ?? true
                 request.checkNewer = checkNewer ?? false
+                request.continuesExistingFile = continuesExistingFile ?? false
                 return request
             }
         }

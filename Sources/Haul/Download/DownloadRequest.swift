@@ -137,6 +137,12 @@ public struct DownloadRequest: Sendable {
     /// put in its place atomically. Without it a completed file is kept without a request,
     /// and a file Haul did not download is left alone (unless ``overwrite``).
     public var checkNewer = false
+    /// Whether a file at the destination that Haul did not download — or a `NAME.part` no
+    /// download of this store owns — is continued, as `wget -c`, `curl -C -` and `aria2c -c`
+    /// do: its last 64 KiB are compared with the server's bytes at the same place and its
+    /// length with the server's, and only the rest is fetched. A file that does not match is
+    /// refused (``HaulError/Code/destinationExists``) and left as it was.
+    public var continuesExistingFile = false
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"

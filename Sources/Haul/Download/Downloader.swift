@@ -219,6 +219,7 @@ public final class Downloader: Sendable {
             record.cookies = request.cookies
             record.allowsMetered = request.allowsMeteredNetwork
             record.checkNewer = request.checkNewer
+            record.continuesExisting = request.continuesExistingFile
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,
@@ -234,7 +235,8 @@ public final class Downloader: Sendable {
                 credentials: request.credentials,
                 cookies: request.cookies,
                 allowsMetered: request.allowsMeteredNetwork,
-                checkNewer: request.checkNewer
+                checkNewer: request.checkNewer,
+                continuesExisting: request.continuesExistingFile
             )
             return (record, reAdd)
         }

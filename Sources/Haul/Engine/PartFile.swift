@@ -97,6 +97,52 @@ final class PartFile: Sendable {
     ///   where the file system keeps no extended attributes.
     /// - Throws: ``Claim/missing``, ``Claim/foreign(_:)``, or ``HaulError`` (busy, I/O).
     static func openOwned(at path: String, owner: UUID, identity: String?) throws -> PartFile {
+        let (fd, info) = try openSingleRegularFile(path)
+        func refuse(_ reason: String) -> Claim {
+            _ = SystemCall.close(fd)
+            return Claim.foreign(reason)
+        }
+        switch PartFile.mark(of: fd) {
+        case .owner(let mark):
+            guard mark == owner.uuidString.lowercased() else {
+                throw refuse("it belongs to another download (\(mark))")
+            }
+        case .none:
+            throw refuse("Haul did not create it")
+        case .unsupported:
+            // No extended attributes here: the store's record of the file is the proof.
+            guard identity == PartFile.identity(info) else { throw refuse("Haul did not create it") }
+        }
+        return try PartFile(lockingAt: path, descriptor: fd)
+    }
+
+    /// Takes a file Haul did not create as `owner`'s part file (`--continue`): opens and
+    /// locks it, moves it to `partPath` when given (never over another file), and marks it.
+    /// - Throws: ``Claim/missing``; ``Claim/foreign(_:)`` for a link, anything but a regular
+    ///   file, or a file with other hard links (writing it would change another name's
+    ///   content); ``Claim/exists`` when `partPath` is taken; ``HaulError`` (busy, I/O).
+    static func adopt(at path: String, movingTo partPath: String? = nil, owner: UUID) throws -> PartFile {
+        let (fd, _) = try openSingleRegularFile(path)
+        let file = try PartFile(lockingAt: partPath ?? path, descriptor: fd)
+        if let partPath, chaul_rename_noreplace(path, partPath) != 0 {
+            let code = errno
+            file.close()
+            if code == EEXIST { throw Claim.exists }
+            throw HaulError.fileSystem("move", path: path, errno: code)
+        }
+        let mark = Array(owner.uuidString.lowercased().utf8)
+        if chaul_fsetxattr(fd, ownerAttribute, mark, mark.count) != 0, !PartFile.unsupported(errno) {
+            let code = errno
+            if let partPath { _ = chaul_rename_noreplace(partPath, path) }
+            file.close()
+            throw HaulError.fileSystem("mark", path: partPath ?? path, errno: code)
+        }
+        return file
+    }
+
+    /// Opens a regular file with no other hard links, read-write, without following a link.
+    /// - Throws: ``Claim/missing``, ``Claim/foreign(_:)``, or ``HaulError``.
+    private static func openSingleRegularFile(_ path: String) throws -> (Int32, stat) {
         let fd = SystemCall.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else {
             switch errno {
@@ -117,18 +163,7 @@ final class PartFile: Sendable {
         }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw refuse("it is not a regular file") }
         guard info.st_nlink == 1 else { throw refuse("it has \(info.st_nlink) hard links") }
-        switch PartFile.mark(of: fd) {
-        case .owner(let mark):
-            guard mark == owner.uuidString.lowercased() else {
-                throw refuse("it belongs to another download (\(mark))")
-            }
-        case .none:
-            throw refuse("Haul did not create it")
-        case .unsupported:
-            // No extended attributes here: the store's record of the file is the proof.
-            guard identity == PartFile.identity(info) else { throw refuse("Haul did not create it") }
-        }
-        return try PartFile(lockingAt: path, descriptor: fd)
+        return (fd, info)
     }
 
     /// What a file's owner mark says.

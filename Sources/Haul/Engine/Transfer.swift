@@ -104,18 +104,22 @@ final class Transfer {
         let started = ContinuousClock.now
         do {
             let done = try await alreadyComplete()
+            if let done, !task.checkNewer { return done }
+            // The files TLS options name are read at each start: a daemon sees them as they are now.
+            try await prepareTransport()
             // -N: a file at the destination is compared with the server's; a newer version
             // arrives as this response, written from byte 0 and put in the file's place.
             var newer: HTTPTransport.Response?
             if task.checkNewer, done != nil || committedBytes == 0 {
-                try await prepareTransport()
                 switch try await askForNewer(completed: done) {
                 case .upToDate(let result): return result
                 case .newer(let response): newer = response
                 case .noFile: break
                 }
-            } else if let done {
-                return done
+            }
+            // --continue: a file Haul did not download, confirmed as this one's beginning.
+            if task.continuesExisting, newer == nil, committedBytes == 0 {
+                try await continueExistingFile()
             }
             // What may be replaced: with -N, the file the server has a newer version of, or
             // the one a newer version already under way (resumed) was compared with.
@@ -124,12 +128,7 @@ final class Transfer {
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try await openPart() }
-            if newer != nil {
-                try await resetToZero(validators: Validators())
-            } else {
-                // The files TLS options name are read at each start: a daemon sees them as they are now.
-                try await prepareTransport()
-            }
+            if newer != nil { try await resetToZero(validators: Validators()) }
             try await record(.running)
             progress.update {
                 $0.fileName = task.fileName

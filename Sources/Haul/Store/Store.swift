@@ -140,6 +140,7 @@ public final class Store: Sendable {
         var cookies: CookieOptions
         var allowsMetered: Bool
         var checkNewer: Bool
+        var continuesExisting: Bool
     }
 
     /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
@@ -186,11 +187,13 @@ public final class Store: Sendable {
                     existing.cookies = reAdd.cookies
                     existing.allowsMetered = reAdd.allowsMetered
                     existing.checkNewer = reAdd.checkNewer
+                    existing.continuesExisting = reAdd.continuesExisting
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
                                 connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?,
-                                credentials = ?, cookies = ?, allowsMetered = ?, checkNewer = ?, updatedAt = ?
+                                credentials = ?, cookies = ?, allowsMetered = ?, checkNewer = ?,
+                                continuesExisting = ?, updatedAt = ?
                             WHERE id = ?
                             """,
                         arguments: [
@@ -200,7 +203,7 @@ public final class Store: Sendable {
                             try TaskRecord.text(of: reAdd.proxy),
                             reAdd.credentials == .none ? nil : try TaskRecord.json(reAdd.credentials),
                             reAdd.cookies == .standard ? nil : try TaskRecord.json(reAdd.cookies),
-                            reAdd.allowsMetered, reAdd.checkNewer,
+                            reAdd.allowsMetered, reAdd.checkNewer, reAdd.continuesExisting,
                             StoreDate.now, existing.id,
                         ]
                     )

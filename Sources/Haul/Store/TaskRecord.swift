@@ -76,6 +76,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var allowsMetered = true
     /// Whether a file at the destination is checked against the server for a newer version.
     var checkNewer = false
+    /// Whether a file at the destination (or a stray part file) is continued as a prefix.
+    var continuesExisting = false
     /// For a task waiting to try again: when (the state group).
     var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
@@ -116,6 +118,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let nextTryAt = Column("nextTryAt")
         static let allowsMetered = Column("allowsMetered")
         static let checkNewer = Column("checkNewer")
+        static let continuesExisting = Column("continuesExisting")
         static let retryingSince = Column("retryingSince")
     }
 
@@ -178,6 +181,7 @@ extension TaskRecord {
         nextTryAt = try reader.optionalDate(Columns.nextTryAt)
         allowsMetered = try reader.value(Columns.allowsMetered)
         checkNewer = try reader.value(Columns.checkNewer)
+        continuesExisting = try reader.value(Columns.continuesExisting)
         retryingSince = try reader.optionalDate(Columns.retryingSince)
     }
 
@@ -216,6 +220,7 @@ extension TaskRecord {
         container[Columns.nextTryAt] = nextTryAt.map(StoreDate.text)
         container[Columns.allowsMetered] = allowsMetered
         container[Columns.checkNewer] = checkNewer
+        container[Columns.continuesExisting] = continuesExisting
         container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
     }
 
