@@ -46,6 +46,12 @@ extension HaulCommand {
         )
         var noRemoteTime = false
 
+        @Flag(
+            name: .customLong("no-xattr"),
+            help: "Do not record the URL in the file's user.xdg.origin.url extended attribute (default: recorded)."
+        )
+        var noXattr = false
+
         @Flag(name: .shortAndLong, help: "Print only errors.")
         var quiet = false
 
@@ -87,6 +93,7 @@ extension HaulCommand {
                 )
                 timing.apply(to: &downloader)
                 downloader.setsRemoteTime = !noRemoteTime
+                downloader.setsOriginAttribute = !noXattr
                 if let checkpointInterval {
                     downloader.checkpointInterval = .milliseconds(Int64(checkpointInterval * 1000))
                 }

@@ -2,7 +2,7 @@
 #define CHAUL_SYSTEM_H
 
 // The few Linux calls the Swift Glibc module does not expose: extended attributes (the
-// owner mark of part files) and rename without replacing (placing a finished file).
+// owner mark of part files, a finished file's origin URL) and rename without replacing (placing a finished file).
 
 #include <stddef.h>
 #include <sys/types.h>

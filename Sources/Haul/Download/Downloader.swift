@@ -54,6 +54,11 @@ public final class Downloader: Sendable {
         /// Whether a finished file takes the server's `Last-Modified` as its modification time
         /// (wget's default, curl's `-R`); false keeps the time it was written.
         public var setsRemoteTime = true
+        /// Whether a finished file records where it came from in the `user.xdg.origin.url`
+        /// extended attribute (the freedesktop.org convention wget's `--xattr` follows), where
+        /// the file system keeps extended attributes. The URL is written without credentials,
+        /// and with secret-looking query values hidden.
+        public var setsOriginAttribute = true
 
         public init(
             store: StoreLocation = .default,
@@ -345,6 +350,7 @@ public final class Downloader: Sendable {
             minSplitSize: configuration.minSplitSize,
             globalLimiter: overallLimiter,
             setsRemoteTime: configuration.setsRemoteTime,
+            setsOriginAttribute: configuration.setsOriginAttribute,
             logger: configuration.logger
         )
     }

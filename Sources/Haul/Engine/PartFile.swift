@@ -190,6 +190,12 @@ final class PartFile: Sendable {
         file.close()
     }
 
+    /// Sets an extended attribute; false where the file system keeps none, or it failed.
+    func setAttribute(_ name: String, to value: String) -> Bool {
+        let bytes = Array(value.utf8)
+        return chaul_fsetxattr(descriptor, name, bytes, bytes.count) == 0
+    }
+
     /// Removes the ownership mark, before the finished file is moved into place.
     func unmark() {
         _ = chaul_fremovexattr(descriptor, PartFile.ownerAttribute)

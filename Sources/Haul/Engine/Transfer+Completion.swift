@@ -4,6 +4,10 @@ import Foundation
 /// part file moved into place (size, `fdatasync`, checksum, rename, the directory's sync),
 /// or the end recorded — paused, queued again, cancelled or failed — with the error to report.
 extension Transfer {
+    /// The extended attribute that records a finished file's URL (freedesktop.org's
+    /// "Common Extended Attributes").
+    static let originAttribute = "user.xdg.origin.url"
+
     /// A task completed earlier whose file is still in place completes again without a request.
     /// So does one that crashed between moving its verified file into place and recording
     /// that: every byte was committed, the part file is gone, and a file of exactly that
@@ -68,13 +72,20 @@ extension Transfer {
         // the directory's fsync) runs on NIO's thread pool, never on Swift's cooperative threads.
         // The server's Last-Modified, as wget and `curl -R` set it; a date it cannot be is left out.
         let modified = environment.setsRemoteTime ? task.validators.lastModified.flatMap(HTTPDate.parse) : nil
-        let timed = try await FileIO.run {
+        // Where it came from, as freedesktop.org's convention (and wget --xattr) records it.
+        let origin =
+            environment.setsOriginAttribute ? Redaction.url(HTTPTransport.withoutCredentials(task.url)) : nil
+        let (timed, labelled) = try await FileIO.run {
             if try part.size() != total { try part.truncate(to: total) }
             let timed = modified.map { part.setModificationTime($0) } ?? true
+            let labelled = origin.map { part.setAttribute(Transfer.originAttribute, to: $0) } ?? true
             try part.sync()
-            return timed
+            return (timed, labelled)
         }
         if !timed { logger.notice("cannot set the file's modification time", metadata: ["path": "\(partPath)"]) }
+        if !labelled {
+            logger.debug("the file system keeps no extended attributes here", metadata: ["path": "\(partPath)"])
+        }
         if let checksum {
             let algorithm = checksum.algorithm
             let actual = try await FileIO.run { try part.digest(algorithm, length: total) }

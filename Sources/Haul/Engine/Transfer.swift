@@ -27,6 +27,8 @@ struct TransferEnvironment: Sendable {
     var defersFailureRecord = false
     /// Whether the finished file takes the server's `Last-Modified` as its modification time.
     var setsRemoteTime = true
+    /// Whether the finished file gets the `user.xdg.origin.url` extended attribute.
+    var setsOriginAttribute = true
     var logger: Logger
 }
 

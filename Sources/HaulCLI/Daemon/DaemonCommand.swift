@@ -81,6 +81,12 @@ extension HaulCommand {
             )
             var noRemoteTime = false
 
+            @Flag(
+                name: .customLong("no-xattr"),
+                help: "Do not record finished files' URLs in the user.xdg.origin.url extended attribute."
+            )
+            var noXattr = false
+
             /// The first wait before trying again, in seconds (30 unless tests say).
             @Option(name: .customLong("retry-first-delay"), help: .hidden)
             var retryFirstDelay: Double?
@@ -147,6 +153,7 @@ extension HaulCommand {
                 configuration.readTimeout = timing.read
                 configuration.maxRetryAfter = timing.maxRetryAfter
                 configuration.setsRemoteTime = !noRemoteTime
+                configuration.setsOriginAttribute = !noXattr
                 configuration.networkWaitLimit = timing.waitForNetwork.map { .seconds($0.seconds) }
                 if let retryFirstDelay {
                     configuration.keepsTrying.firstDelay = .milliseconds(Int64(retryFirstDelay * 1000))
@@ -178,6 +185,7 @@ extension HaulCommand {
                 if let retries { arguments += ["--retries", "\(retries)"] }
                 arguments += timing.arguments
                 if noRemoteTime { arguments.append("--no-remote-time") }
+                if noXattr { arguments.append("--no-xattr") }
                 if let retryFirstDelay { arguments += ["--retry-first-delay", "\(retryFirstDelay)"] }
                 if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
                 let client = HaulClient(home: home)

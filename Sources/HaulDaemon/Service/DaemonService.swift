@@ -52,6 +52,8 @@ public final class DaemonService: Service, Sendable {
         public var maxRetryAfter: Duration?
         /// Whether finished files take the server's `Last-Modified` as their modification time.
         public var setsRemoteTime = true
+        /// Whether finished files get the `user.xdg.origin.url` extended attribute.
+        public var setsOriginAttribute = true
         /// How long a task may wait for the network before it fails; nil (the default) for
         /// as long as it takes.
         public var networkWaitLimit: Duration?
@@ -144,6 +146,7 @@ public final class DaemonService: Service, Sendable {
         if let timeout = configuration.readTimeout { managerConfiguration.downloader.readTimeout = timeout }
         if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
         managerConfiguration.downloader.setsRemoteTime = configuration.setsRemoteTime
+        managerConfiguration.downloader.setsOriginAttribute = configuration.setsOriginAttribute
         managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
         let manager = try DownloadManager(configuration: managerConfiguration)
         let eventLog = EventLog(store: manager.store, limitPerSession: configuration.eventsPerSession, logger: logger)

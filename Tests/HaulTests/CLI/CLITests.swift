@@ -1,3 +1,4 @@
+import CHaulSystem
 import Foundation
 import HaulClient
 import HaulTesting
@@ -207,6 +208,61 @@ struct CLITests {
             }
             #expect(try modified("by-daemon") == stamp)
             #expect(try modified("kept-time").map { $0 >= started } == true)
+        }
+    }
+
+    /// The value of an extended attribute, nil when the file has none of that name.
+    static func attribute(_ name: String, of path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = chaul_fgetxattr(fd, name, &buffer, buffer.count)
+        return n < 0 ? nil : String(decoding: buffer.prefix(n), as: UTF8.self)
+    }
+
+    @Test("a finished file records its URL, without credentials, in user.xdg.origin.url; --no-xattr leaves it out")
+    func originAttribute() async throws {
+        let temp = try TemporaryDirectory()
+        // The file system must keep user attributes for this to mean anything: check it does.
+        let probe = open(temp.file("probe"), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        defer { close(probe) }
+        try #require(chaul_fsetxattr(probe, "user.probe", "x", 1) == 0, "no user xattrs in \(temp.path)")
+        try await TestServer.withServer { server in
+            server.set("/t.bin", .init(size: 200_000))
+            var parts = URLComponents(url: server.url("/t.bin"), resolvingAgainstBaseURL: false)!
+            parts.user = "alice"
+            parts.password = "s3cret"
+            parts.query = "token=abc123"
+            let url = parts.url!.absoluteString
+            for (name, flags) in [("with.bin", [String]()), ("without.bin", ["--no-xattr"])] {
+                let got = try await HaulProcess.run(
+                    ["get", "-q"] + flags + ["-o", name, url],
+                    home: temp.file("home"),
+                    directory: temp.path
+                )
+                #expect(got.status == 0, "\(got.stderr)")
+            }
+            let recorded = try #require(Self.attribute("user.xdg.origin.url", of: temp.file("with.bin")))
+            #expect(recorded.hasPrefix("http://127.0.0.1:\(server.port)/t.bin?token="), "\(recorded)")
+            #expect(!recorded.contains("alice") && !recorded.contains("s3cret") && !recorded.contains("abc123"))
+            #expect(Self.attribute("user.xdg.origin.url", of: temp.file("without.bin")) == nil)
+            #expect(Self.attribute("user.haul.task", of: temp.file("with.bin")) == nil, "the part file's mark is gone")
+            // The daemon's downloads alike, and its --no-xattr.
+            for (home, flags, out) in [("d1", [String](), "by-daemon"), ("d2", ["--no-xattr"], "plain")] {
+                #expect(try await HaulProcess.run(["daemon"] + flags, home: temp.file(home)).status == 0)
+                let added = try await HaulProcess.run(
+                    ["add", "-o", out, "-d", temp.path, server.url("/t.bin").absoluteString],
+                    home: temp.file(home)
+                )
+                #expect(added.status == 0, "\(added.stderr)")
+                #expect(try await HaulProcess.run(["wait"], home: temp.file(home)).status == 0)
+                _ = try await HaulProcess.run(["daemon", "stop"], home: temp.file(home))
+            }
+            #expect(
+                Self.attribute("user.xdg.origin.url", of: temp.file("by-daemon")) == server.url("/t.bin").absoluteString
+            )
+            #expect(Self.attribute("user.xdg.origin.url", of: temp.file("plain")) == nil)
         }
     }
 
