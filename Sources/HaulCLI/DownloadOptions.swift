@@ -60,6 +60,24 @@ struct DownloadOptions: ParsableArguments {
     var continueExisting = false
 
     @Option(
+        name: .customLong("on-complete"),
+        help: ArgumentHelp(
+            "Run this program when a file is complete: without a shell, with the task id, the path and the URL as arguments, and HAUL_* variables.",
+            valueName: "program"
+        )
+    )
+    var onComplete: String?
+
+    @Option(
+        name: .customLong("on-error"),
+        help: ArgumentHelp(
+            "Run this program when a download fails for good, as --on-complete (HAUL_ERROR says why).",
+            valueName: "program"
+        )
+    )
+    var onError: String?
+
+    @Option(
         name: [.customShort("x"), .customLong("connections")],
         help: "Connections per file: a large file whose server allows ranges is split over them (default 4)."
     )
@@ -187,7 +205,10 @@ struct DownloadOptions: ParsableArguments {
         // Last: a command line or input file that is wrong creates nothing. A stream to
         // stdout writes no file.
         if let directory, !streamsToStandardOutput { try DownloadOptions.createDirectory(directory) }
+        // Resolved here, in this PATH: a daemon runs the same program.
+        let hooks = try Hooks(onComplete: onComplete, onError: onError).resolved()
         for index in requests.indices {
+            requests[index].hooks = hooks
             if connection.noMetered { requests[index].allowsMeteredNetwork = false }
             requests[index].checkNewer = timestamping
             requests[index].continuesExistingFile = continueExisting

@@ -77,6 +77,9 @@ extension HaulCommand {
             if json, downloads.streamsToStandardOutput {
                 throw ValidationError("--json cannot go with -o -: stdout carries the file")
             }
+            if downloads.onComplete != nil || downloads.onError != nil, downloads.streamsToStandardOutput {
+                throw ValidationError("--on-complete and --on-error run for a file, and -o - writes none")
+            }
             if downloads.timestamping, downloads.streamsToStandardOutput {
                 throw ValidationError("-N compares with a file at the destination, and -o - writes none")
             }

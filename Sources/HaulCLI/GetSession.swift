@@ -40,14 +40,18 @@ struct GetSession {
             var notices: [String] = []
             /// Per task, the retries already announced.
             var announcedRetries: [UUID: Int] = [:]
+            /// Each task's hooks, and the tasks whose hook has not reported yet.
+            var hooks: [UUID: Hooks] = [:]
+            var pendingHooks: Set<UUID> = []
         }
 
         let state = Mutex(State())
 
-        func add(_ id: UUID, name: String) {
+        func add(_ id: UUID, name: String, hooks: Hooks = .none) {
             state.withLock {
                 $0.names[id] = name
                 $0.order.append(id)
+                $0.hooks[id] = hooks
             }
         }
 
@@ -91,14 +95,25 @@ struct GetSession {
                     }
                 case .completed(let id, let result):
                     state.outcomes[id] = .completed(result)
+                    if state.hooks[id]?.onComplete != nil { state.pendingHooks.insert(id) }
                     state.finishedLines.append(GetSession.savedLine(result))
                 case .failed(let id, let error):
                     state.outcomes[id] = .failed(error)
+                    if state.hooks[id]?.onError != nil { state.pendingHooks.insert(id) }
                     state.finishedLines.append("Failed: \(error.description)")
+                case .hookFinished(let id, let run):
+                    state.pendingHooks.remove(id)
+                    if let failure = run.failure {
+                        let name = state.names[id] ?? "the download"
+                        state.notices.append(
+                            "haul: \(name): the --on-\(run.moment.rawValue) hook \(run.program) failed: \(failure)"
+                        )
+                    }
                 case .added, .resumed, .networkChanged:
                     break
                 }
-                return state.order.allSatisfy { state.outcomes[$0] != nil }
+                // Every file has ended, and every hook that ended one has reported.
+                return state.order.allSatisfy { state.outcomes[$0] != nil } && state.pendingHooks.isEmpty
             }
         }
     }
@@ -113,7 +128,8 @@ struct GetSession {
                 let info = try await manager.download(request)
                 board.add(
                     info.id,
-                    name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent
+                    name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent,
+                    hooks: request.hooks
                 )
                 files.append((Redaction.url(request.url), info.id, nil))
             } catch let error as HaulError {

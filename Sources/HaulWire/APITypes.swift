@@ -55,6 +55,9 @@ public enum API {
             /// true: a file at the destination (or a stray part file) is continued when it
             /// matches the server's (``DownloadRequest/continuesExistingFile``; default false).
             public var continuesExistingFile: Bool?
+            /// Programs the daemon runs when the download ends (paths as the daemon sees
+            /// them; a bare name is looked up in the daemon's PATH).
+            public var hooks: Hooks?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -74,6 +77,7 @@ public enum API {
                 allowsMeteredNetwork = request.allowsMeteredNetwork ? nil : false
                 checkNewer = request.checkNewer ? true : nil
                 continuesExistingFile = request.continuesExistingFile ? true : nil
+                hooks = request.hooks == .none ? nil : request.hooks
             }
 
             /// The request it describes.
@@ -105,6 +109,7 @@ public enum API {
                 request.allowsMeteredNetwork = allowsMeteredNetwork ?? true
                 request.checkNewer = checkNewer ?? false
                 request.continuesExistingFile = continuesExistingFile ?? false
+                request.hooks = hooks ?? .none
                 return request
             }
         }

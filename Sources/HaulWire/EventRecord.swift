@@ -12,6 +12,8 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case added, state, progress, resumed, completed, failed
         /// The network changed; about no task (`id` is absent).
         case network
+        /// A hook ran when the task ended.
+        case hook
     }
 
     /// The event's place in its session's log; nil for events that are not logged (progress).
@@ -55,6 +57,11 @@ public struct EventRecord: Codable, Sendable, Equatable {
     public var code: String?
     public var status: Int?
     public var resumable: Bool?
+    /// `hook`: when it ran (`complete` or `error`), the program, its exit status (absent when
+    /// it did not start or was killed), and why it failed (absent when it exited 0).
+    public var hook: Hooks.Moment?
+    public var program: String?
+    public var exitStatus: Int32?
     /// `network`: the interface of the default route and its address (absent when there
     /// is none), whether it is up with a carrier, whether it is metered, and whether
     /// downloads may use metered networks.
@@ -72,7 +79,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
             bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, notModified, lengthConfirmed,
             error,
             code,
-            status, resumable, interface, address, connected, metered, allowMetered
+            status, resumable, hook, program, exitStatus, interface, address, connected, metered, allowMetered
     }
 
     public init(taskID: UUID?, kind: Kind, session: String? = nil, time: Date? = Date()) {
@@ -121,6 +128,12 @@ public struct EventRecord: Codable, Sendable, Equatable {
             code = error.code.description
             status = error.status
             resumable = error.resumeData != nil
+        case .hookFinished(_, let run):
+            kind = .hook
+            hook = run.moment
+            program = run.program
+            exitStatus = run.exitStatus
+            self.error = run.failure
         case .networkChanged(let network):
             kind = .network
             interface = network.defaultRoute?.interface
@@ -150,7 +163,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case .state: return to == .completed || to == .failed ? nil : to
         case .completed: return .completed
         case .failed: return .failed
-        case .progress, .resumed, .network: return nil
+        case .progress, .resumed, .network, .hook: return nil
         }
     }
 }

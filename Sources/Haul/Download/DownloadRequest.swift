@@ -143,6 +143,9 @@ public struct DownloadRequest: Sendable {
     /// length with the server's, and only the rest is fetched. A file that does not match is
     /// refused (``HaulError/Code/destinationExists``) and left as it was.
     public var continuesExistingFile = false
+    /// Programs run when the download ends (``Hooks``), by a ``DownloadManager``; each one set
+    /// wins over the manager's own.
+    public var hooks = Hooks.none
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"
@@ -238,6 +241,7 @@ public struct DownloadRequest: Sendable {
         try proxy.validate()
         try credentials.validate()
         try cookies.validate()
+        try hooks.validate()
     }
 
     /// Checks a session name: 1 to 128 letters, digits, `.`, `_` or `-`.

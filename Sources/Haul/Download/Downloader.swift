@@ -225,6 +225,7 @@ public final class Downloader: Sendable {
             record.allowsMetered = request.allowsMeteredNetwork
             record.checkNewer = request.checkNewer
             record.continuesExisting = request.continuesExistingFile
+            record.hooks = request.hooks
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,
@@ -241,7 +242,8 @@ public final class Downloader: Sendable {
                 cookies: request.cookies,
                 allowsMetered: request.allowsMeteredNetwork,
                 checkNewer: request.checkNewer,
-                continuesExisting: request.continuesExistingFile
+                continuesExisting: request.continuesExistingFile,
+                hooks: request.hooks
             )
             return (record, reAdd)
         }

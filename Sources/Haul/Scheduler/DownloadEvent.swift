@@ -20,13 +20,15 @@ public enum DownloadEvent: Sendable {
     /// a manager that watches the network (``DownloadManager/Configuration/watchesNetwork``)
     /// sends it, to every consumer, including those of one task's events.
     case networkChanged(NetworkStatus)
+    /// A hook (``Hooks``) ran when the task ended, and how it ended.
+    case hookFinished(id: UUID, run: HookRun)
 
     /// The task the event is about; nil for ``networkChanged(_:)``, which is about all of them.
     public var taskID: UUID? {
         switch self {
         case .added(let info): return info.id
         case .stateChanged(let id, _, _, _), .progress(let id, _), .resumed(let id, _, _), .completed(let id, _),
-            .failed(let id, _):
+            .failed(let id, _), .hookFinished(let id, _):
             return id
         case .networkChanged: return nil
         }

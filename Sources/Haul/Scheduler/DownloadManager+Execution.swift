@@ -109,7 +109,7 @@ extension DownloadManager {
             known[id]?.retryAttempts = 0
             scheduler.remove(id)
             move(id, .complete)
-            hub.publish(.completed(id: id, result: result))
+            ended(id, .completed(result))
         case .failure(let error) where error.code == .store:
             storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:
@@ -124,7 +124,7 @@ extension DownloadManager {
         case .failure(let error):
             scheduler.remove(id)
             move(id, .fail)
-            hub.publish(.failed(id: id, error: error))
+            ended(id, .failed(error))
         }
         for waiter in run?.endWaiters ?? [] { waiter.resume() }
         if scheduler.isRunning(id), known[id]?.state == .queued {

@@ -181,7 +181,7 @@ extension DownloadManager {
         }
         guard known[id]?.state == .waitingForNetwork else { return }
         move(id, .giveUp)
-        hub.publish(.failed(id: id, error: error))
+        ended(id, .failed(error))
     }
 
     /// A waiting task's route is back: it queues in its old place.

@@ -72,7 +72,7 @@ extension DownloadManager {
                 known[id]?.storeFailures = 0
                 move(id, .fail)
                 known[id]?.unrecorded = .some(error.description)
-                hub.publish(.failed(id: id, error: error))
+                ended(id, .failed(error))
                 return
             }
             logger.warning(

@@ -48,6 +48,11 @@ public actor DownloadManager {
         /// Which networks downloads may use (metered ones); changed live with
         /// ``DownloadManager/setNetworkPolicy(_:)``.
         public var networkPolicy = NetworkPolicy()
+        /// Programs run when any download ends (`haul daemon --on-complete/--on-error`); a
+        /// task's own hooks win over these.
+        public var hooks = Hooks.none
+        /// The longest a hook may run before it is stopped.
+        public var hookTimeout: Duration = .seconds(600)
 
         /// Where the store lives: the downloader's.
         public var store: Downloader.StoreLocation {
@@ -102,6 +107,9 @@ public actor DownloadManager {
     /// be recorded) until ``reconcile()`` gets a write through.
     var storeRefusing = false
     let hub = EventHub()
+    /// Hooks to run: ``ended(_:_:)`` asks, ``runHooks()`` runs.
+    let hookRequests: AsyncStream<(UUID, Ending)>
+    let hookSink: AsyncStream<(UUID, Ending)>.Continuation
     private let starts: AsyncStream<(UUID, TransferHandles)>
     private let startSink: AsyncStream<(UUID, TransferHandles)>.Continuation
     let logger: Logger
@@ -113,6 +121,9 @@ public actor DownloadManager {
     let watchesNetwork: Bool
     let networkWaitLimit: Duration?
     let policy: PolicyBox
+    /// Programs run when any download ends, unless the task has its own.
+    let hooks: Hooks
+    let hookTimeout: Duration
     private var recovered = false
 
     /// The store the manager records into.
@@ -130,6 +141,7 @@ public actor DownloadManager {
             perHostLimit: configuration.maxConnectionsPerHost
         )
         (starts, startSink) = AsyncStream.makeStream()
+        (hookRequests, hookSink) = AsyncStream.makeStream()
         self.logger = configuration.downloader.logger
         self.recoversTasks = configuration.recoversTasks
         self.background = configuration.background
@@ -137,6 +149,8 @@ public actor DownloadManager {
         self.watchesNetwork = configuration.watchesNetwork
         self.networkWaitLimit = configuration.networkWaitLimit
         self.policy = PolicyBox(configuration.networkPolicy)
+        self.hooks = configuration.hooks
+        self.hookTimeout = configuration.hookTimeout
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -192,6 +206,8 @@ public actor DownloadManager {
     /// Runs each download the scheduler starts, until ``shutdown()`` and the last has ended.
     private func runTransfers() async {
         let starts = self.starts
+        // Not in the group below, whose end cancels its tasks: a hook runs to its end.
+        async let hooksDone: Void = runHooks()
         await withTaskGroup(of: Void.self) { outer in
             outer.addTask { await self.publishProgressUntilShutdown() }
             outer.addTask { await self.reconcileUntilShutdown() }
@@ -205,6 +221,9 @@ public actor DownloadManager {
             // stopping does not wait out its tick.
             outer.cancelAll()
         }
+        // Every transfer has ended, and so has every run that could ask for a hook.
+        hookSink.finish()
+        await hooksDone
     }
 
     /// Stops starting downloads, sends the running ones back to the queue after a last

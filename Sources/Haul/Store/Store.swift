@@ -141,6 +141,7 @@ public final class Store: Sendable {
         var allowsMetered: Bool
         var checkNewer: Bool
         var continuesExisting: Bool
+        var hooks: Hooks
     }
 
     /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
@@ -188,12 +189,13 @@ public final class Store: Sendable {
                     existing.allowsMetered = reAdd.allowsMetered
                     existing.checkNewer = reAdd.checkNewer
                     existing.continuesExisting = reAdd.continuesExisting
+                    existing.hooks = reAdd.hooks
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
                                 connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?,
                                 credentials = ?, cookies = ?, allowsMetered = ?, checkNewer = ?,
-                                continuesExisting = ?, updatedAt = ?
+                                continuesExisting = ?, hooks = ?, updatedAt = ?
                             WHERE id = ?
                             """,
                         arguments: [
@@ -204,6 +206,7 @@ public final class Store: Sendable {
                             reAdd.credentials == .none ? nil : try TaskRecord.json(reAdd.credentials),
                             reAdd.cookies == .standard ? nil : try TaskRecord.json(reAdd.cookies),
                             reAdd.allowsMetered, reAdd.checkNewer, reAdd.continuesExisting,
+                            reAdd.hooks == .none ? nil : try TaskRecord.json(reAdd.hooks),
                             StoreDate.now, existing.id,
                         ]
                     )

@@ -78,6 +78,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var checkNewer = false
     /// Whether a file at the destination (or a stray part file) is continued as a prefix.
     var continuesExisting = false
+    /// Programs run when it ends (a JSON object; NULL for none).
+    var hooks = Hooks.none
     /// For a task waiting to try again: when (the state group).
     var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
@@ -119,6 +121,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let allowsMetered = Column("allowsMetered")
         static let checkNewer = Column("checkNewer")
         static let continuesExisting = Column("continuesExisting")
+        static let hooks = Column("hooks")
         static let retryingSince = Column("retryingSince")
     }
 
@@ -182,6 +185,7 @@ extension TaskRecord {
         allowsMetered = try reader.value(Columns.allowsMetered)
         checkNewer = try reader.value(Columns.checkNewer)
         continuesExisting = try reader.value(Columns.continuesExisting)
+        hooks = try reader.json(Columns.hooks, default: .none, what: "a set of hooks") { try $0.validateShape() }
         retryingSince = try reader.optionalDate(Columns.retryingSince)
     }
 
@@ -221,6 +225,7 @@ extension TaskRecord {
         container[Columns.allowsMetered] = allowsMetered
         container[Columns.checkNewer] = checkNewer
         container[Columns.continuesExisting] = continuesExisting
+        container[Columns.hooks] = hooks == .none ? nil : try TaskRecord.json(hooks)
         container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
     }
 

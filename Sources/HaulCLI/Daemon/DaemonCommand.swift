@@ -87,6 +87,24 @@ extension HaulCommand {
             )
             var noXattr = false
 
+            @Option(
+                name: .customLong("on-complete"),
+                help: ArgumentHelp(
+                    "Run this program when any download is complete (a task's own --on-complete wins); see haul get --help.",
+                    valueName: "program"
+                )
+            )
+            var onComplete: String?
+
+            @Option(
+                name: .customLong("on-error"),
+                help: ArgumentHelp(
+                    "Run this program when any download fails for good (a task's own --on-error wins).",
+                    valueName: "program"
+                )
+            )
+            var onError: String?
+
             /// The first wait before trying again, in seconds (30 unless tests say).
             @Option(name: .customLong("retry-first-delay"), help: .hidden)
             var retryFirstDelay: Double?
@@ -101,6 +119,11 @@ extension HaulCommand {
                 }
                 guard Logger.Level(rawValue: logLevel) != nil else {
                     throw ValidationError("Unknown log level '\(logLevel)'")
+                }
+                do {
+                    try Hooks(onComplete: onComplete, onError: onError).validate()
+                } catch let error as HaulError {
+                    throw ValidationError(error.description)
                 }
                 if let listen {
                     let (host, _) = try Start.parseListen(listen)
@@ -154,6 +177,7 @@ extension HaulCommand {
                 configuration.maxRetryAfter = timing.maxRetryAfter
                 configuration.setsRemoteTime = !noRemoteTime
                 configuration.setsOriginAttribute = !noXattr
+                configuration.hooks = try Hooks(onComplete: onComplete, onError: onError).resolved()
                 configuration.networkWaitLimit = timing.waitForNetwork.map { .seconds($0.seconds) }
                 if let retryFirstDelay {
                     configuration.keepsTrying.firstDelay = .milliseconds(Int64(retryFirstDelay * 1000))
@@ -186,6 +210,9 @@ extension HaulCommand {
                 arguments += timing.arguments
                 if noRemoteTime { arguments.append("--no-remote-time") }
                 if noXattr { arguments.append("--no-xattr") }
+                let hooks = try Hooks(onComplete: onComplete, onError: onError).resolved()
+                if let program = hooks.onComplete { arguments += ["--on-complete", program] }
+                if let program = hooks.onError { arguments += ["--on-error", program] }
                 if let retryFirstDelay { arguments += ["--retry-first-delay", "\(retryFirstDelay)"] }
                 if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
                 let client = HaulClient(home: home)

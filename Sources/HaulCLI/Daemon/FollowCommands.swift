@@ -295,6 +295,9 @@ enum EventText {
         case .completed:
             parts.append("completed \(record.path ?? "")" + (record.bytes.map { " (\(Format.bytes($0)))" } ?? ""))
         case .failed: parts.append("failed: \(record.error ?? "unknown error")")
+        case .hook:
+            let which = record.hook.map { "--on-\($0.rawValue)" } ?? "hook"
+            parts.append("\(which) \(record.program ?? "") " + (record.error ?? "exited with status 0"))
         }
         return parts.joined(separator: "  ")
     }

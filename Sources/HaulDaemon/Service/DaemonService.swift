@@ -54,6 +54,8 @@ public final class DaemonService: Service, Sendable {
         public var setsRemoteTime = true
         /// Whether finished files get the `user.xdg.origin.url` extended attribute.
         public var setsOriginAttribute = true
+        /// Programs run when any download ends; a task's own win.
+        public var hooks = Hooks.none
         /// How long a task may wait for the network before it fails; nil (the default) for
         /// as long as it takes.
         public var networkWaitLimit: Duration?
@@ -147,6 +149,7 @@ public final class DaemonService: Service, Sendable {
         if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
         managerConfiguration.downloader.setsRemoteTime = configuration.setsRemoteTime
         managerConfiguration.downloader.setsOriginAttribute = configuration.setsOriginAttribute
+        managerConfiguration.hooks = configuration.hooks
         managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
         let manager = try DownloadManager(configuration: managerConfiguration)
         let eventLog = EventLog(store: manager.store, limitPerSession: configuration.eventsPerSession, logger: logger)

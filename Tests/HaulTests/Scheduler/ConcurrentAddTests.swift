@@ -99,7 +99,7 @@ struct ConcurrentAddTests {
                 let values = try record.databaseDictionary.filter {
                     ![
                         "tls", "proxy", "credentials", "cookies", "nextTryAt", "retryingSince", "allowsMetered",
-                        "checkNewer", "continuesExisting",
+                        "checkNewer", "continuesExisting", "hooks",
                     ].contains($0.key)
                 }
                 let columns = values.keys.sorted()
