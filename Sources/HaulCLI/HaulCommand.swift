@@ -17,7 +17,7 @@ public struct HaulCommand: AsyncParsableCommand {
         version: HaulVersion.current,
         subcommands: [
             Get.self, Add.self, List.self, Pause.self, Resume.self, Cancel.self, Remove.self, SetLimits.self,
-            Watch.self, Events.self, Wait.self, Status.self, Daemon.self,
+            Watch.self, Events.self, Wait.self, Status.self, Daemon.self, Config.self,
         ],
         defaultSubcommand: nil
     )
@@ -29,8 +29,23 @@ public struct HaulCommand: AsyncParsableCommand {
     /// usage dump, and a closed stdout or stderr never fatal.
     public static func runMain() async {
         Output.ignoreBrokenPipes()
+        let typed = Array(CommandLine.arguments.dropFirst())
+        // The configuration file's defaults, for the commands it has them for.
+        var arguments = typed
+        var configuration: ConfigFile?
+        if ConfigFile.command(in: typed) != nil {
+            do {
+                configuration = try ConfigFile.load()
+                arguments = configuration?.arguments(for: typed) ?? typed
+            } catch let error as HaulError {
+                CLIError.print(error)
+                Foundation.exit(ExitStatus(error).rawValue)
+            } catch {
+                Foundation.exit(ExitStatus.failure.rawValue)
+            }
+        }
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(arguments)
             if var command = command as? any AsyncParsableCommand {
                 try await command.run()
             } else {
@@ -39,7 +54,12 @@ public struct HaulCommand: AsyncParsableCommand {
         } catch {
             let code = exitCode(for: error)
             guard code == .validationFailure else { exit(withError: error) }
-            Output.error("haul: error: \(ArgumentErrors.line(for: message(for: error)))\n")
+            var line = ArgumentErrors.line(for: message(for: error))
+            if let configuration, arguments != typed, (try? parseAsRoot(typed)) != nil {
+                // The command line alone is fine: a default from the file is not.
+                line = "in \(configuration.location.path): " + line + "; 'haul config show' lists what it sets"
+            }
+            Output.error("haul: error: \(line)\n")
             Foundation.exit(ExitStatus.usage.rawValue)
         }
     }

@@ -48,6 +48,9 @@ final class HaulProcess: Sendable {
             process.arguments = arguments
         }
         var environment = ProcessInfo.processInfo.environment
+        // No configuration file of the machine's applies: one under the test's home, if any.
+        environment["HAUL_CONFIG"] = nil
+        environment["XDG_CONFIG_HOME"] = home + "/config"
         for (name, value) in changes { environment[name] = value }
         environment["HAUL_HOME"] = home
         process.environment = environment
