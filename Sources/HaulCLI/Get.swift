@@ -17,6 +17,18 @@ extension HaulCommand {
 
                 \(ExitStatus.summary) With several files that failed, the status is their class \
                 when they share one, else 1.
+
+                \(Examples.block([
+                    ("haul get https://example.org/big.iso", "into the current directory"),
+                    ("haul get -o /data/big.iso URL", "into this path"),
+                    ("haul get -d /data -j 4 -i urls.txt", "a list, 4 at a time"),
+                    ("haul get -x 8 --limit-rate 20M URL", "8 connections, at most 20 MiB/s"),
+                    ("haul get --checksum sha256=HEX URL", "verified before it is placed"),
+                    ("haul get -o - URL | tar xz", "to stdout"),
+                    ("haul get -N URL", "only if the server has a newer version"),
+                    ("haul get --continue URL", "finish a partial file another tool left"),
+                    ("haul get --on-complete ./unpack.sh URL", "run ./unpack.sh ID PATH URL when done"),
+                ]))
                 """
         )
 

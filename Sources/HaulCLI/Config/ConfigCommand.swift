@@ -13,9 +13,10 @@ extension HaulCommand {
                 Its keys are the options' long names; top-level keys apply to every command that has the \
                 option, [get], [add] and [daemon] tables to one. An option on the command line wins.
 
-                Examples:
-                  haul config show
-                  haul config show --json | jq '.settings[] | select(.source != "default")'
+                \(Examples.block([
+                    ("haul config show", "every setting, its value and its source"),
+                    ("haul config show --json", "the same, for scripts"),
+                ]))
                 """,
             subcommands: [Show.self],
             defaultSubcommand: Show.self
@@ -25,7 +26,11 @@ extension HaulCommand {
         struct Show: AsyncParsableCommand {
             static let configuration = CommandConfiguration(
                 abstract:
-                    "Print the effective settings of haul get, haul add and haul daemon, and where each came from."
+                    "Print the effective settings of haul get, haul add and haul daemon, and where each came from.",
+                discussion: Examples.block([
+                    ("haul config show", "every setting, its value and its source"),
+                    ("HAUL_CONFIG=./ci.toml haul config show", "another file's"),
+                ])
             )
 
             @Flag(help: "Print them as JSON.")

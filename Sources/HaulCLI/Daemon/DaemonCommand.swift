@@ -11,6 +11,11 @@ extension HaulCommand {
     struct Daemon: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Run the background daemon that owns 'haul add' downloads.",
+            discussion: Examples.block([
+                ("haul daemon", "start it in the background"),
+                ("haul daemon --listen 127.0.0.1:7800", "also on TCP, with a token"),
+                ("haul daemon stop", "stop it; downloads continue at its next start"),
+            ]),
             subcommands: [Start.self, Stop.self],
             defaultSubcommand: Start.self
         )
@@ -25,6 +30,12 @@ extension HaulCommand {
                     continue at the next start. The limits (--max-concurrent, --max-per-host, \
                     --total-limit-rate, and 'haul set') are kept in the store: a start without them \
                     uses the values last set.
+
+                    \(Examples.block([
+                        ("haul daemon start -j 4 --max-per-host 2", "limits kept in the store"),
+                        ("haul daemon --foreground --log-level debug", "in this terminal"),
+                        ("haul daemon --on-complete logger", "log ID PATH URL of every finished task to syslog"),
+                    ]))
                     """
             )
 
@@ -237,7 +248,10 @@ extension HaulCommand {
 
         struct Stop: AsyncParsableCommand {
             static let configuration = CommandConfiguration(
-                abstract: "Stop the daemon cleanly; its unfinished downloads continue at its next start."
+                abstract: "Stop the daemon cleanly; its unfinished downloads continue at its next start.",
+                discussion: Examples.block([
+                    ("haul daemon stop", "checkpoint every download and stop")
+                ])
             )
 
             func run() async throws {

@@ -15,6 +15,12 @@ extension HaulCommand {
                 Each event shown is acknowledged, so the next 'haul events' of the session starts \
                 after it. --after ID shows the events after that id instead, acknowledging nothing. \
                 Live events follow until Ctrl-C, unless --no-follow.
+
+                \(Examples.block([
+                    ("haul events --session nightly", "what happened since the last look, then live"),
+                    ("haul events --json --no-follow", "what was missed, as JSON, then exit"),
+                    ("haul events --after 120", "the events after #120, acknowledging none"),
+                ]))
                 """
         )
 
@@ -92,7 +98,15 @@ extension HaulCommand {
     struct Wait: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Wait until tasks are done; exit 0 only if every one completed.",
-            discussion: "Without ids or --session, waits for every task of the daemon."
+            discussion: """
+                Without ids or --session, waits for every task of the daemon.
+
+                \(Examples.block([
+                    ("haul wait", "until every task is done"),
+                    ("haul add URL && haul wait && echo done", "in a script"),
+                    ("haul wait --session nightly", "one session's"),
+                ]))
+                """
         )
 
         @Argument(help: "Task ids, or unique prefixes of them.")
@@ -145,7 +159,13 @@ extension HaulCommand {
 
     /// `haul watch`: live progress of the daemon's running tasks.
     struct Watch: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the daemon's downloads live, until Ctrl-C.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show the daemon's downloads live, until Ctrl-C.",
+            discussion: Examples.block([
+                ("haul watch", "every running task, with file names and speed"),
+                ("haul watch --session nightly", "one session's"),
+            ])
+        )
 
         @Option(help: "Only this session's tasks.")
         var session: String?

@@ -91,6 +91,13 @@ extension HaulCommand {
             discussion: """
                 Prints the id of each task. The downloads go on after this command, and after you \
                 log out; follow them with 'haul watch', 'haul events' or 'haul wait'.
+
+                \(Examples.block([
+                    ("haul add https://example.org/big.iso", "queue one download here"),
+                    ("haul add -d /data -i urls.txt --session nightly", "queue a list in a session"),
+                    ("haul add --priority 10 URL", "ahead of the queue"),
+                    ("haul add -N -d /data URL", "check the file there for a newer version"),
+                ]))
                 """
         )
 
@@ -131,7 +138,13 @@ extension HaulCommand {
 
     /// `haul list`: the daemon's tasks.
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List the daemon's tasks.")
+        static let configuration = CommandConfiguration(
+            abstract: "List the daemon's tasks.",
+            discussion: Examples.block([
+                ("haul list", "every task, with the reasons of failures below"),
+                ("haul list --session nightly --json", "one session's, for scripts"),
+            ])
+        )
 
         @Option(help: "Only this session's tasks.")
         var session: String?
@@ -154,21 +167,40 @@ extension HaulCommand {
     }
 
     struct Pause: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Pause tasks, keeping their data.")
+        static let configuration = CommandConfiguration(
+            abstract: "Pause tasks, keeping their data.",
+            discussion: Examples.block([
+                ("haul pause 3f2a9c1e", "one task, by the start of its id"),
+                ("haul pause --session nightly", "a session's"),
+                ("haul pause --all", "every task"),
+            ])
+        )
         @OptionGroup var selection: TaskSelection
 
         func run() async throws { try await selection.perform(.pause, "Paused") }
     }
 
     struct Resume: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Resume paused or failed tasks.")
+        static let configuration = CommandConfiguration(
+            abstract: "Resume paused or failed tasks.",
+            discussion: Examples.block([
+                ("haul resume 3f2a9c1e", "one task, from its checkpoint"),
+                ("haul resume --all", "every paused or failed task"),
+            ])
+        )
         @OptionGroup var selection: TaskSelection
 
         func run() async throws { try await selection.perform(.resume, "Resumed") }
     }
 
     struct Cancel: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Cancel tasks and delete their partial data.")
+        static let configuration = CommandConfiguration(
+            abstract: "Cancel tasks and delete their partial data.",
+            discussion: Examples.block([
+                ("haul cancel 3f2a9c1e", "one task"),
+                ("haul cancel --session nightly", "a session's"),
+            ])
+        )
         @OptionGroup var selection: TaskSelection
 
         func run() async throws { try await selection.perform(.cancel, "Cancelled") }
@@ -176,7 +208,11 @@ extension HaulCommand {
 
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Forget tasks (cancelling unfinished ones); finished files stay unless --delete-files."
+            abstract: "Forget tasks (cancelling unfinished ones); finished files stay unless --delete-files.",
+            discussion: Examples.block([
+                ("haul remove 3f2a9c1e", "forget one task"),
+                ("haul remove --all --delete-files", "forget everything, deleting finished files"),
+            ])
         )
         @OptionGroup var selection: TaskSelection
 
@@ -197,6 +233,13 @@ extension HaulCommand {
                 (keeping their data); raising it starts the oldest waiting ones. --limit-rate alone \
                 limits all downloads together; with task ids, --session or --all it limits each of \
                 those downloads. A rate of 0 removes the limit.
+
+                \(Examples.block([
+                    ("haul set --max-concurrent 2", "two at a time, from now"),
+                    ("haul set --limit-rate 10M", "all downloads together at most 10 MiB/s"),
+                    ("haul set --limit-rate 1M --session nightly", "each of a session's at most 1 MiB/s"),
+                    ("haul set --give-up-after 6h", "keep trying failed downloads for 6 hours"),
+                ]))
                 """
         )
 
@@ -291,7 +334,13 @@ extension HaulCommand {
 
     /// `haul status`: the daemon's facts.
     struct Status: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the daemon's state.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show the daemon's state.",
+            discussion: Examples.block([
+                ("haul status", "limits, counts, the network"),
+                ("haul status --json", "the same, for scripts"),
+            ])
+        )
 
         @Flag(help: "Print as JSON.")
         var json = false
