@@ -29,7 +29,12 @@ enum ExitStatus: Int32, CaseIterable {
 
     /// The status for a failure with `error`.
     init(_ error: HaulError) {
-        switch error.code {
+        self.init(error.code)
+    }
+
+    /// The status for a failure of class `code`.
+    init(_ code: HaulError.Code) {
+        switch code {
         case .invalidURL, .unsupportedScheme, .invalidArgument: self = .usage
         case .destinationExists, .fileSystem, .diskFull, .store: self = .fileSystem
         case .connection, .hostNotFound, .proxy, .invalidResponse, .representationChanged, .unsupportedRedirect,

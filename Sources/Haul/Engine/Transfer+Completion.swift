@@ -32,9 +32,10 @@ extension Transfer {
             guard digest == checksum.hex else { return nil }
         }
         logger.info("already complete", metadata: ["path": "\(destination)"])
-        if !recorded { try await record(.completed) }
-        // With -N the server is asked first: until it answers, nothing is known to be done.
+        // With -N the server is asked first: until it answers, nothing is known to be done
+        // (askForNewer records it).
         if !task.checkNewer {
+            if !recorded { try await record(.completed) }
             progress.update {
                 $0.fileName = task.fileName
                 $0.totalBytes = size
@@ -166,7 +167,9 @@ extension Transfer {
                     try await forgetPart()
                 }
                 if failure.code != .checksumMismatch, committedBytes > 0 { failure.resumeData = resumeData }
-                if !environment.defersFailureRecord { try await record(.failed, error: failure.description) }
+                if !environment.defersFailureRecord {
+                    try await record(.failed, error: failure.description, code: failure.code)
+                }
                 return failure
             }
         } catch {
@@ -177,9 +180,9 @@ extension Transfer {
 
     /// Records a state in the store and in the task this transfer holds, so a later save of
     /// the task (validators, segments) never writes back a stale state.
-    func record(_ state: TaskState, error: String? = nil) async throws {
+    func record(_ state: TaskState, error: String? = nil, code: HaulError.Code? = nil) async throws {
         let (store, id) = (store, task.id)
-        try await uncancellable { try await store.setState(id, state, error: error) }
+        try await uncancellable { try await store.setState(id, state, error: error, code: code) }
         task.state = state
         task.errorMessage = error
     }

@@ -98,8 +98,8 @@ extension Transfer {
             task.validators = Validators(lastModified: HTTPDate.format(file.modified), totalLength: file.size)
             segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: file.size, committed: file.size)]
             try await store.saveResponse(task, segments: segments)
-            try await record(.completed)
         }
+        if task.state != .completed { try await record(.completed) }
         progress.update {
             $0.fileName = task.fileName
             $0.totalBytes = file.size

@@ -30,6 +30,8 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
     /// For a task waiting to try again (``TaskState/retrying``): when it tries next.
     /// ``errorMessage`` says what failed last.
     public var nextTryAt: Date?
+    /// For a failed task: the class of its failure (``HaulError/Code``), as its error had it.
+    public var errorCode: HaulError.Code?
 
     init(
         id: UUID,
@@ -44,9 +46,11 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         session: String,
         rateLimit: Int64? = nil,
         connections: Int? = nil,
-        nextTryAt: Date? = nil
+        nextTryAt: Date? = nil,
+        errorCode: HaulError.Code? = nil
     ) {
         self.nextTryAt = nextTryAt
+        self.errorCode = errorCode
         self.id = id
         self.url = url
         self.path = path
@@ -63,7 +67,26 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case id, url, path, directory, state, priority, bytesCommitted, totalBytes, errorMessage, session
-        case rateLimit, connections, nextTryAt
+        case rateLimit, connections, nextTryAt, errorCode
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(UUID.self, forKey: .id)
+        url = try container.decode(URL.self, forKey: .url)
+        path = try container.decodeIfPresent(String.self, forKey: .path)
+        directory = try container.decode(String.self, forKey: .directory)
+        state = try container.decode(TaskState.self, forKey: .state)
+        priority = try container.decode(Int.self, forKey: .priority)
+        bytesCommitted = try container.decode(Int64.self, forKey: .bytesCommitted)
+        totalBytes = try container.decodeIfPresent(Int64.self, forKey: .totalBytes)
+        errorMessage = try container.decodeIfPresent(String.self, forKey: .errorMessage)
+        session = try container.decode(String.self, forKey: .session)
+        rateLimit = try container.decodeIfPresent(Int64.self, forKey: .rateLimit)
+        connections = try container.decodeIfPresent(Int.self, forKey: .connections)
+        nextTryAt = try container.decodeIfPresent(Date.self, forKey: .nextTryAt)
+        // A code this version does not know is left out, not an error.
+        errorCode = try container.decodeIfPresent(String.self, forKey: .errorCode).flatMap(HaulError.Code.init(name:))
     }
 
     /// Encodes the fields, the URL with its secrets hidden.
@@ -82,5 +105,6 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         try container.encodeIfPresent(rateLimit, forKey: .rateLimit)
         try container.encodeIfPresent(connections, forKey: .connections)
         try container.encodeIfPresent(nextTryAt, forKey: .nextTryAt)
+        try container.encodeIfPresent(errorCode?.description, forKey: .errorCode)
     }
 }

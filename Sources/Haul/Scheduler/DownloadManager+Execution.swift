@@ -90,7 +90,7 @@ extension DownloadManager {
     /// (``reconcile()``).
     func recordFailure(_ id: UUID, _ failure: HaulError) async {
         do {
-            try await store.setState(id, .failed, error: failure.description)
+            try await store.setState(id, .failed, error: failure.description, code: failure.code)
         } catch {
             known[id]?.unrecorded = .some(failure.description)
         }

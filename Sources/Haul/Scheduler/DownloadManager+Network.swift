@@ -175,7 +175,7 @@ extension DownloadManager {
             about: id
         )
         do {
-            try await store.setState(id, .failed, error: error.description)
+            try await store.setState(id, .failed, error: error.description, code: error.code)
         } catch {
             return
         }

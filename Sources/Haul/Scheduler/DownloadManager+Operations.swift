@@ -91,11 +91,13 @@ extension DownloadManager {
             try await store.setPriority(id, priority)
             record.priority = priority
         }
-        if record.state != .completed {
+        if record.state != .completed || record.checkNewer {
             record.queueOrder = try await store.requeue(id, state: .queued)
         }
         // A completed task keeps its record: its transfer finds the verified file in place
-        // and completes without a request (or fetches it again if the file is gone).
+        // and completes without a request (or fetches it again if the file is gone). One
+        // that checks for a newer version is queued until the server has answered, so that
+        // no reader (`haul wait`) takes the old file for the answer.
         return try await enqueueAdded(record, isNew: false)
     }
 

@@ -158,8 +158,9 @@ extension Store {
             // task of the others is in their payload, and this column was never read.
             try db.alter(table: "event") { t in t.drop(column: "taskID") }
         }
-        migrator.registerMigration("v15: checking for a newer version, continuing a file, hooks") { db in
+        migrator.registerMigration("v15: checking for a newer version, continuing a file, hooks, error codes") { db in
             try db.alter(table: "task") { t in
+                t.add(column: "errorCode", .text)
                 t.add(column: "checkNewer", .boolean).notNull().defaults(to: false)
                 t.add(column: "continuesExisting", .boolean).notNull().defaults(to: false)
                 t.add(column: "hooks", .text)

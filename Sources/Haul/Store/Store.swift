@@ -243,7 +243,8 @@ public final class Store: Sendable {
             try db.execute(
                 sql:
                     """
-                    UPDATE task SET state = ?, queueOrder = ?, queuedAt = ?, errorMessage = NULL, nextTryAt = NULL,
+                    UPDATE task SET state = ?, queueOrder = ?, queuedAt = ?, errorMessage = NULL, errorCode = NULL,
+                        nextTryAt = NULL,
                         retryingSince = NULL, updatedAt = ? WHERE id = ?
                     """,
                 arguments: [state.rawValue, order, StoreDate.now, StoreDate.now, id]
@@ -279,7 +280,7 @@ public final class Store: Sendable {
             var sql = """
                 SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
                     task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
-                    task.session, task.rateLimit, task.connections, task.nextTryAt
+                    task.session, task.rateLimit, task.connections, task.nextTryAt, task.errorCode
                 FROM task LEFT JOIN segment ON segment.taskID = task.id
                 """
             var conditions: [String] = []
@@ -328,7 +329,8 @@ public final class Store: Sendable {
                         session: row[9],
                         rateLimit: row[10],
                         connections: row[11],
-                        nextTryAt: StoreDate.date(row[12] as DatabaseValue)
+                        nextTryAt: StoreDate.date(row[12] as DatabaseValue),
+                        errorCode: (row[13] as String?).flatMap(HaulError.Code.init(name:))
                     )
                 )
             }
@@ -418,15 +420,17 @@ public final class Store: Sendable {
     /// Records a state (and the error, for a failure). The time of a next try goes; the
     /// start of a streak of tries stays only while the task may still be retried (queued or
     /// running again, or failed for good: then it says since when it was tried).
-    func setState(_ id: UUID, _ state: TaskState, error: String? = nil) async throws {
+    /// - Parameter code: the failure's ``HaulError/Code``, kept beside its message so that a
+    ///   reader (`haul wait`) can tell its class.
+    func setState(_ id: UUID, _ state: TaskState, error: String? = nil, code: HaulError.Code? = nil) async throws {
         let keepsStreak = state == .queued || state == .running || state == .failed
         try await write { db in
             try db.execute(
                 sql: """
-                    UPDATE task SET state = ?, errorMessage = ?, nextTryAt = NULL,
+                    UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
                         retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ? WHERE id = ?
                     """,
-                arguments: [state.rawValue, error, keepsStreak, StoreDate.now, id]
+                arguments: [state.rawValue, error, code?.description, keepsStreak, StoreDate.now, id]
             )
         }
     }

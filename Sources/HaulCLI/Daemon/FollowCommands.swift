@@ -153,7 +153,12 @@ extension HaulCommand {
                 let reason = task.errorMessage ?? task.state.rawValue
                 Output.error("haul: \(task.state.rawValue): \(Redaction.url(task.url)): \(reason)\n")
             }
-            if completed.count != tasks.count { throw ExitStatus.failure.exit }
+            guard completed.count != tasks.count else { return }
+            // The class of the failures, as haul get would exit for them; 1 when they differ
+            // or a task stopped without failing (cancelled, paused by someone else).
+            let failed = tasks.filter { $0.state != .completed }
+            let classes = Set(failed.map { task in task.errorCode.map(ExitStatus.init) ?? .failure })
+            throw (classes.count == 1 ? classes.first ?? .failure : .failure).exit
         }
     }
 

@@ -84,7 +84,7 @@ struct RedactionTests {
             #expect(added.status == 0, "\(added.stderr)")
             shown += [added.stdout, added.stderr]
             let waited = try await HaulProcess.run(["wait", "--session", "s"], home: home)
-            #expect(waited.status == 1, "one task fails: \(waited.stderr)")
+            #expect(waited.status == 6, "one task fails with a 404, and wait says its class: \(waited.stderr)")
             shown += [waited.stdout, waited.stderr]
             #expect(sha256(file: out + "/f.bin") == server.sha256("/f.bin"))
             for arguments in [["list"], ["list", "--json"], ["events", "--session", "s", "--no-follow", "--json"]] {
@@ -96,6 +96,7 @@ struct RedactionTests {
             let client = HaulClient(home: HaulHome(path: home))
             let failed = try await client.tasks(session: "s").first { $0.state == .failed }
             #expect(failed?.errorMessage?.contains("404") == true)
+            #expect(failed?.errorCode == .httpStatus)
             try await client.shutdown()
 
             // `haul get` failing on such a URL.

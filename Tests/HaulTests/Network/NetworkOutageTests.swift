@@ -258,7 +258,7 @@ struct NetworkOutageTests {
                 )
                 #expect(added.status == 0, "\(added.stderr)")
                 let waited = try await HaulProcess.run(["wait", "--session", "w"], home: home)
-                #expect(waited.status != 0)
+                #expect(waited.status == 4, "\(waited.stderr)")
                 #expect(ContinuousClock.now - started >= .seconds(2))
                 let task = try #require(try await client.tasks().first)
                 #expect(task.state == .failed)
