@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -94,3 +96,35 @@ int chaul_interface_flags(const char *name) {
 int chaul_rtnetlink_open(void) { errno = ENOSYS; return -1; }
 int chaul_interface_flags(const char *name) { (void)name; errno = ENOSYS; return -1; }
 #endif
+
+int chaul_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                const char *directory, int in, int out, int err, int new_session) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int result = posix_spawn_file_actions_init(&actions);
+    if (result != 0) return result;
+    result = posix_spawnattr_init(&attributes);
+    if (result != 0) {
+        posix_spawn_file_actions_destroy(&actions);
+        return result;
+    }
+    int sources[3] = {in, out, err};
+    for (int target = 0; target < 3 && result == 0; target++) {
+        if (sources[target] >= 0) result = posix_spawn_file_actions_adddup2(&actions, sources[target], target);
+    }
+    if (result == 0 && directory != NULL) result = posix_spawn_file_actions_addchdir_np(&actions, directory);
+    if (result == 0) result = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    sigset_t empty, all;
+    sigemptyset(&empty);
+    sigfillset(&all);
+    if (result == 0) result = posix_spawnattr_setsigmask(&attributes, &empty);
+    if (result == 0) result = posix_spawnattr_setsigdefault(&attributes, &all);
+    short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+    flags |= new_session ? POSIX_SPAWN_SETSID : POSIX_SPAWN_SETPGROUP;
+    if (result == 0) result = posix_spawnattr_setflags(&attributes, flags);
+    if (result == 0 && !new_session) result = posix_spawnattr_setpgroup(&attributes, 0);
+    if (result == 0) result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return result;
+}

@@ -2,7 +2,8 @@
 #define CHAUL_SYSTEM_H
 
 // The few Linux calls the Swift Glibc module does not expose: extended attributes (the
-// owner mark of part files, a finished file's origin URL) and rename without replacing (placing a finished file).
+// owner mark of part files, a finished file's origin URL), rename without replacing (placing a
+// finished file), and starting a program (hooks, the daemon) with posix_spawn.
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -22,5 +23,14 @@ int chaul_rename_noreplace(const char *from, const char *to);
 int chaul_rtnetlink_open(void);
 /// The kernel's interface flags (IFF_UP, IFF_RUNNING, …) of `name`, or -1 with errno.
 int chaul_interface_flags(const char *name);
+
+/// Starts `path` with posix_spawn(3): `in`, `out` and `err` become its 0, 1 and 2 (-1 keeps
+/// this process's own); every other descriptor is closed in the child (closefrom, so nothing
+/// leaks into it, without reading /proc/self/fd); signal dispositions are reset to their
+/// defaults and the mask emptied; it runs in `directory` when not NULL, in a session of its
+/// own when `new_session` is non-zero, else in a process group of its own. Returns 0 and sets
+/// `*pid`, or an errno value.
+int chaul_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                const char *directory, int in, int out, int err, int new_session);
 
 #endif

@@ -143,51 +143,38 @@ enum HookRunner {
         timeout: Duration
     ) async -> HookRun {
         var run = HookRun(moment: moment, program: program)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(variables) { $1 }
-        process.standardInput = FileHandle.nullDevice
-        // Its output goes to stderr: stdout may carry a command's own results (--json).
-        process.standardOutput = FileHandle.standardError
-        process.standardError = FileHandle.standardError
-        let (ended, continuation) = AsyncStream<(Int32, Process.TerminationReason)>.makeStream()
-        process.terminationHandler = { finished in
-            continuation.yield((finished.terminationStatus, finished.terminationReason))
-            continuation.finish()
-        }
+        let child: ChildProcess
         do {
-            try process.run()
+            // Its output goes to stderr: stdout may carry a command's own results (--json).
+            child = try ChildProcess(
+                program,
+                arguments: arguments,
+                environment: ProcessInfo.processInfo.environment.merging(variables) { $1 },
+                standardInput: .null,
+                standardOutput: .descriptor(STDERR_FILENO),
+                standardError: .inherit
+            )
         } catch {
-            run.failure = "it could not be started (\((error as NSError).localizedDescription))"
+            run.failure = "it could not be started (\(error))"
             return run
         }
-        let pid = process.processIdentifier
-        let timedOut = await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                for await _ in ended { break }
-                return false
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return !Task.isCancelled
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
+        // A cancelled task (the manager stopping) asks the hook to stop; the limit stands.
+        let ended = await withTaskCancellationHandler {
+            await child.exited(within: timeout)
+        } onCancel: {
+            child.signal(SIGTERM)
         }
-        if timedOut {
-            kill(pid, SIGTERM)
-            try? await Task.sleep(for: .seconds(5))
-            if process.isRunning { kill(pid, SIGKILL) }
-            while process.isRunning { try? await Task.sleep(for: .milliseconds(50)) }
+        guard let ended else {
+            child.signal(SIGTERM)
+            if await child.exited(within: .seconds(5)) == nil { child.signal(SIGKILL) }
+            _ = await child.exited()
             run.failure = "it ran longer than \(timeout.spoken) and was stopped"
             return run
         }
-        let status = process.terminationStatus
-        if process.terminationReason == .uncaughtSignal {
-            run.failure = "it was killed by signal \(status)"
-        } else {
+        switch ended {
+        case .signalled(let signal):
+            run.failure = "it was killed by signal \(signal)"
+        case .exited(let status):
             run.exitStatus = status
             if status != 0 { run.failure = "it exited with status \(status)" }
         }

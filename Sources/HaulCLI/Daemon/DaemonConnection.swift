@@ -42,7 +42,8 @@ enum DaemonConnection {
 
     /// A daemon process this command started.
     struct StartedDaemon {
-        let pid: Int32
+        let process: ChildProcess
+        var pid: Int32 { process.pid }
         /// Where its lines begin in the log (earlier starts wrote what comes before).
         let logOffset: UInt64
     }
@@ -53,7 +54,7 @@ enum DaemonConnection {
         let deadline = ContinuousClock.now + .seconds(15)
         while ContinuousClock.now < deadline {
             if (try? await client.status(timeout: .seconds(1))) != nil { return }
-            if let started, kill(started.pid, 0) != 0, DaemonLock.holder(paths.lock) == nil {
+            if let started, !started.process.isRunning, DaemonLock.holder(paths.lock) == nil {
                 // It ended: its error line says why (it cannot listen, the store is not Haul's…).
                 if let reason = lastError(inLog: paths.log, from: started.logOffset) {
                     throw HaulError(
@@ -96,18 +97,21 @@ enum DaemonConnection {
         let logDescriptor = try HomeFile.open(paths.log, O_WRONLY | O_CREAT | O_APPEND)
         let log = FileHandle(fileDescriptor: logDescriptor, closeOnDealloc: true)
         let logOffset = (try? log.seekToEnd()) ?? 0
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executablePath())
-        process.arguments = ["daemon", "start", "--foreground", "--detach"] + arguments
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = log
-        process.standardError = log
+        let child: ChildProcess
         do {
-            try process.run()
+            // In a session of its own, so the terminal's hang-up or Ctrl-C does not reach it.
+            child = try ChildProcess(
+                executablePath(),
+                arguments: ["daemon", "start", "--foreground", "--detach"] + arguments,
+                standardInput: .null,
+                standardOutput: .descriptor(logDescriptor),
+                standardError: .descriptor(logDescriptor),
+                newSession: true
+            )
         } catch {
             throw HaulError(.fileSystem, "Cannot start the Haul daemon", underlying: error)
         }
-        return StartedDaemon(pid: process.processIdentifier, logOffset: logOffset)
+        return StartedDaemon(process: child, logOffset: logOffset)
     }
 
     /// This program, to run as the daemon.

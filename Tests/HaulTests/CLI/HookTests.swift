@@ -146,4 +146,39 @@ struct HookTests {
             _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }
     }
+
+    @Test("a hook that outlives its limit is stopped: SIGTERM, then SIGKILL when it ignores that")
+    func outlivesItsLimit() async throws {
+        let temp = try TemporaryDirectory()
+        // Stops on SIGTERM: ended well before the 5 s grace.
+        async let politeRun = HookRunner.run(
+            .complete,
+            program: "/bin/sh",
+            arguments: ["-c", "echo $$ > \(temp.file("polite")); exec sleep 60"],
+            variables: [:],
+            timeout: .seconds(1)
+        )
+        // Ignores SIGTERM: killed after the grace.
+        async let stubbornRun = HookRunner.run(
+            .error,
+            program: "/bin/sh",
+            arguments: ["-c", "trap '' TERM; echo $$ > \(temp.file("stubborn")); while :; do sleep 1; done"],
+            variables: [:],
+            timeout: .seconds(1)
+        )
+        let (polite, stubborn) = await (politeRun, stubbornRun)
+        #expect(polite.failure == "it ran longer than 1 s and was stopped")
+        #expect(polite.exitStatus == nil)
+        #expect(stubborn.failure == "it ran longer than 1 s and was stopped")
+        for name in ["polite", "stubborn"] {
+            let pid = try #require(
+                Int32(
+                    try String(contentsOfFile: temp.file(name), encoding: .utf8).trimmingCharacters(
+                        in: .whitespacesAndNewlines
+                    )
+                )
+            )
+            #expect(kill(pid, 0) != 0, "the \(name) hook is gone")
+        }
+    }
 }

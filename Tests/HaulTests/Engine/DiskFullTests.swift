@@ -85,19 +85,7 @@ struct DiskFullTests {
     }
 
     static func run(_ tool: String, _ arguments: [String]) async throws -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: tool)
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        let (stream, continuation) = AsyncStream<Int32>.makeStream()
-        process.terminationHandler = {
-            continuation.yield($0.terminationStatus)
-            continuation.finish()
-        }
-        try process.run()
-        var status: Int32 = -1
-        for await code in stream { status = code }
-        return status
+        let process = try ChildProcess(tool, arguments: arguments, standardOutput: .null, standardError: .null)
+        return await process.exited().status
     }
 }

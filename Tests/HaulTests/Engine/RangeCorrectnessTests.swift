@@ -340,14 +340,13 @@ struct RangeCorrectnessTests {
         let temp = try TemporaryDirectory()
         let file = temp.file("content")
         _ = FileManager.default.createFile(atPath: file, contents: Data(bytes))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["\(algorithm)sum", file]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        let process = try ChildProcess(
+            "/usr/bin/env",
+            arguments: ["\(algorithm)sum", file],
+            standardOutput: .file(temp.file("sum"))
+        )
         process.waitUntilExit()
+        let output = FileManager.default.contents(atPath: temp.file("sum")) ?? Data()
         return String(decoding: output, as: UTF8.self).split(separator: " ").first.map(String.init) ?? ""
     }
 }

@@ -39,6 +39,9 @@ struct FailureSpeedTests {
         }
         #expect(stderr.contains("haul: error: Connection refused by 127.0.0.1:\(port)"), "\(stderr)")
         #expect(stderr.contains("Gave up after 5 retries; check the URL's port, and that the server is running"))
+        for line in stderr.split(separator: "\n") where line.hasPrefix("haul:") {
+            #expect(line.filter { $0 == "(" }.count == line.filter { $0 == ")" }.count, "unbalanced: \(line)")
+        }
         Self.expectNoDumps(stderr)
         #expect(try FileManager.default.contentsOfDirectory(atPath: temp.path) == ["home"])
     }
@@ -151,13 +154,13 @@ struct NameLookupTests {
 final class LocalNameServer: Sendable {
     let address: String
     let directory: TemporaryDirectory
-    private let process: Process
+    private let process: ChildProcess
 
     static var isPossible: Bool {
         getuid() == 0 && ExternalServer.python != nil && ExternalServer.findExecutable("unshare") != nil
     }
 
-    private init(address: String, directory: TemporaryDirectory, process: Process) {
+    private init(address: String, directory: TemporaryDirectory, process: ChildProcess) {
         self.address = address
         self.directory = directory
         self.process = process
@@ -194,15 +197,12 @@ final class LocalNameServer: Sendable {
             atomically: true,
             encoding: .utf8
         )
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "--default-signal=TERM", python, directory.file("dns.py"), address, directory.file("queries"),
-            directory.file("ready"),
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(
+            python,
+            arguments: [directory.file("dns.py"), address, directory.file("queries"), directory.file("ready")],
+            standardOutput: .null,
+            standardError: .null
+        )
         let server = LocalNameServer(address: address, directory: directory, process: process)
         for _ in 0..<500 where !FileManager.default.fileExists(atPath: directory.file("ready")) {
             guard process.isRunning else { break }
@@ -227,8 +227,7 @@ final class LocalNameServer: Sendable {
     }
 
     func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
+        process.signal(SIGTERM)
         process.waitUntilExit()
     }
 }

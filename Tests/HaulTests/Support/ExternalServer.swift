@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import Testing
 
 /// A real HTTP server (nginx or Python's http.server) started for one test on a free
@@ -11,7 +12,7 @@ final class ExternalServer: Sendable {
     let scheme: String
     /// The address it listens on.
     let host: String
-    private let process: Process
+    private let process: ChildProcess
 
     /// Whether the tests run in CI, where a missing server is a failure rather than a skip.
     static var isCI: Bool { ProcessInfo.processInfo.environment["CI"].map { !$0.isEmpty } ?? false }
@@ -35,7 +36,7 @@ final class ExternalServer: Sendable {
     static let apacheModules = "/usr/lib/apache2/modules"
 
     private init(
-        process: Process,
+        process: ChildProcess,
         port: Int,
         root: String,
         directory: TemporaryDirectory,
@@ -68,11 +69,11 @@ final class ExternalServer: Sendable {
     func url(_ path: String) -> URL { URL(string: "\(scheme)://\(host):\(port)\(path)")! }
 
     func stop() async {
-        kill(process.processIdentifier, SIGTERM)
-        for _ in 0..<200 where process.isRunning {
-            try? await Task.sleep(for: .milliseconds(10))
+        process.signal(SIGTERM)
+        if await process.exited(within: .seconds(2)) == nil {
+            process.signal(SIGKILL)
+            _ = await process.exited()
         }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 
     /// The user and password nginx's `/auth/` asks for (HTTP Basic).
@@ -300,16 +301,16 @@ final class ExternalServer: Sendable {
         scheme: String = "http",
         host: String = "127.0.0.1"
     ) async throws -> ExternalServer {
-        let process = Process()
         // Through `env --default-signal`: a disposition of SIG_IGN survives exec, and this
         // test process ignores SIGTERM once a daemon test has run (swift-service-lifecycle
         // handles it itself) — a server started with it ignored would never stop on SIGTERM
         // (Python), or be killed before it could stop its workers (Apache).
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["--default-signal=TERM,INT,HUP", executable] + arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(
+            "/usr/bin/env",
+            arguments: ["--default-signal=TERM,INT,HUP", executable] + arguments,
+            standardOutput: .null,
+            standardError: .null
+        )
         let server = ExternalServer(
             process: process,
             port: port,

@@ -1,15 +1,15 @@
 import Foundation
+import Haul
 import Testing
 
 /// Runs the `haul` executable built beside the tests, as a user would from a shell.
 ///
-/// Nothing here blocks a thread: output goes to files and the exit arrives through the
-/// termination handler, so the in-process test server keeps running on the same small
+/// Nothing here blocks a thread: output goes to files and the exit arrives from the child's
+/// own reaping thread, so the in-process test server keeps running on the same small
 /// cooperative thread pool.
 final class HaulProcess: Sendable {
-    private let process: Process
+    private let process: ChildProcess
     private let outputDirectory: TemporaryDirectory
-    private let exit: AsyncStream<Int32>
 
     /// The `haul` binary in the build directory that holds this test bundle.
     static var executable: String {
@@ -39,47 +39,36 @@ final class HaulProcess: Sendable {
         launcher: [String] = [],
         environment changes: [String: String?] = [:]
     ) throws {
-        let process = Process()
-        if let first = launcher.first {
-            process.executableURL = URL(fileURLWithPath: first)
-            process.arguments = Array(launcher.dropFirst()) + [HaulProcess.executable] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: HaulProcess.executable)
-            process.arguments = arguments
-        }
+        let executable = launcher.first ?? HaulProcess.executable
+        let allArguments =
+            launcher.isEmpty ? arguments : Array(launcher.dropFirst()) + [HaulProcess.executable] + arguments
         var environment = ProcessInfo.processInfo.environment
         // No configuration file of the machine's applies: one under the test's home, if any.
         environment["HAUL_CONFIG"] = nil
         environment["XDG_CONFIG_HOME"] = home + "/config"
         for (name, value) in changes { environment[name] = value }
         environment["HAUL_HOME"] = home
-        process.environment = environment
-        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
         outputDirectory = try TemporaryDirectory()
-        _ = FileManager.default.createFile(atPath: outputDirectory.file("stdout"), contents: nil)
-        _ = FileManager.default.createFile(atPath: outputDirectory.file("stderr"), contents: nil)
-        process.standardOutput = stdout ?? FileHandle(forWritingAtPath: outputDirectory.file("stdout"))
-        process.standardError = stderr ?? FileHandle(forWritingAtPath: outputDirectory.file("stderr"))
+        var standardInput = ChildProcess.Stream.null
         if let input {
             _ = FileManager.default.createFile(atPath: outputDirectory.file("stdin"), contents: Data(input.utf8))
-            process.standardInput = FileHandle(forReadingAtPath: outputDirectory.file("stdin"))
-        } else {
-            process.standardInput = FileHandle.nullDevice
+            standardInput = .readFile(outputDirectory.file("stdin"))
         }
-        let (stream, continuation) = AsyncStream<Int32>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        process.terminationHandler = { finished in
-            continuation.yield(finished.terminationStatus)
-            continuation.finish()
-        }
-        exit = stream
-        try process.run()
-        self.process = process
+        process = try ChildProcess(
+            executable,
+            arguments: allArguments,
+            environment: environment,
+            directory: directory,
+            standardInput: standardInput,
+            standardOutput: stdout.map { .descriptor($0.fileDescriptor) } ?? .file(outputDirectory.file("stdout")),
+            standardError: stderr.map { .descriptor($0.fileDescriptor) } ?? .file(outputDirectory.file("stderr"))
+        )
     }
 
-    var pid: Int32 { process.processIdentifier }
+    var pid: Int32 { process.pid }
 
     func kill(_ signal: Int32) {
-        _ = Foundation.kill(process.processIdentifier, signal)
+        process.signal(signal)
     }
 
     /// What it has printed on stderr so far.
@@ -94,9 +83,7 @@ final class HaulProcess: Sendable {
 
     /// Waits for exit and returns the status and what was printed.
     func finish() async -> (status: Int32, stdout: String, stderr: String) {
-        var status: Int32 = -1
-        for await code in exit { status = code }
-        return output(status)
+        output(await process.exited().status)
     }
 
     private func output(_ status: Int32) -> (status: Int32, stdout: String, stderr: String) {
@@ -109,21 +96,12 @@ final class HaulProcess: Sendable {
     /// then is killed (`SIGKILL`) and nil returned, so a wedged process fails a test
     /// instead of hanging the suite.
     func finish(within timeout: Duration) async -> (status: Int32, stdout: String, stderr: String)? {
-        let status = await withTaskGroup(of: Int32?.self) { group in
-            group.addTask {
-                var status: Int32 = -1
-                for await code in self.exit { status = code }
-                return status
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            if first == nil { self.kill(SIGKILL) }
-            group.cancelAll()
-            return first
+        let ended = await process.exited(within: timeout)
+        if ended == nil {
+            kill(SIGKILL)
+            _ = await process.exited()
         }
+        let status = ended?.status
         return status.map(output)
     }
 

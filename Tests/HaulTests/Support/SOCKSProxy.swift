@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import Testing
 
 /// A SOCKS5 proxy (no authentication, CONNECT only) in Python, for one test: it records each
@@ -6,9 +7,9 @@ import Testing
 final class SOCKSProxy: Sendable {
     let port: Int
     let directory: TemporaryDirectory
-    private let process: Process
+    private let process: ChildProcess
 
-    private init(port: Int, directory: TemporaryDirectory, process: Process) {
+    private init(port: Int, directory: TemporaryDirectory, process: ChildProcess) {
         self.port = port
         self.directory = directory
         self.process = process
@@ -66,14 +67,14 @@ final class SOCKSProxy: Sendable {
             Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
             """
         try script.write(toFile: directory.file("socks.py"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "--default-signal=TERM", python, directory.file("socks.py"), String(port), directory.file("log"),
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(
+            "/usr/bin/env",
+            arguments: [
+                "--default-signal=TERM", python, directory.file("socks.py"), String(port), directory.file("log"),
+            ],
+            standardOutput: .null,
+            standardError: .null
+        )
         let proxy = SOCKSProxy(port: port, directory: directory, process: process)
         for _ in 0..<500 where !proxy.listening() {
             guard process.isRunning else { break }
@@ -97,8 +98,7 @@ final class SOCKSProxy: Sendable {
     }
 
     func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
+        process.signal(SIGTERM)
         process.waitUntilExit()
     }
 }

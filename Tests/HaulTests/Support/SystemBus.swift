@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import Synchronization
 import Testing
 
@@ -12,8 +13,8 @@ final class SystemBus: Sendable {
     let directory: TemporaryDirectory
     /// `unix:path=…`, for `DBUS_SYSTEM_BUS_ADDRESS`.
     let address: String
-    private let bus: Process
-    private let service: Process
+    private let bus: ChildProcess
+    private let service: ChildProcess
     private let commands: FileHandle
     private let sent = Counter()
 
@@ -28,7 +29,13 @@ final class SystemBus: Sendable {
         (daemon != nil && FileManager.default.isExecutableFile(atPath: python)) || ExternalServer.isCI
     }
 
-    private init(directory: TemporaryDirectory, address: String, bus: Process, service: Process, commands: FileHandle) {
+    private init(
+        directory: TemporaryDirectory,
+        address: String,
+        bus: ChildProcess,
+        service: ChildProcess,
+        commands: FileHandle
+    ) {
         self.directory = directory
         self.address = address
         self.bus = bus
@@ -61,23 +68,21 @@ final class SystemBus: Sendable {
         _ = FileManager.default.createFile(atPath: directory.file("bus.out"), contents: nil)
         _ = FileManager.default.createFile(atPath: directory.file("nm.out"), contents: nil)
 
-        let bus = Process()
-        // env resets SIGTERM, which this process may ignore (and a child would inherit).
-        bus.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        bus.arguments = [
-            "--default-signal=TERM", daemon, "--config-file=\(directory.file("bus.conf"))", "--nofork", "--nopidfile",
-            "--print-address=1",
-        ]
-        bus.standardOutput = FileHandle(forWritingAtPath: directory.file("bus.out"))
-        bus.standardError = bus.standardOutput
-        try bus.run()
+        let bus = try ChildProcess(
+            daemon,
+            arguments: [
+                "--config-file=\(directory.file("bus.conf"))", "--nofork", "--nopidfile", "--print-address=1",
+            ],
+            standardOutput: .file(directory.file("bus.out"), append: true),
+            standardError: .file(directory.file("bus.out"), append: true)
+        )
         // dbus-daemon prints its address once it listens.
         for _ in 0..<3000 where !SystemBus.text(directory.file("bus.out")).contains("unix:") {
             guard bus.isRunning else { break }
             try await Task.sleep(for: .milliseconds(10))
         }
         guard SystemBus.text(directory.file("bus.out")).contains("unix:") else {
-            if bus.isRunning { kill(bus.processIdentifier, SIGTERM) }
+            bus.signal(SIGTERM)
             bus.waitUntilExit()
             Issue.record("dbus-daemon did not start: \(SystemBus.text(directory.file("bus.out")))")
             throw POSIXError(.ECHILD)
@@ -85,13 +90,14 @@ final class SystemBus: Sendable {
         let address = "unix:path=\(socket)"
 
         let input = Pipe()
-        let service = Process()
-        service.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        service.arguments = ["--default-signal=TERM", python, directory.file("nm.py"), address]
-        service.standardInput = input
-        service.standardOutput = FileHandle(forWritingAtPath: directory.file("nm.out"))
-        service.standardError = service.standardOutput
-        try service.run()
+        let service = try ChildProcess(
+            python,
+            arguments: [directory.file("nm.py"), address],
+            standardInput: .descriptor(input.fileHandleForReading.fileDescriptor),
+            standardOutput: .file(directory.file("nm.out"), append: true),
+            standardError: .file(directory.file("nm.out"), append: true)
+        )
+        try input.fileHandleForReading.close()
         let system = SystemBus(
             directory: directory,
             address: address,
@@ -126,18 +132,15 @@ final class SystemBus: Sendable {
 
     /// Stops the stand-in: NetworkManager leaves the bus.
     func stopNetworkManager() {
-        guard service.isRunning else { return }
-        kill(service.processIdentifier, SIGTERM)
+        service.signal(SIGTERM)
         service.waitUntilExit()
     }
 
     func stop() {
         try? commands.close()
         stopNetworkManager()
-        if bus.isRunning {
-            kill(bus.processIdentifier, SIGTERM)
-            bus.waitUntilExit()
-        }
+        bus.signal(SIGTERM)
+        bus.waitUntilExit()
     }
 
     var serviceOutput: String { SystemBus.text(directory.file("nm.out")) }

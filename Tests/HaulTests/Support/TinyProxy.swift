@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import Testing
 
 /// Debian's tinyproxy, started for one test on a free loopback port from a config in a
@@ -7,12 +8,12 @@ import Testing
 final class TinyProxy: Sendable {
     let port: Int
     let directory: TemporaryDirectory
-    private let process: Process
+    private let process: ChildProcess
 
     static var executable: String? { ExternalServer.findExecutable("tinyproxy") }
     static var usable: Bool { executable != nil || ExternalServer.isCI }
 
-    private init(port: Int, directory: TemporaryDirectory, process: Process) {
+    private init(port: Int, directory: TemporaryDirectory, process: ChildProcess) {
         self.port = port
         self.directory = directory
         self.process = process
@@ -42,12 +43,12 @@ final class TinyProxy: Sendable {
         if getuid() == 0 { config += "\nUser root\nGroup root" }
         if let credentials { config += "\nBasicAuth \(credentials.user) \(credentials.password)" }
         try config.write(toFile: directory.file("tinyproxy.conf"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["--default-signal=TERM", executable, "-d", "-c", directory.file("tinyproxy.conf")]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(
+            "/usr/bin/env",
+            arguments: ["--default-signal=TERM", executable, "-d", "-c", directory.file("tinyproxy.conf")],
+            standardOutput: .null,
+            standardError: .null
+        )
         let proxy = TinyProxy(port: port, directory: directory, process: process)
         for _ in 0..<500 {
             if proxy.logText().contains("Accepting connections") { break }
@@ -82,8 +83,7 @@ final class TinyProxy: Sendable {
     }
 
     func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
+        process.signal(SIGTERM)
         process.waitUntilExit()
     }
 }
