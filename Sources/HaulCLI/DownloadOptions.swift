@@ -83,6 +83,21 @@ struct DownloadOptions: ParsableArguments {
     )
     var connections: Int?
 
+    @Option(
+        name: .customLong("mirror"),
+        help: ArgumentHelp(
+            "Another URL of the same file: its pieces come from every source at once, each mirror checked against the others' bytes (repeat for more).",
+            valueName: "url"
+        )
+    )
+    var mirrors: [String] = []
+
+    @Option(
+        name: .customLong("max-connections-per-server"),
+        help: ArgumentHelp("Connections to any one source of a file with mirrors (default 4).", valueName: "n")
+    )
+    var maxConnectionsPerServer: Int?
+
     @Option(name: .customLong("min-split"), help: "Never split a file into pieces smaller than this (default 4M).")
     var minSplit: ByteCount?
 
@@ -94,6 +109,9 @@ struct DownloadOptions: ParsableArguments {
     func validate() throws {
         if let connections, !(1...DownloadRequest.maxConnections).contains(connections) {
             throw ValidationError("-x/--connections must be 1 to \(DownloadRequest.maxConnections)")
+        }
+        if let maxConnectionsPerServer, !(1...DownloadRequest.maxConnections).contains(maxConnectionsPerServer) {
+            throw ValidationError("--max-connections-per-server must be 1 to \(DownloadRequest.maxConnections)")
         }
         if let minSplit, minSplit.bytes < DownloadRequest.smallestSplit {
             throw ValidationError("--min-split must be at least 64K")
@@ -137,6 +155,13 @@ struct DownloadOptions: ParsableArguments {
                 .invalidArgument,
                 "-o names one file, and \(urls.count) URLs were given",
                 hint: "With several URLs use -d (and out= in an input file)"
+            )
+        }
+        if !mirrors.isEmpty, urls.count != 1 || inputFile != nil {
+            throw HaulError(
+                .invalidArgument,
+                "--mirror names other URLs of one file, and \(inputFile != nil ? "-i gives several" : "\(urls.count) URLs were given")",
+                hint: "Give one URL with its mirrors"
             )
         }
         try DownloadRequest.validateSession(session)
@@ -189,6 +214,7 @@ struct DownloadOptions: ParsableArguments {
             )
         }
         var requests = try urls.map { try request($0, out: output, checksum: defaultChecksum) }
+        if !mirrors.isEmpty { requests[0].mirrors = try mirrors.map(DownloadRequest.parseURL) }
         if let inputFile {
             for entry in try InputFile.read(inputFile).entries {
                 requests.append(
@@ -212,6 +238,7 @@ struct DownloadOptions: ParsableArguments {
             if connection.noMetered { requests[index].allowsMeteredNetwork = false }
             requests[index].checkNewer = timestamping
             requests[index].continuesExistingFile = continueExisting
+            requests[index].maxConnectionsPerServer = maxConnectionsPerServer
         }
         return requests
     }

@@ -95,6 +95,11 @@ extension HaulCommand {
             if downloads.timestamping, downloads.streamsToStandardOutput {
                 throw ValidationError("-N compares with a file at the destination, and -o - writes none")
             }
+            if !downloads.mirrors.isEmpty, downloads.streamsToStandardOutput {
+                throw ValidationError(
+                    "--mirror spreads a file's pieces over its sources, and -o - streams one connection"
+                )
+            }
         }
 
         func run() async throws {

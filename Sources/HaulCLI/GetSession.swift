@@ -205,6 +205,15 @@ struct GetSession {
             line += "; resumed at \(Format.bytes(resumedFrom)), fetched \(Format.bytes(result.bytesFetched))"
         }
         line += ")"
+        if result.sources.count > 1 {
+            let used = result.sources.filter { $0.bytes > 0 }.count
+            line += "; from \(used) of \(result.sources.count) sources"
+            for source in result.sources {
+                if let reason = source.dropped {
+                    line += "\nhaul: dropped \(Redaction.url(source.url)): \(reason)"
+                }
+            }
+        }
         if !result.lengthConfirmed {
             line += "; the server gave no length and could not confirm the end: the file may be incomplete"
         }

@@ -29,6 +29,8 @@ public final class TestServer: Sendable {
         case weak
         /// No ETag header.
         case none
+        /// This strong ETag, whatever the version (a mirror's own).
+        case fixed(String)
     }
 
     /// Ways to break `Content-Range` on 206 responses.
@@ -158,6 +160,7 @@ public final class TestServer: Sendable {
             case .strong: return "\"v\(version)-\(seed)\""
             case .weak: return "W/\"v\(version)-\(seed)\""
             case .none: return nil
+            case .fixed(let value): return value
             }
         }
     }
@@ -535,7 +538,9 @@ public final class TestServer: Sendable {
     /// A weak ETag never matches (RFC 9110 §13.1.5).
     private static func ifRangeHolds(_ value: String?, resource: Resource) -> Bool {
         guard let value else { return true }
-        if value.hasPrefix("\"") { return resource.etag == .strong && value == resource.etagValue }
+        if value.hasPrefix("\"") {
+            return resource.etag != .weak && resource.etag != .none && value == resource.etagValue
+        }
         if value.hasPrefix("W/") { return false }
         return resource.lastModified.map { httpDate($0) == value } ?? false
     }

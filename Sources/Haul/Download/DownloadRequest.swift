@@ -146,6 +146,13 @@ public struct DownloadRequest: Sendable {
     /// Programs run when the download ends (``Hooks``), by a ``DownloadManager``; each one set
     /// wins over the manager's own.
     public var hooks = Hooks.none
+    /// Other URLs of the same file, as aria2 takes several URIs of one: the file's segments
+    /// are spread over ``url`` and these. A mirror takes segments once its bytes at a place
+    /// another source wrote agree and its length is the file's; one that fails, or serves
+    /// another file, is dropped for this download while the others continue.
+    public var mirrors: [URL] = []
+    /// The most connections to any one source (the URL or a mirror); nil for 4.
+    public var maxConnectionsPerServer: Int?
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"
@@ -205,6 +212,13 @@ public struct DownloadRequest: Sendable {
             )
         }
         try DownloadRequest.validateRateLimit(rateLimit)
+        if let maxConnectionsPerServer, !(1...DownloadRequest.maxConnections).contains(maxConnectionsPerServer) {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid number of connections per server \(maxConnectionsPerServer)",
+                hint: "Use 1 to \(DownloadRequest.maxConnections)"
+            )
+        }
     }
 
     /// Rejects a rate limit outside 1 byte to 1 TiB per second (nil, no limit, is fine).
@@ -235,6 +249,7 @@ public struct DownloadRequest: Sendable {
     /// headers' syntax, and the TLS, proxy, credential and cookie options.
     func validateFetching() throws {
         try DownloadRequest.validate(url)
+        try validateMirrors()
         try validateTuning()
         for header in headers { try header.validate() }
         try tls.validate()
@@ -242,6 +257,26 @@ public struct DownloadRequest: Sendable {
         try credentials.validate()
         try cookies.validate()
         try hooks.validate()
+    }
+
+    /// Checks the mirrors: at most 15, each an http(s) URL with a host, none repeating
+    /// another source.
+    func validateMirrors() throws {
+        guard !mirrors.isEmpty else { return }
+        try DownloadSource.validate(([url] + mirrors).map { DownloadSource(url: $0) })
+        var seen: Set<String> = [url.absoluteString]
+        for mirror in mirrors where !seen.insert(mirror.absoluteString).inserted {
+            throw HaulError(
+                .invalidArgument,
+                "The mirror \(Redaction.url(mirror)) is given twice",
+                hint: "Give each source once"
+            )
+        }
+    }
+
+    /// The sources a task records: the URL and the mirrors; none without mirrors.
+    var sources: [DownloadSource] {
+        mirrors.isEmpty ? [] : ([url] + mirrors).map { DownloadSource(url: $0) }
     }
 
     /// Checks a session name: 1 to 128 letters, digits, `.`, `_` or `-`.

@@ -24,6 +24,9 @@ public struct DownloadResult: Sendable, Equatable {
     /// the last byte received, could not confirm that nothing does: the file may be
     /// truncated. True for every file whose length was known or confirmed.
     public var lengthConfirmed: Bool
+    /// The URL and its mirrors, with the bytes each delivered and why any was dropped;
+    /// empty for a download without mirrors.
+    public var sources: [DownloadSource] = []
 
     public init(
         taskID: UUID,

@@ -226,6 +226,8 @@ public final class Downloader: Sendable {
             record.checkNewer = request.checkNewer
             record.continuesExisting = request.continuesExistingFile
             record.hooks = request.hooks
+            record.sources = request.sources
+            record.maxConnectionsPerServer = request.maxConnectionsPerServer
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,

@@ -14,6 +14,8 @@ struct Checkpointer: Sendable {
     let plan: SegmentPlan
     let interval: Duration
     let bytes: Int64
+    /// The download's sources, when it has mirrors: recorded with the segments when they changed.
+    var sources: SourcePool?
 
     /// Checkpoints until the calling task is cancelled.
     func run() async throws {
@@ -39,10 +41,11 @@ struct Checkpointer: Sendable {
     /// made even by a stopping transfer: a sync whose offsets never reach the store is wasted.
     func checkpoint() async throws {
         let snapshot = plan.snapshotWritten(taskID: taskID)
+        let changedSources = sources?.changes()
         let (part, store, id) = (part, store, taskID)
         try await uncancellable {
             try await FileIO.run { try part.sync() }
-            try await store.checkpoint(id, segments: snapshot)
+            try await store.checkpoint(id, segments: snapshot, sources: changedSources)
         }
         plan.committed(snapshot)
     }

@@ -16,6 +16,8 @@ struct SegmentResponse: Sendable {
     var overlap: [UInt8]
     /// Where the response says its body ends, when it says.
     var expectedEnd: Int64?
+    /// The mirror it came from, when not the URL asked for: named in its errors.
+    var mirror: URL?
 }
 
 /// One connection of a download: fetches segments and writes them into the part file.
@@ -45,9 +47,16 @@ struct SegmentWorker: Sendable {
     var logger: Logger
     /// Whether the server has no usable route now (the manager then waits for the network).
     var isOffline: @Sendable (URL) -> Bool = { _ in false }
+    /// The download's sources when it has mirrors (SegmentWorker+Sources.swift); nil for the
+    /// URL alone.
+    var sources: SourcePool?
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
     func run(first: SegmentResponse?) async throws {
+        if let sources {
+            try await run(over: sources, first: first)
+            return
+        }
         if let first {
             var failure: HaulError?
             do {
@@ -154,7 +163,14 @@ struct SegmentWorker: Sendable {
     /// Asks for `from..<to` of the file: `bytes=from-(to-1)`, or `bytes=from-` for the
     /// file's last segment — starting up to 64 KiB earlier when the segment already holds
     /// bytes, which are compared with the disk before anything is written (rule 7).
-    private func request(segmentStart start: Int64, from: Int64, to end: Int64) async throws -> SegmentResponse {
+    func request(
+        segmentStart start: Int64,
+        from: Int64,
+        to end: Int64,
+        source: SourceLease? = nil
+    ) async throws -> SegmentResponse {
+        let url = source?.url ?? url
+        let rules = source?.rules ?? rules
         let last = end == rules.totalLength ? nil : end - 1
         let overlap = min(from - start, TransferRules.overlapLength)
         let expected = overlap > 0 ? try part.read(at: from - overlap, count: Int(overlap)) : []
@@ -181,7 +197,8 @@ struct SegmentWorker: Sendable {
                 segmentStart: start,
                 bodyOffset: requestStart,
                 overlap: expected,
-                expectedEnd: end
+                expectedEnd: end,
+                mirror: source.flatMap { $0.index == 0 ? nil : $0.url }
             )
         case let .restart(reason, carriesWholeFile):
             if response.status == 416 { await HTTPTransport.discard(response.head.body) }
@@ -197,7 +214,8 @@ struct SegmentWorker: Sendable {
     /// another connection moved the end down, the rest of the response is abandoned; when
     /// the response should cover the segment exactly, it is read to its end so a body longer
     /// than promised is caught (rule 8).
-    func stream(_ segment: SegmentResponse) async throws {
+    func stream(_ segment: SegmentResponse, source: Int? = nil) async throws {
+        let url = segment.mirror ?? url
         let start = segment.segmentStart
         var position = segment.bodyOffset
         var overlap = segment.overlap
@@ -235,6 +253,7 @@ struct SegmentWorker: Sendable {
                     batch.append(buffer)
                     position += Int64(allowed)
                     progress.add(allowed)
+                    if let source { sources?.delivered(allowed, by: source) }
                     if batch.isFull || ContinuousClock.now - lastFlush >= flushInterval {
                         try await batch.flush(to: part)
                         plan.wrote(upTo: batch.offset, segmentStart: start)
@@ -247,7 +266,7 @@ struct SegmentWorker: Sendable {
                 }
             }
         } catch {
-            throw try await broke(segment, with: error, at: position, keeping: &batch)
+            throw try await broke(segment, with: error, at: position, keeping: &batch, url: url)
         }
         try await batch.flush(to: part)
         plan.wrote(upTo: batch.offset, segmentStart: start)
@@ -260,7 +279,7 @@ struct SegmentWorker: Sendable {
         }
         if let end = plan.segment(at: start)?.end, position < end {
             // Rule 8: short is a network failure, never a finished file.
-            throw endedEarly(segment, at: position, end: min(end, segment.expectedEnd ?? end))
+            throw endedEarly(segment, at: position, end: min(end, segment.expectedEnd ?? end), url: url)
         }
     }
 
@@ -275,7 +294,8 @@ struct SegmentWorker: Sendable {
         _ segment: SegmentResponse,
         with error: any Error,
         at position: Int64,
-        keeping batch: inout WriteBatch
+        keeping batch: inout WriteBatch,
+        url: URL
     ) async throws -> any Error {
         if error is Restart { return error }
         let verdict = (error as? HaulError).flatMap { $0.code == .connection ? nil : $0 }
@@ -291,13 +311,13 @@ struct SegmentWorker: Sendable {
         // A timeout says more than "ended early"; any other break before the promised end
         // is rule 8's short body.
         if let end = segment.expectedEnd, position < end, !HTTPTransport.isTimeout(error) {
-            return endedEarly(segment, at: position, end: end)
+            return endedEarly(segment, at: position, end: end, url: url)
         }
         return transport.connectionError(error, url: url)
     }
 
     /// Rule 8's failure: the body stopped before the bytes it promised.
-    private func endedEarly(_ segment: SegmentResponse, at position: Int64, end: Int64) -> HaulError {
+    private func endedEarly(_ segment: SegmentResponse, at position: Int64, end: Int64, url: URL) -> HaulError {
         let received = position - segment.bodyOffset
         let promised = end - segment.bodyOffset
         return HaulError(

@@ -120,7 +120,7 @@ extension Transfer {
         try await record(.completed)
         let fetched = progress.snapshot().bytesThisRun
         logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
-        return DownloadResult(
+        var result = DownloadResult(
             taskID: task.id,
             path: destination,
             bytes: total,
@@ -130,6 +130,8 @@ extension Transfer {
             elapsed: ContinuousClock.now - started,
             lengthConfirmed: lengthConfirmed
         )
+        result.sources = task.sources
+        return result
     }
 
     /// Records how the run ended and turns any error into the ``HaulError`` to report.

@@ -7,6 +7,11 @@ extension Transfer {
     /// validators in one transaction, before any byte of the new representation is written.
     func resetToZero(validators: Validators) async throws {
         task.validators = validators
+        if let sources {
+            // Mirrors are compared again with the bytes of the file that starts now.
+            sources.forgetVerification()
+            task.sources = sources.snapshot
+        }
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
         if part != nil || task.partPath.map(FileOps.exists) == true { try await openPart().truncate(to: 0) }
         try await store.saveResponse(task, segments: segments)

@@ -60,6 +60,12 @@ final class Transfer {
     /// Set once the server answered a range request with the same file whole: it will not
     /// serve ranges (to this client, with this `If-Range`), so this run stops splitting.
     private var rangesDeclined = false
+    /// The URL and its mirrors while the download runs, when it has mirrors.
+    let sources: SourcePool?
+
+    /// Connections to one source when the request does not say (aria2's default is 1; a
+    /// mirror is usually a server of its own, able to serve a few).
+    static let defaultConnectionsPerServer = 4
 
     /// Restarts from zero allowed (a changed or inconsistent representation) before giving up.
     static let maxRestarts = 3
@@ -79,6 +85,12 @@ final class Transfer {
         self.control = control
         self.limiter = limiter
         self.transport = environment.transport
+        sources =
+            task.sources.count > 1
+            ? SourcePool(
+                task.sources,
+                perSourceCap: task.maxConnectionsPerServer ?? Transfer.defaultConnectionsPerServer
+            ) : nil
         var logger = environment.logger
         logger[metadataKey: "haul.task"] = "\(task.id)"
         self.logger = logger
@@ -95,6 +107,12 @@ final class Transfer {
     /// Connections for this download.
     private var connections: Int {
         if rangesDeclined { return 1 }
+        if let sources {
+            // Every source gets a connection unless -x says fewer; each at most its cap.
+            let active = sources.activeCount
+            let wanted = task.connections ?? max(environment.connections, active)
+            return max(1, min(wanted, active * sources.perSourceCap, DownloadRequest.maxConnections))
+        }
         return max(1, min(task.connections ?? environment.connections, environment.connectionCap))
     }
     private var minSplitSize: Int64 { max(64 * 1024, task.minSplitSize ?? environment.minSplitSize) }
@@ -388,7 +406,8 @@ final class Transfer {
             retry: environment.retry,
             flushInterval: min(environment.checkpointInterval / 2, .milliseconds(200)),
             logger: logger,
-            isOffline: environment.isOffline
+            isOffline: environment.isOffline,
+            sources: sources
         )
         let checkpointer = Checkpointer(
             part: part,
@@ -396,7 +415,8 @@ final class Transfer {
             taskID: task.id,
             plan: plan,
             interval: environment.checkpointInterval,
-            bytes: environment.checkpointBytes
+            bytes: environment.checkpointBytes,
+            sources: sources
         )
         let extra = first == nil ? connections : (plan.count > 1 ? min(connections, plan.count) - 1 : 0)
         if plan.count > 1 {
@@ -421,10 +441,12 @@ final class Transfer {
         } catch {
             try? await checkpointer.checkpoint()
             segments = plan.records(taskID: task.id)
+            if let sources { task.sources = sources.snapshot }
             throw error
         }
         try await checkpointer.checkpoint()
         segments = plan.records(taskID: task.id)
+        if let sources { task.sources = sources.snapshot }
         // A stream of unknown length ended: the caller confirms where the file ends.
         if plan.count == 1, plan.segment(0).end == nil { return }
         guard plan.isComplete else {

@@ -166,6 +166,12 @@ extension Store {
                 t.add(column: "hooks", .text)
             }
         }
+        migrator.registerMigration("v16: mirrors") { db in
+            try db.alter(table: "task") { t in
+                t.add(column: "sources", .text)
+                t.add(column: "maxConnectionsPerServer", .integer)
+            }
+        }
         return migrator
     }
 }

@@ -364,15 +364,16 @@ public final class Store: Sendable {
     /// length — and replaces the segments, in one transaction. Leaves the columns others
     /// own (state, priority, queue order) alone.
     func saveResponse(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+        let sources = task.sources.isEmpty ? nil : try TaskRecord.json(task.sources)
         try await write { db in
             try db.execute(
                 sql: """
                     UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,
-                        totalLength = ?, updatedAt = ? WHERE id = ?
+                        totalLength = ?, sources = ?, updatedAt = ? WHERE id = ?
                     """,
                 arguments: [
                     task.finalURL?.absoluteString, task.fileName, task.etag, task.lastModified, task.serverDate,
-                    task.totalLength, StoreDate.now, task.id,
+                    task.totalLength, sources, StoreDate.now, task.id,
                 ]
             )
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
@@ -380,13 +381,22 @@ public final class Store: Sendable {
         }
     }
 
-    /// Records a download's segments with their committed offsets, in one transaction. Call
-    /// only after the part file was synced up to those offsets.
-    func checkpoint(_ id: UUID, segments: [SegmentRecord]) async throws {
+    /// Records a download's segments with their committed offsets, and its sources when they
+    /// changed (a mirror's validators must be durable with the bytes it served), in one
+    /// transaction. Call only after the part file was synced up to those offsets.
+    func checkpoint(_ id: UUID, segments: [SegmentRecord], sources: [DownloadSource]? = nil) async throws {
+        let sourcesText = try sources.map { try TaskRecord.json($0) }
         try await write { db in
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).deleteAll(db)
             for segment in segments { try segment.insert(db) }
-            try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [StoreDate.now, id])
+            if let sourcesText {
+                try db.execute(
+                    sql: "UPDATE task SET sources = ?, updatedAt = ? WHERE id = ?",
+                    arguments: [sourcesText, StoreDate.now, id]
+                )
+            } else {
+                try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [StoreDate.now, id])
+            }
         }
     }
 

@@ -80,6 +80,10 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var continuesExisting = false
     /// Programs run when it ends (a JSON object; NULL for none).
     var hooks = Hooks.none
+    /// The URL and its mirrors with what the download learnt of each; empty without mirrors.
+    var sources: [DownloadSource] = []
+    /// The most connections to one source; nil for the default.
+    var maxConnectionsPerServer: Int?
     /// For a task waiting to try again: when (the state group).
     var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
@@ -122,6 +126,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let checkNewer = Column("checkNewer")
         static let continuesExisting = Column("continuesExisting")
         static let hooks = Column("hooks")
+        static let sources = Column("sources")
+        static let maxConnectionsPerServer = Column("maxConnectionsPerServer")
         static let retryingSince = Column("retryingSince")
     }
 
@@ -186,6 +192,13 @@ extension TaskRecord {
         checkNewer = try reader.value(Columns.checkNewer)
         continuesExisting = try reader.value(Columns.continuesExisting)
         hooks = try reader.json(Columns.hooks, default: .none, what: "a set of hooks") { try $0.validateShape() }
+        sources = try reader.json(Columns.sources, default: [], what: "a list of sources") {
+            try DownloadSource.validate($0)
+        }
+        maxConnectionsPerServer = try reader.value(Columns.maxConnectionsPerServer)
+        if let cap = maxConnectionsPerServer, !(1...DownloadRequest.maxConnections).contains(cap) {
+            throw reader.unreadable(Columns.maxConnectionsPerServer, "is not a number of connections from 1 to 64")
+        }
         retryingSince = try reader.optionalDate(Columns.retryingSince)
     }
 
@@ -226,6 +239,8 @@ extension TaskRecord {
         container[Columns.checkNewer] = checkNewer
         container[Columns.continuesExisting] = continuesExisting
         container[Columns.hooks] = hooks == .none ? nil : try TaskRecord.json(hooks)
+        container[Columns.sources] = sources.isEmpty ? nil : try TaskRecord.json(sources)
+        container[Columns.maxConnectionsPerServer] = maxConnectionsPerServer
         container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
     }
 

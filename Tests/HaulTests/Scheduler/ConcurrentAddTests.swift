@@ -99,7 +99,7 @@ struct ConcurrentAddTests {
                 let values = try record.databaseDictionary.filter {
                     ![
                         "tls", "proxy", "credentials", "cookies", "nextTryAt", "retryingSince", "allowsMetered",
-                        "checkNewer", "continuesExisting", "hooks",
+                        "checkNewer", "continuesExisting", "hooks", "sources", "maxConnectionsPerServer",
                     ].contains($0.key)
                 }
                 let columns = values.keys.sorted()

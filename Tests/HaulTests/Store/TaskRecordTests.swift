@@ -93,6 +93,18 @@ struct TaskRecordTests {
             ("createdAt", "'yesterday'", "its createdAt is not a date"),
             ("tls", "'{\"certificateAuthorities\": 7}'", "its tls is not a set of TLS options"),
             ("tls", "'{\"certificateAuthorities\": \"relative/ca.pem\"}'", "its tls is not a set of TLS options"),
+            (
+                "sources", "'[{\"url\": \"file:///etc/passwd\", \"verified\": true, \"bytes\": 0}]'",
+                "its sources is not a list of sources"
+            ),
+            (
+                "sources", "'[{\"url\": \"http://127.0.0.1/f\", \"verified\": true, \"bytes\": -5}]'",
+                "its sources is not a list of sources"
+            ),
+            (
+                "maxConnectionsPerServer", "1000",
+                "its maxConnectionsPerServer is not a number of connections from 1 to 64"
+            ),
         ]
     )
     func unreadableRow(column: String, value: String, complaint: String) async throws {

@@ -1,0 +1,360 @@
+import Foundation
+import Logging
+import NIOCore
+
+/// One connection of a download with mirrors: it takes a source (``SourcePool``), then
+/// segments, and fetches them from that source until it fails; a failing source is left
+/// for another at once, and dropped for the download once its retries are spent or its
+/// answer shows it cannot serve this file (docs/architecture.md, "Several sources").
+extension SegmentWorker {
+    /// A source a connection uses: where it is, and the rules its answers are read by (its
+    /// own validators, the file's length).
+    struct SourceLease: Sendable {
+        var index: Int
+        var url: URL
+        var rules: TransferRules
+    }
+
+    /// How comparing a mirror's bytes with the file's ended.
+    enum Verdict {
+        case verified
+        case dropped
+        /// It could not be asked now (a failure worth retrying): left for later.
+        case notNow
+    }
+
+    func lease(_ index: Int, in pool: SourcePool) -> SourceLease {
+        if index == 0 { return SourceLease(index: 0, url: url, rules: rules) }
+        let source = pool.source(index)
+        var validators = source.validators ?? Validators()
+        validators.totalLength = rules.totalLength
+        return SourceLease(index: index, url: source.url, rules: TransferRules(validators))
+    }
+
+    /// Works until there is nothing left to claim, or no source can take a connection.
+    func run(over pool: SourcePool, first: SegmentResponse?) async throws {
+        var current: Int?
+        var segmentStart: Int64?
+        var pending: HaulError?
+        /// The source that failed last, with its failures in a row: taken again, it is
+        /// waited for first.
+        var backoff: (index: Int, error: HaulError, failures: Int)?
+        func letGo() {
+            if let current { pool.release(current) }
+            if let segmentStart { plan.release(segmentStart: segmentStart) }
+        }
+        if let first {
+            pool.take(0)
+            current = 0
+            segmentStart = first.segmentStart
+            do {
+                try await stream(first, source: 0)
+                plan.release(segmentStart: first.segmentStart)
+                segmentStart = nil
+            } catch {
+                switch AttemptOutcome(error, stopRequested: control.requested != nil) {
+                case let .retry(error) where rules.allowsRanges:
+                    // The open-ended first response broke; its segment continues with ranges.
+                    pending = error
+                case let outcome:
+                    letGo()
+                    throw outcome.error ?? error
+                }
+            }
+        }
+        while true {
+            if current == nil {
+                guard let index = pool.lease() else {
+                    letGo()
+                    return
+                }
+                current = index
+                if !pool.source(index).verified {
+                    do {
+                        if try await verify(index, in: pool) != .verified {
+                            pool.release(index)
+                            current = nil
+                            continue
+                        }
+                    } catch {
+                        letGo()
+                        throw error
+                    }
+                }
+            }
+            guard let source = current else { continue }
+            if let last = backoff, last.index == source, pending == nil {
+                backoff = nil
+                do {
+                    let delay = try retry.delay(retrying: last.error, attempt: last.failures)
+                    try await progress.waiting(delay, after: last.error, attempt: last.failures, of: retry.maxRetries)
+                } catch {
+                    letGo()
+                    throw control.requested != nil ? CancellationError() : error
+                }
+            }
+            if segmentStart == nil {
+                guard let index = plan.claim() else {
+                    letGo()
+                    return
+                }
+                segmentStart = plan.segment(index).start
+            }
+            guard let start = segmentStart else { continue }
+            let outcome: AttemptOutcome
+            if let failure = pending {
+                pending = nil
+                outcome = .retry(failure)
+            } else {
+                outcome = await fetchOnce(segmentStart: start, from: lease(source, in: pool))
+            }
+            switch outcome {
+            case .done, .stepAside:
+                plan.release(segmentStart: start)
+                segmentStart = nil
+            case .stopped:
+                letGo()
+                throw CancellationError()
+            case let .restart(restart):
+                // This source's copy is not the file's any more (another version, another
+                // length, a range refused): others finish it, while one verified remains.
+                guard pool.verifiedCount > 1, drop(source, in: pool, because: restart.reason) else {
+                    letGo()
+                    throw restart
+                }
+                pool.release(source)
+                current = nil
+            case let .failed(error):
+                // A status no retry mends (404, 403, 410…) or a refused TLS handshake drops
+                // the source; a local failure (the disk) fails the download.
+                guard let error = error as? HaulError, error.code.isSourceFault,
+                    drop(source, in: pool, because: error.message)
+                else {
+                    letGo()
+                    throw error
+                }
+                pool.release(source)
+                current = nil
+            case let .retry(error):
+                let failures = pool.failed(source)
+                if failures > retry.maxRetries {
+                    guard drop(source, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
+                    else {
+                        letGo()
+                        throw retry.givenUp(error)
+                    }
+                    pool.release(source)
+                    current = nil
+                    continue
+                }
+                if isOffline(url) {
+                    letGo()
+                    throw error
+                }
+                // Another source takes the segment at once, when one can; this one is tried
+                // again after its backoff.
+                logger.debug(
+                    "source failed; its segment goes to the next source",
+                    metadata: [
+                        "source": "\(Redaction.url(lease(source, in: pool).url))",
+                        "error": "\(error.message)",
+                    ]
+                )
+                backoff = (source, error, failures)
+                pool.release(source)
+                current = nil
+            }
+        }
+    }
+
+    /// Drops `index` with a logged reason; false when it is the last source.
+    private func drop(_ index: Int, in pool: SourcePool, because reason: String) -> Bool {
+        let url = lease(index, in: pool).url
+        guard pool.drop(index, reason: reason) else { return false }
+        logger.warning(
+            "source dropped for this download; the others continue",
+            metadata: ["source": "\(Redaction.url(url))", "reason": "\(reason)"]
+        )
+        return true
+    }
+
+    /// One request for what is left of a segment, from one source, streamed to its end.
+    private func fetchOnce(segmentStart start: Int64, from source: SourceLease) async -> AttemptOutcome {
+        guard let segment = plan.segment(at: start), let end = segment.end, segment.written < end else { return .done }
+        do {
+            try await stream(
+                request(segmentStart: start, from: segment.written, to: end, source: source),
+                source: source.index
+            )
+            return .done
+        } catch {
+            return AttemptOutcome(error, stopRequested: control.requested != nil)
+        }
+    }
+
+    // MARK: Verifying a mirror
+
+    /// Compares a mirror's bytes with bytes another source already wrote: 64 KiB asked for
+    /// at a place on disk (the latest written, once there are that many), with its length.
+    /// Agreeing, it is verified with the validators of its answer; disagreeing, the other
+    /// sources not yet compared are asked for the same bytes, and the majority decides: the
+    /// mirror is dropped, or the download fails naming the sources when the file's own
+    /// bytes are not the majority's (they are never mixed with another file's).
+    func verify(_ index: Int, in pool: SourcePool) async throws -> Verdict {
+        let window = try await writtenWindow(pool)
+        let expected = try await FileIO.run { [part] in try part.read(at: window.lowerBound, count: Int(window.count)) }
+        let source = lease(index, in: pool)
+        let received: [UInt8]
+        let validators: Validators
+        switch await sample(source, window) {
+        case let .bytes(bytes, learnt):
+            (received, validators) = (bytes, learnt)
+        case let .unusable(reason):
+            return drop(index, in: pool, because: reason) ? .dropped : .verified
+        case let .failed(error):
+            // Asked again later (the pool offers sources with fewer failures first), until
+            // its retries are spent.
+            let failures = pool.failed(index)
+            guard failures > retry.maxRetries else {
+                try await Task.sleep(for: (try? retry.delay(retrying: error, attempt: failures)) ?? .seconds(1))
+                return .notNow
+            }
+            return drop(index, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
+                ? .dropped : .notNow
+        }
+        if received == expected {
+            pool.verified(index, validators: validators)
+            logger.info(
+                "mirror verified: its bytes agree with the file's",
+                metadata: ["source": "\(Redaction.url(source.url))", "at": "\(window.lowerBound)"]
+            )
+            return .verified
+        }
+        // Disagreement: who else says what at the same place?
+        var forFile = pool.verifiedCount
+        var forMirror = [source.url]
+        var asked: [URL] = []
+        for other in 0..<pool.count where other != index && pool.isActive(other) && !pool.source(other).verified {
+            let lease = lease(other, in: pool)
+            guard case let .bytes(bytes, learnt) = await sample(lease, window) else { continue }
+            asked.append(lease.url)
+            if bytes == expected {
+                forFile += 1
+                pool.verified(other, validators: learnt)
+            } else if bytes == received {
+                forMirror.append(lease.url)
+            }
+        }
+        let place = "bytes \(window.lowerBound)–\(window.upperBound - 1)"
+        if forFile > forMirror.count {
+            for url in forMirror {
+                if let other = (0..<pool.count).first(where: { lease($0, in: pool).url == url }) {
+                    _ = drop(other, in: pool, because: "its \(place) differ from the other sources'")
+                }
+            }
+            return .dropped
+        }
+        let names = forMirror.map { Redaction.url($0) }.joined(separator: ", ")
+        throw HaulError(
+            .representationChanged,
+            "The sources disagree about \(place) of \(Redaction.url(url)): \(names) \(forMirror.count == 1 ? "serves" : "serve") other bytes than the file written so far",
+            url: url,
+            hint: "Drop the mirrors that serve another file, or give --checksum to know which is right"
+        )
+    }
+
+    private enum Sample {
+        case bytes([UInt8], Validators)
+        /// The source cannot serve this file: another length, no ranges, a status no retry mends.
+        case unusable(String)
+        case failed(HaulError)
+    }
+
+    /// Asks `source` for `window` of the file, without `If-Range` (its validators are
+    /// learnt from this answer).
+    private func sample(_ source: SourceLease, _ window: Range<Int64>) async -> Sample {
+        do {
+            let response = try await transport.get(
+                source.url,
+                headers: headers,
+                range: "bytes=\(window.lowerBound)-\(window.upperBound - 1)",
+                ifRange: nil,
+                logger: logger
+            )
+            guard response.status == 206 else {
+                let error = await HTTPTransport.failure(response, url: source.url)
+                if response.status == 200 { return .unusable("it does not serve ranges (HTTP 200 to a range request)") }
+                return error.isRetryable ? .failed(error) : .unusable(error.message)
+            }
+            if case let .failure(restart) = source.rules.checkPartial(
+                response.headers,
+                requestStart: window.lowerBound,
+                requestLast: window.upperBound - 1
+            ) {
+                await HTTPTransport.discard(response.head.body)
+                return .unusable(restart.reason)
+            }
+            var bytes: [UInt8] = []
+            let wanted = Int(window.count)
+            bytes.reserveCapacity(wanted)
+            for try await buffer in response.head.body {
+                guard bytes.count + buffer.readableBytes <= wanted else {
+                    return .unusable("it sent more bytes than its Content-Range says")
+                }
+                bytes.append(contentsOf: buffer.readableBytesView)
+            }
+            guard bytes.count == wanted else {
+                return .failed(
+                    HaulError(
+                        .connection,
+                        "The response of \(source.url.absoluteString) ended early: \(bytes.count) of \(wanted) bytes",
+                        url: source.url
+                    )
+                )
+            }
+            return .bytes(bytes, Validators(headers: response.headers, totalLength: rules.totalLength))
+        } catch {
+            return .failed(transport.connectionError(error, url: source.url))
+        }
+    }
+
+    /// The latest 64 KiB another source wrote, waiting for them when the download has just
+    /// begun (its first response writes them within moments).
+    private func writtenWindow(_ pool: SourcePool) async throws -> Range<Int64> {
+        let size = TransferRules.overlapLength
+        while true {
+            var best: Range<Int64>?
+            for index in 0..<plan.count {
+                let segment = plan.segment(index)
+                if segment.written - segment.start >= size {
+                    best = (segment.written - size)..<segment.written
+                    break
+                }
+            }
+            if let best { return best }
+            if control.requested != nil { throw CancellationError() }
+            guard pool.verifiedCount > 0 else {
+                throw HaulError(
+                    .connection,
+                    "No source of \(Redaction.url(url)) is left whose bytes are known to be the file's: the mirrors cannot be checked",
+                    url: url,
+                    hint: "Check the URL; a mirror can be given as the URL"
+                )
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}
+
+extension HaulError.Code {
+    /// Whether a failure of this kind belongs to the server that answered (so another
+    /// source may do better), not to this machine.
+    var isSourceFault: Bool {
+        switch self {
+        case .httpStatus, .connection, .hostNotFound, .invalidResponse, .tls, .representationChanged, .tooManyRedirects,
+            .unsupportedRedirect:
+            true
+        default: false
+        }
+    }
+}

@@ -1,0 +1,156 @@
+import Foundation
+import Synchronization
+
+/// The sources of one download while its connections run: the URL asked for (index 0) and
+/// its mirrors. Which may take another connection, each one's validators, failures and
+/// bytes, which are dropped and why — under one lock, shared by the connections.
+///
+/// A mirror takes segments only once it is verified: its bytes at a place another source
+/// already wrote were fetched and compared (``SegmentWorker`` does it). While a connection
+/// verifies a mirror, no other one takes it.
+final class SourcePool: Sendable {
+    private struct State {
+        var sources: [DownloadSource]
+        var connections: [Int]
+        var failures: [Int]
+        var verifying: Set<Int> = []
+        /// Bumped by every change the store should see; `saved` is the last one it saw.
+        var version = 0
+        var saved = 0
+    }
+
+    /// Connections one source may have at once.
+    let perSourceCap: Int
+    private let state: Mutex<State>
+
+    init(_ sources: [DownloadSource], perSourceCap: Int) {
+        var sources = sources
+        // The URL asked for defines the file; it needs no comparison.
+        if !sources.isEmpty { sources[0].verified = true }
+        self.perSourceCap = max(1, perSourceCap)
+        state = Mutex(
+            State(
+                sources: sources,
+                connections: Array(repeating: 0, count: sources.count),
+                failures: Array(repeating: 0, count: sources.count)
+            )
+        )
+    }
+
+    var count: Int { state.withLock { $0.sources.count } }
+    /// Sources not dropped.
+    var activeCount: Int { state.withLock { $0.sources.count { $0.dropped == nil } } }
+    /// Sources not dropped whose bytes agree with the file's.
+    var verifiedCount: Int { state.withLock { $0.sources.count { $0.dropped == nil && $0.verified } } }
+
+    func source(_ index: Int) -> DownloadSource { state.withLock { $0.sources[index] } }
+    func isActive(_ index: Int) -> Bool { state.withLock { $0.sources[index].dropped == nil } }
+    var snapshot: [DownloadSource] { state.withLock { $0.sources } }
+
+    /// The sources, when they changed since the last call: what a checkpoint records.
+    func changes() -> [DownloadSource]? {
+        state.withLock { state in
+            guard state.version != state.saved else { return nil }
+            state.saved = state.version
+            return state.sources
+        }
+    }
+
+    /// A connection for a source: the verified one with the fewest recent failures and
+    /// connections, else a mirror no connection is verifying (marked as being verified now).
+    /// Nil when every active source is at its cap or being verified.
+    func lease() -> Int? {
+        state.withLock { state in
+            let candidates = state.sources.indices.filter {
+                state.sources[$0].dropped == nil && state.connections[$0] < perSourceCap
+                    && (state.sources[$0].verified || !state.verifying.contains($0))
+            }
+            guard
+                let best = candidates.min(by: {
+                    (state.failures[$0], state.connections[$0], $0) < (state.failures[$1], state.connections[$1], $1)
+                })
+            else { return nil }
+            state.connections[best] += 1
+            if !state.sources[best].verified { state.verifying.insert(best) }
+            return best
+        }
+    }
+
+    /// Takes a connection of `index` whatever its cap (the first response's own).
+    func take(_ index: Int) {
+        state.withLock { $0.connections[index] += 1 }
+    }
+
+    /// Gives a connection back.
+    func release(_ index: Int) {
+        state.withLock { state in
+            state.connections[index] = max(0, state.connections[index] - 1)
+            state.verifying.remove(index)
+        }
+    }
+
+    /// A mirror's bytes agreed with the file's: it takes segments from now on, asked with
+    /// `validators` in `If-Range`.
+    func verified(_ index: Int, validators: Validators) {
+        state.withLock { state in
+            state.sources[index].verified = true
+            state.sources[index].validators = validators
+            state.verifying.remove(index)
+            state.version += 1
+        }
+    }
+
+    /// Drops `index` for this download. Returns false, dropping nothing, when it is the
+    /// last source not dropped: the download then fails as a single source's would.
+    @discardableResult
+    func drop(_ index: Int, reason: String) -> Bool {
+        state.withLock { state in
+            guard state.sources[index].dropped == nil else { return true }
+            guard state.sources.indices.contains(where: { $0 != index && state.sources[$0].dropped == nil }) else {
+                return false
+            }
+            state.sources[index].dropped = String(reason.prefix(DownloadSource.maxReasonLength))
+            state.verifying.remove(index)
+            state.version += 1
+            return true
+        }
+    }
+
+    /// Counts a failure of `index` with nothing delivered since the last; returns how many
+    /// in a row.
+    func failed(_ index: Int) -> Int {
+        state.withLock { state in
+            state.failures[index] += 1
+            return state.failures[index]
+        }
+    }
+
+    /// Bytes `index` delivered: its failures in a row end.
+    func delivered(_ count: Int, by index: Int) {
+        state.withLock { state in
+            state.sources[index].bytes += Int64(count)
+            state.failures[index] = 0
+            state.version += 1
+        }
+    }
+
+    /// Whether another source than `index` could take its work now or soon: one not
+    /// dropped and verified, or a mirror that may still be.
+    func hasAlternative(to index: Int) -> Bool {
+        state.withLock { state in
+            state.sources.indices.contains { $0 != index && state.sources[$0].dropped == nil }
+        }
+    }
+
+    /// The download starts over from byte 0 (another version): mirrors are compared again,
+    /// with validators learnt again.
+    func forgetVerification() {
+        state.withLock { state in
+            for index in state.sources.indices.dropFirst() {
+                state.sources[index].verified = false
+                state.sources[index].validators = nil
+            }
+            state.version += 1
+        }
+    }
+}

@@ -1,0 +1,264 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// One file from several sources (`--mirror`): spread over all of them, each mirror's bytes
+/// compared with another source's before it takes a segment, a failing or different one
+/// dropped, checked byte for byte and by the requests each server saw.
+@Suite("Mirrors")
+struct MirrorTests {
+    static let size = 6 << 20
+
+    /// Three servers, started and stopped together.
+    static func withServers(_ body: (TestServer, TestServer, TestServer) async throws -> Void) async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                try await TestServer.withServer { c in try await body(a, b, c) }
+            }
+        }
+    }
+
+    static func request(
+        _ primary: URL,
+        mirrors: [URL],
+        into temp: TemporaryDirectory,
+        connections: Int = 6
+    ) -> DownloadRequest {
+        var request = DownloadRequest(
+            url: primary,
+            destination: .directory(temp.path),
+            connections: connections,
+            minSplitSize: 256 << 10
+        )
+        request.mirrors = mirrors
+        return request
+    }
+
+    /// The ranged requests a server saw for `path`, as (first, last) bytes.
+    static func ranges(_ server: TestServer, _ path: String) -> [(first: Int, last: Int?)] {
+        server.requests(for: path).compactMap(SegmentTests.range)
+    }
+
+    static func task(_ downloader: Downloader, _ id: UUID) async throws -> TaskRecord {
+        try #require(try await downloader.store.task(id: id))
+    }
+
+    @Test("three sources of different speeds: the file is whole, each served bytes, each mirror checked first")
+    func threeSources() async throws {
+        try await Self.withServers { a, b, c in
+            let temp = try TemporaryDirectory()
+            a.set("/f.bin", .init(size: Self.size, etag: .fixed("\"a-1\""), bytesPerSecond: 4 << 20))
+            b.set("/f.bin", .init(size: Self.size, etag: .fixed("\"b-1\""), bytesPerSecond: 8 << 20))
+            c.set("/f.bin", .init(size: Self.size, etag: .fixed("\"c-1\""), bytesPerSecond: 2 << 20))
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
+                downloader in
+                let task = try await downloader.download(
+                    Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin"), c.url("/f.bin")], into: temp)
+                )
+                let result = try await task.result()
+                #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                #expect(result.bytes == Int64(Self.size))
+
+                for (server, etag) in [(b, "\"b-1\""), (c, "\"c-1\"")] {
+                    let requests = server.requests(for: "/f.bin")
+                    // Its first request is the comparison: 64 KiB, without If-Range.
+                    let first = try #require(requests.first)
+                    let range = try #require(SegmentTests.range(first))
+                    #expect(range.last.map { $0 - range.first + 1 } == 64 << 10)
+                    #expect(first.header("If-Range") == nil)
+                    // Every later one is a segment, conditional on this mirror's own ETag.
+                    #expect(requests.count > 1, "the mirror served segments")
+                    for request in requests.dropFirst() { #expect(request.header("If-Range") == etag) }
+                }
+                for request in a.requests(for: "/f.bin").dropFirst() {
+                    #expect(request.header("If-Range") == "\"a-1\"")
+                }
+
+                let record = try await Self.task(downloader, task.id)
+                #expect(record.sources.map(\.url) == [a, b, c].map { $0.url("/f.bin") })
+                #expect(record.sources.allSatisfy { $0.dropped == nil && $0.verified && $0.bytes > 0 })
+                #expect(record.sources.reduce(0) { $0 + $1.bytes } == Int64(Self.size), "no byte counted twice")
+                #expect(record.sources[1].validators?.etag == "\"b-1\"")
+            }
+        }
+    }
+
+    @Test("a mirror that refuses connections and one that answers 404 are dropped with their reasons")
+    func failingMirrorsAreDropped() async throws {
+        try await Self.withServers { a, b, _ in
+            let temp = try TemporaryDirectory()
+            // Slow enough that the refused mirror's retries (10–50 ms apart here) run out first.
+            a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
+            let closed = URL(string: "http://127.0.0.1:\(try ExternalServer.freePort())/f.bin")!
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
+                downloader in
+                let task = try await downloader.download(
+                    Self.request(a.url("/f.bin"), mirrors: [closed, b.url("/missing.bin")], into: temp)
+                )
+                let result = try await task.result()
+                #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                let record = try await Self.task(downloader, task.id)
+                #expect(record.sources[0].dropped == nil)
+                #expect(record.sources[0].bytes == Int64(Self.size))
+                let refused = try #require(record.sources[1].dropped)
+                #expect(refused.contains("refused"), "\(refused)")
+                let missing = try #require(record.sources[2].dropped)
+                #expect(missing.contains("404"), "\(missing)")
+                #expect(record.sources[1].bytes == 0 && record.sources[2].bytes == 0)
+                #expect(b.requests(for: "/missing.bin").count == 1, "a 404 is not asked again")
+            }
+        }
+    }
+
+    @Test("a mirror serving another file of the same length is outvoted and dropped; the file is the majority's")
+    func differentFileIsOutvoted() async throws {
+        try await Self.withServers { a, b, c in
+            let temp = try TemporaryDirectory()
+            a.set("/f.bin", .init(size: Self.size, seed: 7, bytesPerSecond: 4 << 20))
+            b.set("/f.bin", .init(size: Self.size, seed: 7, bytesPerSecond: 4 << 20))
+            c.set("/f.bin", .init(size: Self.size, seed: 8, bytesPerSecond: 8 << 20))
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
+                downloader in
+                let task = try await downloader.download(
+                    Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin"), c.url("/f.bin")], into: temp)
+                )
+                let result = try await task.result()
+                #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                let record = try await Self.task(downloader, task.id)
+                let reason = try #require(record.sources[2].dropped)
+                #expect(reason.contains("differ from the other sources'"), "\(reason)")
+                #expect(record.sources[2].bytes == 0, "none of its bytes are in the file")
+                #expect(record.sources[1].dropped == nil && record.sources[1].verified)
+            }
+        }
+    }
+
+    @Test("two sources that disagree: the download fails naming the mirror, and no file is placed")
+    func evenSplitFails() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: Self.size, seed: 7, bytesPerSecond: 4 << 20))
+                b.set("/f.bin", .init(size: Self.size, seed: 8))
+                try await Downloader.withDownloader(
+                    configuration: testConfiguration(store: temp.file("haul.sqlite"))
+                ) { downloader in
+                    let task = try await downloader.download(
+                        Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin")], into: temp)
+                    )
+                    let error = await #expect(throws: HaulError.self) { try await task.result() }
+                    #expect(error?.code == .representationChanged)
+                    #expect(
+                        error?.message.contains(b.url("/f.bin").absoluteString) == true,
+                        "\(String(describing: error))"
+                    )
+                    #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin")))
+                }
+            }
+        }
+    }
+
+    @Test("a mirror whose file has another length is dropped, saying both lengths")
+    func otherLengthIsDropped() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 8 << 20))
+                b.set("/f.bin", .init(size: Self.size + 1))
+                try await Downloader.withDownloader(
+                    configuration: testConfiguration(store: temp.file("haul.sqlite"))
+                ) { downloader in
+                    let task = try await downloader.download(
+                        Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin")], into: temp)
+                    )
+                    let result = try await task.result()
+                    #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                    let record = try await Self.task(downloader, task.id)
+                    #expect(
+                        record.sources[1].dropped == "206 says the file is \(Self.size + 1) bytes, was \(Self.size)"
+                    )
+                    #expect(b.requests(for: "/f.bin").count == 1)
+                }
+            }
+        }
+    }
+
+    @Test("mirrors are checked as URLs: another scheme, a repeat, too many are refused before anything is recorded")
+    func hostileMirrors() throws {
+        let temp = try TemporaryDirectory()
+        let url = URL(string: "http://127.0.0.1:1/f.bin")!
+        func refused(_ mirrors: [URL]) -> String? {
+            var request = DownloadRequest(url: url, destination: .directory(temp.path))
+            request.mirrors = mirrors
+            do {
+                try request.validate()
+                return nil
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(refused([URL(string: "ftp://127.0.0.1/f.bin")!])?.contains("ftp") == true)
+        #expect(
+            refused([
+                URL(string: "http://u:secret@127.0.0.1:2/f.bin")!, URL(string: "http://u:secret@127.0.0.1:2/f.bin")!,
+            ])
+            .map { $0.contains("given twice") && !$0.contains("secret") } == true
+        )
+        #expect(
+            refused((2...17).map { URL(string: "http://127.0.0.1:\($0)/f.bin")! })?.contains("at most 15 mirrors")
+                == true
+        )
+        #expect(refused([URL(string: "http://127.0.0.1:2/f.bin")!]) == nil)
+    }
+}
+
+/// `haul get --mirror`, as a user runs it.
+@Suite("haul get --mirror", .tags(.process))
+struct MirrorCommandTests {
+    @Test("haul get --mirror: the file from both servers; a 404 mirror is named as dropped on stderr")
+    func getWithMirrors() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: MirrorTests.size, bytesPerSecond: 4 << 20))
+                b.set("/f.bin", .init(size: MirrorTests.size, etag: .fixed("\"b\""), bytesPerSecond: 4 << 20))
+                let (status, _, stderr) = try await HaulProcess.get(
+                    [
+                        "--mirror", b.url("/f.bin").absoluteString, "--mirror", b.url("/gone.bin").absoluteString,
+                        "--max-connections-per-server", "2", "-x", "4", "--min-split", "256K",
+                        a.url("/f.bin").absoluteString,
+                    ],
+                    in: temp
+                )
+                #expect(status == 0, "\(stderr)")
+                #expect(TestContent.sha256(file: temp.file("f.bin")) == a.sha256("/f.bin"))
+                #expect(b.requests(for: "/f.bin").count > 1, "the mirror served segments")
+                #expect(b.maxOpenConnections <= 3, "at most 2 for each of the two mirrors on it, and the check")
+                #expect(stderr.contains("; from 2 of 3 sources"), "\(stderr)")
+                #expect(stderr.contains("haul: dropped \(b.url("/gone.bin").absoluteString): HTTP 404"), "\(stderr)")
+            }
+        }
+    }
+
+    @Test("--mirror with several URLs, with -i, or with -o - is refused in one line")
+    func refusedCombinations() async throws {
+        let temp = try TemporaryDirectory()
+        let several = try await HaulProcess.get(
+            ["--mirror", "http://127.0.0.1:1/m", "http://127.0.0.1:1/a", "http://127.0.0.1:1/b"],
+            in: temp
+        )
+        #expect(several.status == 2)
+        #expect(
+            several.stderr.contains("--mirror names other URLs of one file, and 2 URLs were given"),
+            "\(several.stderr)"
+        )
+        let stream = try await HaulProcess.get(
+            ["--mirror", "http://127.0.0.1:1/m", "-o", "-", "http://127.0.0.1:1/a"],
+            in: temp
+        )
+        #expect(stream.status == 2)
+        #expect(stream.stderr.contains("-o - streams one connection"), "\(stream.stderr)")
+    }
+}
