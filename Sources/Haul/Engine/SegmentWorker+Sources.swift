@@ -24,8 +24,8 @@ extension SegmentWorker {
     }
 
     func lease(_ index: Int, in pool: SourcePool) -> SourceLease {
-        if index == 0 { return SourceLease(index: 0, url: url, rules: rules) }
         let source = pool.source(index)
+        if index == lead { return SourceLease(index: index, url: source.url, rules: rules) }
         var validators = source.validators ?? Validators()
         validators.totalLength = rules.totalLength
         return SourceLease(index: index, url: source.url, rules: TransferRules(validators))
@@ -44,11 +44,12 @@ extension SegmentWorker {
             if let segmentStart { plan.release(segmentStart: segmentStart) }
         }
         if let first {
-            pool.take(0)
-            current = 0
+            // The first response is the lead's.
+            pool.take(lead)
+            current = lead
             segmentStart = first.segmentStart
             do {
-                try await stream(first, source: 0)
+                try await stream(first, source: lead)
                 plan.release(segmentStart: first.segmentStart)
                 segmentStart = nil
             } catch {
@@ -246,6 +247,21 @@ extension SegmentWorker {
             }
         }
         let place = "bytes \(window.lowerBound)–\(window.upperBound - 1)"
+        if forMirror.count > forFile {
+            // The file's own bytes are the minority's: its sources go, and the download
+            // starts over from the majority.
+            let reason = "its \(place) differ from the majority of the sources'"
+            let dropped = pool.dropVerified(reason: reason)
+            if !dropped.isEmpty {
+                for index in dropped {
+                    logger.warning(
+                        "source dropped for this download; the others continue",
+                        metadata: ["source": "\(Redaction.url(lease(index, in: pool).url))", "reason": "\(reason)"]
+                    )
+                }
+                throw Restart(reason: "the mirrors outvote the bytes written so far at \(place)")
+            }
+        }
         if forFile > forMirror.count {
             for url in forMirror {
                 if let other = (0..<pool.count).first(where: { lease($0, in: pool).url == url }) {
@@ -351,7 +367,7 @@ extension HaulError.Code {
     /// source may do better), not to this machine.
     var isSourceFault: Bool {
         switch self {
-        case .httpStatus, .connection, .hostNotFound, .invalidResponse, .tls, .representationChanged, .tooManyRedirects,
+        case .httpStatus, .connection, .hostNotFound, .invalidResponse, .tls, .tooManyRedirects,
             .unsupportedRedirect:
             true
         default: false

@@ -50,6 +50,8 @@ struct SegmentWorker: Sendable {
     /// The download's sources when it has mirrors (SegmentWorker+Sources.swift); nil for the
     /// URL alone.
     var sources: SourcePool?
+    /// The source whose validators ``rules`` holds (the lead, ``SourcePool/lead``).
+    var lead = 0
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
     func run(first: SegmentResponse?) async throws {
@@ -198,7 +200,7 @@ struct SegmentWorker: Sendable {
                 bodyOffset: requestStart,
                 overlap: expected,
                 expectedEnd: end,
-                mirror: source.flatMap { $0.index == 0 ? nil : $0.url }
+                mirror: source.flatMap { $0.url == url ? nil : $0.url }
             )
         case let .restart(reason, carriesWholeFile):
             if response.status == 416 { await HTTPTransport.discard(response.head.body) }

@@ -25,8 +25,8 @@ final class SourcePool: Sendable {
 
     init(_ sources: [DownloadSource], perSourceCap: Int) {
         var sources = sources
-        // The URL asked for defines the file; it needs no comparison.
-        if !sources.isEmpty { sources[0].verified = true }
+        // The lead defines the file; it needs no comparison.
+        if let lead = sources.firstIndex(where: { $0.dropped == nil }) { sources[lead].verified = true }
         self.perSourceCap = max(1, perSourceCap)
         state = Mutex(
             State(
@@ -38,6 +38,19 @@ final class SourcePool: Sendable {
     }
 
     var count: Int { state.withLock { $0.sources.count } }
+    /// The source that opens the download and whose validators are the file's: the first
+    /// not dropped (the URL asked for, until it is dropped).
+    var lead: Int? { state.withLock { $0.sources.firstIndex { $0.dropped == nil } } }
+
+    /// Makes `index` the lead: it defines the file from now on (its validators are the
+    /// task's own).
+    func lead(_ index: Int) {
+        state.withLock { state in
+            state.sources[index].verified = true
+            state.verifying.remove(index)
+            state.version += 1
+        }
+    }
     /// Sources not dropped.
     var activeCount: Int { state.withLock { $0.sources.count { $0.dropped == nil } } }
     /// Sources not dropped whose bytes agree with the file's.
@@ -146,11 +159,26 @@ final class SourcePool: Sendable {
     /// with validators learnt again.
     func forgetVerification() {
         state.withLock { state in
-            for index in state.sources.indices.dropFirst() {
+            let lead = state.sources.firstIndex { $0.dropped == nil }
+            for index in state.sources.indices where index != lead {
                 state.sources[index].verified = false
                 state.sources[index].validators = nil
             }
             state.version += 1
+        }
+    }
+
+    /// Drops every source not dropped that was verified (the side of the file's bytes, when
+    /// the mirrors outvote it), keeping the others.
+    func dropVerified(reason: String) -> [Int] {
+        state.withLock { state in
+            let verified = state.sources.indices.filter {
+                state.sources[$0].dropped == nil && state.sources[$0].verified
+            }
+            guard verified.count < state.sources.count(where: { $0.dropped == nil }) else { return [] }
+            for index in verified { state.sources[index].dropped = reason }
+            state.version += 1
+            return verified
         }
     }
 }

@@ -62,6 +62,8 @@ final class Transfer {
     private var rangesDeclined = false
     /// The URL and its mirrors while the download runs, when it has mirrors.
     let sources: SourcePool?
+    /// The source whose validators are the task's (Transfer+Sources.swift).
+    var leadIndex = 0
 
     /// Connections to one source when the request does not say (aria2's default is 1; a
     /// mirror is usually a server of its own, able to serve a few).
@@ -91,6 +93,7 @@ final class Transfer {
                 task.sources,
                 perSourceCap: task.maxConnectionsPerServer ?? Transfer.defaultConnectionsPerServer
             ) : nil
+        leadIndex = sources?.lead ?? 0
         var logger = environment.logger
         logger[metadataKey: "haul.task"] = "\(task.id)"
         self.logger = logger
@@ -201,6 +204,7 @@ final class Transfer {
         while true {
             let outcome: AttemptOutcome
             do {
+                try await followLead()
                 try await attempt(given: given)
                 outcome = .done
             } catch {
@@ -209,8 +213,31 @@ final class Transfer {
             switch outcome {
             case .done, .stepAside:
                 return
-            case .stopped, .failed:
-                throw outcome.error ?? CancellationError()
+            case .stopped:
+                throw CancellationError()
+            case let .failed(error):
+                // A lead that cannot serve the file gives way to the next source.
+                if dropLead(after: error, retryable: false) {
+                    given = nil
+                    continue
+                }
+                throw error
+            case let .restart(restart)
+            where restart.response == nil && committedBytes > 0
+                && (sources?.verifiedCount ?? 0) > 1:
+                // The lead's copy changed, and verified mirrors hold the bytes written: they
+                // continue the file.
+                if let sources, let lead = sources.lead, sources.drop(lead, reason: restart.reason) {
+                    logger.warning(
+                        "source dropped for this download; the others continue",
+                        metadata: [
+                            "source": "\(Redaction.url(sources.source(lead).url))", "reason": "\(restart.reason)",
+                        ]
+                    )
+                    given = nil
+                    continue
+                }
+                throw restart
             case let .restart(restart):
                 given = restart.response
                 if let response = restart.response, rules.isSameFile(status: response.status, headers: response.headers)
@@ -248,6 +275,7 @@ final class Transfer {
             case let .retry(error):
                 given = nil
                 if environment.isOffline(url) { throw error }  // The manager waits for the network.
+                if dropLead(after: error, retryable: true) { continue }
                 if progressed() { failures = 0 }
                 failures += 1
                 guard failures <= environment.retry.maxRetries else {
@@ -292,7 +320,7 @@ final class Transfer {
                 }
                 progress.update { [offset = segments[0].committed] in $0.bytesReceived = offset }
                 let response = try await transport.get(
-                    url,
+                    openingURL,
                     headers: requestHeaders,
                     range: opening.range,
                     ifRange: opening.ifRange,
@@ -350,7 +378,7 @@ final class Transfer {
             if response.status == 416 { await HTTPTransport.discard(response.head.body) }
             throw Restart(reason: reason)
         case .failure:
-            throw await HTTPTransport.failure(response, url: url)
+            throw await HTTPTransport.failure(response, url: openingURL)
         }
     }
 
@@ -407,7 +435,8 @@ final class Transfer {
             flushInterval: min(environment.checkpointInterval / 2, .milliseconds(200)),
             logger: logger,
             isOffline: environment.isOffline,
-            sources: sources
+            sources: sources,
+            lead: leadIndex
         )
         let checkpointer = Checkpointer(
             part: part,

@@ -185,6 +185,85 @@ struct MirrorTests {
         }
     }
 
+    @Test("the URL answers 404 at once: the first mirror opens the download, the others are checked against it")
+    func urlGoneAtTheOpening() async throws {
+        try await Self.withServers { a, b, c in
+            let temp = try TemporaryDirectory()
+            b.set("/f.bin", .init(size: Self.size, etag: .fixed("\"b-1\""), bytesPerSecond: 4 << 20))
+            c.set("/f.bin", .init(size: Self.size, etag: .fixed("\"c-1\""), bytesPerSecond: 4 << 20))
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
+                downloader in
+                let task = try await downloader.download(
+                    Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin"), c.url("/f.bin")], into: temp)
+                )
+                let result = try await task.result()
+                #expect(TestContent.sha256(file: result.path) == b.sha256("/f.bin"))
+                #expect(a.requests(for: "/f.bin").count == 1, "a 404 is not asked again")
+                #expect(b.requests(for: "/f.bin").first?.header("Range") == nil, "the mirror opens with the whole file")
+                let record = try await Self.task(downloader, task.id)
+                #expect(record.sources[0].dropped?.contains("404") == true, "\(record.sources[0])")
+                #expect(record.etag == "\"b-1\"", "the file's validators are the new lead's")
+                #expect(record.sources[2].verified && record.sources[2].bytes > 0)
+            }
+        }
+    }
+
+    @Test("two mirrors agree and the URL serves another file: the URL is outvoted, the file is the mirrors'")
+    func urlOutvoted() async throws {
+        try await Self.withServers { a, b, c in
+            let temp = try TemporaryDirectory()
+            a.set("/f.bin", .init(size: Self.size, seed: 8, bytesPerSecond: 2 << 20))
+            b.set("/f.bin", .init(size: Self.size, seed: 7, etag: .fixed("\"b-1\""), bytesPerSecond: 4 << 20))
+            c.set("/f.bin", .init(size: Self.size, seed: 7, etag: .fixed("\"c-1\""), bytesPerSecond: 4 << 20))
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
+                downloader in
+                let task = try await downloader.download(
+                    Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin"), c.url("/f.bin")], into: temp)
+                )
+                let result = try await task.result()
+                #expect(TestContent.sha256(file: result.path) == b.sha256("/f.bin"))
+                let record = try await Self.task(downloader, task.id)
+                let reason = try #require(record.sources[0].dropped)
+                #expect(reason.contains("majority"), "\(reason)")
+                #expect(record.sources[1].dropped == nil && record.sources[2].dropped == nil)
+            }
+        }
+    }
+
+    @Test("pause and resume: each source is asked with its own If-Range, and no mirror is checked twice")
+    func pauseAndResume() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: Self.size, etag: .fixed("\"a-1\""), bytesPerSecond: 512 << 10))
+                b.set("/f.bin", .init(size: Self.size, etag: .fixed("\"b-1\""), bytesPerSecond: 512 << 10))
+                try await Downloader.withDownloader(
+                    configuration: testConfiguration(store: temp.file("haul.sqlite"))
+                ) { downloader in
+                    let task = try await downloader.download(
+                        Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin")], into: temp, connections: 4)
+                    )
+                    #expect(try await waitUntil { task.progress.bytesReceived > 2 << 20 })
+                    let resumeData = try await task.pause()
+                    let paused = try await Self.task(downloader, task.id)
+                    #expect(paused.sources[1].verified && paused.sources[1].validators?.etag == "\"b-1\"")
+                    #expect(paused.sources[1].bytes > 0, "the mirror's bytes are recorded with the checkpoint")
+                    let (beforeA, beforeB) = (a.requests(for: "/f.bin").count, b.requests(for: "/f.bin").count)
+
+                    a.update("/f.bin") { $0.bytesPerSecond = 4 << 20 }
+                    b.update("/f.bin") { $0.bytesPerSecond = 4 << 20 }
+                    let result = try await downloader.download(resumingFrom: resumeData).result()
+                    #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                    let resumedA = a.requests(for: "/f.bin").dropFirst(beforeA)
+                    let resumedB = b.requests(for: "/f.bin").dropFirst(beforeB)
+                    #expect(!resumedA.isEmpty && !resumedB.isEmpty, "both sources served the rest")
+                    #expect(resumedA.allSatisfy { $0.header("If-Range") == "\"a-1\"" })
+                    #expect(resumedB.allSatisfy { $0.header("If-Range") == "\"b-1\"" })
+                }
+            }
+        }
+    }
+
     @Test("mirrors are checked as URLs: another scheme, a repeat, too many are refused before anything is recorded")
     func hostileMirrors() throws {
         let temp = try TemporaryDirectory()
