@@ -217,14 +217,14 @@ struct DownloadOptions: ParsableArguments {
         if !mirrors.isEmpty { requests[0].mirrors = try mirrors.map(DownloadRequest.parseURL) }
         if let inputFile {
             for entry in try InputFile.read(inputFile).entries {
-                requests.append(
-                    try request(
-                        entry.url,
-                        out: entry.out,
-                        checksum: try entry.checksum.map(Checksum.init(parsing:)),
-                        confined: true
-                    )
+                var entryRequest = try request(
+                    entry.url,
+                    out: entry.out,
+                    checksum: try entry.checksum.map(Checksum.init(parsing:)),
+                    confined: true
                 )
+                entryRequest.mirrors = try entry.mirrors.map(DownloadRequest.parseURL)
+                requests.append(entryRequest)
             }
         }
         guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }

@@ -2,12 +2,13 @@ import Foundation
 import Haul
 import HaulWire
 
-/// The `-i/--input-file` format: one URL per line; indented `key=value` lines after a URL
-/// set options for it (`out=NAME`, `checksum=sha256=HEX`); blank lines and `#` comments
-/// are skipped. The same shape as aria2's input files.
+/// The `-i/--input-file` format: one file per line, its URL, then any mirrors of it
+/// separated by tabs; indented `key=value` lines after it set options for it (`out=NAME`,
+/// `checksum=sha256=HEX`); blank lines and `#` comments are skipped. The same shape as
+/// aria2's input files.
 ///
 /// ```
-/// https://example.org/a.iso
+/// https://example.org/a.iso<TAB>https://mirror.example.net/a.iso
 ///   out=first.iso
 ///   checksum=sha256=9f86d0…
 /// https://example.org/b.iso
@@ -15,6 +16,8 @@ import HaulWire
 struct InputFile {
     struct Entry: Equatable {
         var url: String
+        /// The other URLs of the same file, after tabs on its line.
+        var mirrors: [String] = []
         var out: String?
         var checksum: String?
         var line: Int
@@ -48,7 +51,9 @@ struct InputFile {
                     )
                 }
             } else {
-                entries.append(Entry(url: trimmed, line: line))
+                let urls = trimmed.split(separator: "\t").map { $0.trimmingCharacters(in: .whitespaces) }
+                    .filter { !$0.isEmpty }
+                entries.append(Entry(url: urls[0], mirrors: Array(urls.dropFirst()), line: line))
             }
         }
     }

@@ -58,6 +58,10 @@ public enum API {
             /// Programs the daemon runs when the download ends (paths as the daemon sees
             /// them; a bare name is looked up in the daemon's PATH).
             public var hooks: Hooks?
+            /// Other URLs of the same file (``DownloadRequest/mirrors``; at most 15).
+            public var mirrors: [String]?
+            /// The most connections to any one source (default 4).
+            public var maxConnectionsPerServer: Int?
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -78,6 +82,8 @@ public enum API {
                 checkNewer = request.checkNewer ? true : nil
                 continuesExistingFile = request.continuesExistingFile ? true : nil
                 hooks = request.hooks == .none ? nil : request.hooks
+                mirrors = request.mirrors.isEmpty ? nil : request.mirrors.map(\.absoluteString)
+                maxConnectionsPerServer = request.maxConnectionsPerServer
             }
 
             /// The request it describes.
@@ -110,6 +116,16 @@ public enum API {
                 request.checkNewer = checkNewer ?? false
                 request.continuesExistingFile = continuesExistingFile ?? false
                 request.hooks = hooks ?? .none
+                if let mirrors {
+                    guard mirrors.count < DownloadSource.maxSources else {
+                        throw HaulError(
+                            .invalidArgument,
+                            "A download takes at most \(DownloadSource.maxSources - 1) mirrors, not \(mirrors.count)"
+                        )
+                    }
+                    request.mirrors = try mirrors.map(DownloadRequest.parseURL)
+                }
+                request.maxConnectionsPerServer = maxConnectionsPerServer
                 return request
             }
         }

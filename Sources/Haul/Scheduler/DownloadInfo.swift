@@ -32,6 +32,10 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
     public var nextTryAt: Date?
     /// For a failed task: the class of its failure (``HaulError/Code``), as its error had it.
     public var errorCode: HaulError.Code?
+    /// For a download with mirrors: the URL and each mirror, with the bytes each delivered
+    /// (at the last checkpoint) and why any was dropped. Encoded with each URL's secrets
+    /// hidden and without validators.
+    public var sources: [DownloadSource] = []
 
     init(
         id: UUID,
@@ -67,7 +71,15 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case id, url, path, directory, state, priority, bytesCommitted, totalBytes, errorMessage, session
-        case rateLimit, connections, nextTryAt, errorCode
+        case rateLimit, connections, nextTryAt, errorCode, sources
+    }
+
+    /// A source as the API and `--json` show it.
+    private struct SourceView: Codable {
+        var url: String
+        var verified: Bool
+        var dropped: String?
+        var bytes: Int64
     }
 
     public init(from decoder: any Decoder) throws {
@@ -87,6 +99,11 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         nextTryAt = try container.decodeIfPresent(Date.self, forKey: .nextTryAt)
         // A code this version does not know is left out, not an error.
         errorCode = try container.decodeIfPresent(String.self, forKey: .errorCode).flatMap(HaulError.Code.init(name:))
+        sources = try (container.decodeIfPresent([SourceView].self, forKey: .sources) ?? []).compactMap { view in
+            URL(string: view.url).map {
+                DownloadSource(url: $0, verified: view.verified, dropped: view.dropped, bytes: view.bytes)
+            }
+        }
     }
 
     /// Encodes the fields, the URL with its secrets hidden.
@@ -106,5 +123,18 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         try container.encodeIfPresent(connections, forKey: .connections)
         try container.encodeIfPresent(nextTryAt, forKey: .nextTryAt)
         try container.encodeIfPresent(errorCode?.description, forKey: .errorCode)
+        if !sources.isEmpty {
+            try container.encode(
+                sources.map {
+                    SourceView(
+                        url: Redaction.url($0.url),
+                        verified: $0.verified,
+                        dropped: $0.dropped.map(Redaction.text),
+                        bytes: $0.bytes
+                    )
+                },
+                forKey: .sources
+            )
+        }
     }
 }

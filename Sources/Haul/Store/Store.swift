@@ -280,7 +280,7 @@ public final class Store: Sendable {
             var sql = """
                 SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
                     task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
-                    task.session, task.rateLimit, task.connections, task.nextTryAt, task.errorCode
+                    task.session, task.rateLimit, task.connections, task.nextTryAt, task.errorCode, task.sources
                 FROM task LEFT JOIN segment ON segment.taskID = task.id
                 """
             var conditions: [String] = []
@@ -315,7 +315,19 @@ public final class Store: Sendable {
                         "Task \(id) in the Haul store cannot be read: its state '\(state)' is not a state"
                     )
                 }
-                infos.append(
+                var sources: [DownloadSource] = []
+                if let text = row[14] as String? {
+                    do {
+                        sources = try JSONDecoder().decode([DownloadSource].self, from: Data(text.utf8))
+                        try DownloadSource.validate(sources)
+                    } catch {
+                        throw HaulError(
+                            .store,
+                            "Task \(id) in the Haul store cannot be read: its sources is not a list of sources"
+                        )
+                    }
+                }
+                var info =
                     DownloadInfo(
                         id: id,
                         url: url,
@@ -332,7 +344,8 @@ public final class Store: Sendable {
                         nextTryAt: StoreDate.date(row[12] as DatabaseValue),
                         errorCode: (row[13] as String?).flatMap(HaulError.Code.init(name:))
                     )
-                )
+                info.sources = sources
+                infos.append(info)
             }
             return infos
         }

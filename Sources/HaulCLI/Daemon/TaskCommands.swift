@@ -413,6 +413,16 @@ enum DaemonOutput {
             if let error = task.errorMessage, task.state == .failed || task.state == .waitingForNetwork {
                 notes.append("\(id): \(task.state == .failed ? "failed: " : "")\(Redaction.text(error))")
             }
+            if task.sources.count > 1 {
+                let used = task.sources.filter { $0.dropped == nil }.count
+                var note = "\(id): \(used) of \(task.sources.count) sources"
+                for source in task.sources {
+                    if let reason = source.dropped {
+                        note += "; dropped \(Redaction.url(source.url)): \(Redaction.text(reason))"
+                    }
+                }
+                notes.append(note)
+            }
             if task.state == .retrying, let next = task.nextTryAt {
                 let wait = Duration.milliseconds(Int64(max(0, next.timeIntervalSince(now)) * 1000))
                 state += " in \(Format.duration(wait))"

@@ -337,6 +337,19 @@ struct APIHardeningTests {
             .init(method: .POST, path: "/tasks", body: add(good, priority: #""high""#)),
             .init(method: .POST, path: "/tasks", body: add(download(#""connections": 0"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""connections": 65"#))),
+            .init(method: .POST, path: "/tasks", body: add(download(#""mirrors": ["file:///etc/passwd"]"#))),
+            .init(method: .POST, path: "/tasks", body: add(download(#""mirrors": "http://127.0.0.1:9/y""#))),
+            .init(method: .POST, path: "/tasks", body: add(download(#""mirrors": ["http://127.0.0.1:9/x"]"#))),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(
+                    download(
+                        #""mirrors": ["# + (1...20).map { #""http://127.0.0.1:\#($0)/x""# }.joined(separator: ",") + "]"
+                    )
+                )
+            ),
+            .init(method: .POST, path: "/tasks", body: add(download(#""maxConnectionsPerServer": 0"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""rateLimit": -1"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""rateLimit": 9223372036854775807"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""minSplitSize": 99999999999999999"#))),

@@ -321,6 +321,48 @@ struct MirrorCommandTests {
         }
     }
 
+    @Test("haul add -i with tab-separated mirrors: the daemon fetches from both; haul list shows the sources")
+    func daemonWithMirrors() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                let home = temp.file("home")
+                let out = try temp.directory("out")
+                a.set("/f.bin", .init(size: MirrorTests.size, bytesPerSecond: 4 << 20))
+                b.set("/f.bin", .init(size: MirrorTests.size, etag: .fixed("\"b\""), bytesPerSecond: 4 << 20))
+                let input = temp.file("input.txt")
+                try "\(a.url("/f.bin").absoluteString)\t\(b.url("/f.bin").absoluteString)\n  out=x.bin\n".write(
+                    toFile: input,
+                    atomically: true,
+                    encoding: .utf8
+                )
+                let started = try await HaulProcess.run(["daemon"], home: home)
+                #expect(started.status == 0, "\(started.stderr)")
+                let added = try await HaulProcess.run(
+                    ["add", "-i", input, "-d", out, "-x", "4", "--min-split", "256K"],
+                    home: home
+                )
+                #expect(added.status == 0, "\(added.stderr)")
+                let waited = try await HaulProcess.run(["wait"], home: home)
+                #expect(waited.status == 0, "\(waited.stderr)")
+                #expect(TestContent.sha256(file: out + "/x.bin") == a.sha256("/f.bin"))
+                #expect(b.requests(for: "/f.bin").count > 1, "the mirror served segments")
+
+                let listed = try await HaulProcess.run(["list", "--json"], home: home)
+                let tasks = try #require(
+                    try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]]
+                )
+                let sources = try #require(tasks.first?["sources"] as? [[String: Any]], "\(listed.stdout)")
+                #expect(sources.compactMap { $0["url"] as? String } == [a, b].map { $0.url("/f.bin").absoluteString })
+                #expect(sources.compactMap { $0["bytes"] as? Int }.reduce(0, +) == MirrorTests.size)
+                #expect(sources.allSatisfy { $0["verified"] as? Bool == true && $0["dropped"] == nil })
+                let table = try await HaulProcess.run(["list"], home: home)
+                #expect(table.stdout.contains(": 2 of 2 sources"), "\(table.stdout)")
+                _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+            }
+        }
+    }
+
     @Test("--mirror with several URLs, with -i, or with -o - is refused in one line")
     func refusedCombinations() async throws {
         let temp = try TemporaryDirectory()
