@@ -83,6 +83,9 @@ public final class TestServer: Sendable {
         /// Answer this many requests that carry a Range header with `failStatus`: a server
         /// that refuses a client's extra connections.
         public var failRanged: Int
+        /// Ranged requests served as usual before `failRanged` begins (a mirror that fails
+        /// after it was checked and served a segment).
+        public var passRanged = 0
         public var failStatus: Int
         public var retryAfter: String?
         /// Answer with a redirect to this location instead of content.
@@ -468,8 +471,12 @@ public final class TestServer: Sendable {
             return .status(resource.failStatus, headers: headers)
         }
         if resource.failRanged > 0, head.headers.first(name: "Range") != nil {
-            entry.resource.failRanged -= 1
-            return .status(resource.failStatus, headers: [])
+            if resource.passRanged > 0 {
+                entry.resource.passRanged -= 1
+            } else {
+                entry.resource.failRanged -= 1
+                return .status(resource.failStatus, headers: [])
+            }
         }
         if let location = resource.redirectTo {
             return .status(resource.redirectStatus, headers: [("Location", location)])

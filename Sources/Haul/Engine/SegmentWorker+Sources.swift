@@ -36,9 +36,6 @@ extension SegmentWorker {
         var current: Int?
         var segmentStart: Int64?
         var pending: HaulError?
-        /// The source that failed last, with its failures in a row: taken again, it is
-        /// waited for first.
-        var backoff: (index: Int, error: HaulError, failures: Int)?
         func letGo() {
             if let current { pool.release(current) }
             if let segmentStart { plan.release(segmentStart: segmentStart) }
@@ -84,16 +81,6 @@ extension SegmentWorker {
                 }
             }
             guard let source = current else { continue }
-            if let last = backoff, last.index == source, pending == nil {
-                backoff = nil
-                do {
-                    let delay = try retry.delay(retrying: last.error, attempt: last.failures)
-                    try await progress.waiting(delay, after: last.error, attempt: last.failures, of: retry.maxRetries)
-                } catch {
-                    letGo()
-                    throw control.requested != nil ? CancellationError() : error
-                }
-            }
             if segmentStart == nil {
                 guard let index = plan.claim() else {
                     letGo()
@@ -152,18 +139,31 @@ extension SegmentWorker {
                     letGo()
                     throw error
                 }
-                // Another source takes the segment at once, when one can; this one is tried
-                // again after its backoff.
-                logger.debug(
-                    "source failed; its segment goes to the next source",
-                    metadata: [
-                        "source": "\(Redaction.url(lease(source, in: pool).url))",
-                        "error": "\(error.message)",
-                    ]
-                )
-                backoff = (source, error, failures)
-                pool.release(source)
-                current = nil
+                let alone = !pool.hasAlternative(to: source)
+                if !alone {
+                    // Its segment goes to the other sources at once; this connection tries
+                    // this source again after its backoff, with whatever segment is left then.
+                    logger.debug(
+                        "source failed; its segment goes to the other sources",
+                        metadata: [
+                            "source": "\(Redaction.url(lease(source, in: pool).url))",
+                            "error": "\(error.message)",
+                        ]
+                    )
+                    plan.release(segmentStart: start)
+                    segmentStart = nil
+                }
+                do {
+                    let delay = try retry.delay(retrying: error, attempt: failures)
+                    if alone {
+                        try await progress.waiting(delay, after: error, attempt: failures, of: retry.maxRetries)
+                    } else {
+                        try await Task.sleep(for: delay)
+                    }
+                } catch {
+                    letGo()
+                    throw control.requested != nil ? CancellationError() : error
+                }
             }
         }
     }
@@ -205,23 +205,24 @@ extension SegmentWorker {
         let window = try await writtenWindow(pool)
         let expected = try await FileIO.run { [part] in try part.read(at: window.lowerBound, count: Int(window.count)) }
         let source = lease(index, in: pool)
-        let received: [UInt8]
-        let validators: Validators
-        switch await sample(source, window) {
-        case let .bytes(bytes, learnt):
-            (received, validators) = (bytes, learnt)
-        case let .unusable(reason):
-            return drop(index, in: pool, because: reason) ? .dropped : .verified
-        case let .failed(error):
-            // Asked again later (the pool offers sources with fewer failures first), until
-            // its retries are spent.
-            let failures = pool.failed(index)
-            guard failures > retry.maxRetries else {
+        var received: [UInt8] = []
+        var validators = Validators()
+        // Asked again after each backoff until its retries are spent.
+        asking: while true {
+            switch await sample(source, window) {
+            case let .bytes(bytes, learnt):
+                (received, validators) = (bytes, learnt)
+                break asking
+            case let .unusable(reason):
+                return drop(index, in: pool, because: reason) ? .dropped : .notNow
+            case let .failed(error):
+                let failures = pool.failed(index)
+                guard failures <= retry.maxRetries else {
+                    return drop(index, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
+                        ? .dropped : .notNow
+                }
                 try await Task.sleep(for: (try? retry.delay(retrying: error, attempt: failures)) ?? .seconds(1))
-                return .notNow
             }
-            return drop(index, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
-                ? .dropped : .notNow
         }
         if received == expected {
             pool.verified(index, validators: validators)

@@ -223,6 +223,13 @@ struct SegmentWorker: Sendable {
         var overlap = segment.overlap
         var overlapChecked = 0
         var batch = WriteBatch(offset: position + Int64(overlap.count))
+        // A source is credited with the bytes of it that reach the file, as they are written.
+        var credited = batch.offset
+        func credit() {
+            guard let source, batch.offset > credited else { return }
+            sources?.delivered(Int(batch.offset - credited), by: source)
+            credited = batch.offset
+        }
         var lastFlush = ContinuousClock.now
         do {
             for try await var buffer in segment.response.head.body {
@@ -255,9 +262,9 @@ struct SegmentWorker: Sendable {
                     batch.append(buffer)
                     position += Int64(allowed)
                     progress.add(allowed)
-                    if let source { sources?.delivered(allowed, by: source) }
                     if batch.isFull || ContinuousClock.now - lastFlush >= flushInterval {
                         try await batch.flush(to: part)
+                        credit()
                         plan.wrote(upTo: batch.offset, segmentStart: start)
                         lastFlush = .now
                     }
@@ -268,9 +275,12 @@ struct SegmentWorker: Sendable {
                 }
             }
         } catch {
-            throw try await broke(segment, with: error, at: position, keeping: &batch, url: url)
+            let error = try await broke(segment, with: error, at: position, keeping: &batch, url: url)
+            credit()
+            throw error
         }
         try await batch.flush(to: part)
+        credit()
         plan.wrote(upTo: batch.offset, segmentStart: start)
         if overlapChecked < overlap.count {
             throw HaulError(

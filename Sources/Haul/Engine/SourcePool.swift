@@ -138,7 +138,7 @@ final class SourcePool: Sendable {
         }
     }
 
-    /// Bytes `index` delivered: its failures in a row end.
+    /// Bytes of `index` written into the file: its failures in a row end.
     func delivered(_ count: Int, by index: Int) {
         state.withLock { state in
             state.sources[index].bytes += Int64(count)
@@ -160,7 +160,10 @@ final class SourcePool: Sendable {
     func forgetVerification() {
         state.withLock { state in
             let lead = state.sources.firstIndex { $0.dropped == nil }
-            for index in state.sources.indices where index != lead {
+            for index in state.sources.indices {
+                // Their bytes are gone with the file's.
+                state.sources[index].bytes = 0
+                guard index != lead else { continue }
                 state.sources[index].verified = false
                 state.sources[index].validators = nil
             }

@@ -156,4 +156,48 @@ struct CrashSafetyTests {
             }
         }
     }
+
+    @Test("kill -9 during a download from two sources: the rerun asks each with its own If-Range, the file is whole")
+    func killNineWithMirror() async throws {
+        let temp = try TemporaryDirectory()
+        let home = try temp.directory("home")
+        let out = try temp.directory("out")
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                a.set("/big.bin", .init(size: Self.size, etag: .fixed("\"a\""), bytesPerSecond: 1 << 20))
+                b.set("/big.bin", .init(size: Self.size, etag: .fixed("\"b\""), bytesPerSecond: 1 << 20))
+                let arguments = [
+                    "get", "-q", "-x", "4", "--min-split", "1M", "-d", out, "--checkpoint-interval", "0.25",
+                    "--mirror", b.url("/big.bin").absoluteString, a.url("/big.bin").absoluteString,
+                ]
+                let child = try HaulProcess(arguments, home: home)
+                let store = try Store(path: (home as NSString).appendingPathComponent("haul.sqlite"))
+                func sources() async throws -> [DownloadSource] {
+                    try await store.allTasks().first?.sources ?? []
+                }
+                // Killed once the mirror's bytes are committed with its validators.
+                #expect(
+                    try await waitUntil {
+                        let sources = try await sources()
+                        return sources.count == 2 && sources[1].verified && sources[1].bytes > 0
+                    }
+                )
+                child.kill(SIGKILL)
+                #expect(await child.finish().status == SIGKILL)
+                #expect(try await sources()[1].validators?.etag == "\"b\"")
+
+                a.update("/big.bin") { $0.bytesPerSecond = 4 << 20 }
+                b.update("/big.bin") { $0.bytesPerSecond = 4 << 20 }
+                let (beforeA, beforeB) = (a.requests(for: "/big.bin").count, b.requests(for: "/big.bin").count)
+                let rerun = try await HaulProcess.run(arguments, home: home)
+                #expect(rerun.status == 0, "\(rerun.stderr)")
+                #expect(sha256(file: (out as NSString).appendingPathComponent("big.bin")) == a.sha256("/big.bin"))
+                let resumedA = a.requests(for: "/big.bin").dropFirst(beforeA)
+                let resumedB = b.requests(for: "/big.bin").dropFirst(beforeB)
+                #expect(!resumedB.isEmpty, "the mirror served the rest too, without being checked again")
+                #expect(resumedA.allSatisfy { $0.header("Range") != nil && $0.header("If-Range") == "\"a\"" })
+                #expect(resumedB.allSatisfy { $0.header("Range") != nil && $0.header("If-Range") == "\"b\"" })
+            }
+        }
+    }
 }

@@ -45,6 +45,10 @@ struct MirrorTests {
         try #require(try await downloader.store.task(id: id))
     }
 
+    static func task(_ downloader: Downloader, task id: UUID) async throws -> TaskRecord {
+        try await task(downloader, id)
+    }
+
     @Test("three sources of different speeds: the file is whole, each served bytes, each mirror checked first")
     func threeSources() async throws {
         try await Self.withServers { a, b, c in
@@ -260,6 +264,61 @@ struct MirrorTests {
                     #expect(resumedA.allSatisfy { $0.header("If-Range") == "\"a-1\"" })
                     #expect(resumedB.allSatisfy { $0.header("If-Range") == "\"b-1\"" })
                 }
+            }
+        }
+    }
+
+    @Test("a mirror that fails once checked (503 on every segment) is dropped after its retries; the file is whole")
+    func mirrorFailsMidway() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: 2 * Self.size, bytesPerSecond: 2 << 20))
+                // Its check is served; every ranged request after it is a 503. One connection
+                // per source, so its failures are in a row.
+                var failing = TestServer.Resource(size: 2 * Self.size, etag: .fixed("\"b\""), failRanged: 1000)
+                failing.passRanged = 1
+                b.set("/f.bin", failing)
+                try await Downloader.withDownloader(
+                    configuration: testConfiguration(store: temp.file("haul.sqlite"))
+                ) { downloader in
+                    var request = Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin")], into: temp, connections: 4)
+                    request.maxConnectionsPerServer = 1
+                    let task = try await downloader.download(request)
+                    let result = try await task.result()
+                    #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                    let record = try await Self.task(downloader, task.id)
+                    let reason = try #require(record.sources[1].dropped)
+                    #expect(reason.contains("503") && reason.contains("after 5 retries"), "\(reason)")
+                    #expect(record.sources[1].bytes == 0 && record.sources[1].verified)
+                    #expect(record.sources.reduce(0) { $0 + $1.bytes } == Int64(2 * Self.size))
+                    #expect(b.requests(for: "/f.bin").count == 1 + 6, "its check, then a segment asked 1 + 5 times")
+                }
+            }
+        }
+    }
+
+    @Test("a rate limit holds for the file, whatever the number of sources")
+    func rateLimitAcrossSources() async throws {
+        try await Self.withServers { a, b, c in
+            let temp = try TemporaryDirectory()
+            for server in [a, b, c] { server.set("/f.bin", .init(size: 3 << 20)) }
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
+                downloader in
+                var request = Self.request(
+                    a.url("/f.bin"),
+                    mirrors: [b.url("/f.bin"), c.url("/f.bin")],
+                    into: temp
+                )
+                request.rateLimit = 1 << 20
+                let started = ContinuousClock.now
+                let result = try await downloader.download(request).result()
+                #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                // 3 MiB at 1 MiB/s with a bucket of a tenth of a second: never under 2.5 s,
+                // however fast the three servers are together.
+                #expect(ContinuousClock.now - started >= .milliseconds(2_500))
+                let record = try await Self.task(downloader, task: result.taskID)
+                #expect(record.sources.filter { $0.bytes > 0 }.count >= 2, "the limit is shared, not per source")
             }
         }
     }
