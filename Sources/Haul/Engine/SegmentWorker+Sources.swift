@@ -63,6 +63,16 @@ extension SegmentWorker {
         while true {
             if current == nil {
                 guard let index = pool.lease() else {
+                    if pool.awaitsVerification {
+                        // A mirror is being checked and has room: this connection is for it.
+                        do {
+                            try await Task.sleep(for: .milliseconds(20))
+                        } catch {
+                            letGo()
+                            throw control.requested != nil ? CancellationError() : error
+                        }
+                        continue
+                    }
                     letGo()
                     return
                 }

@@ -69,6 +69,14 @@ final class SourcePool: Sendable {
         }
     }
 
+    /// Whether a source being verified could take another connection once it is: a
+    /// connection that found none free waits for that rather than ending.
+    var awaitsVerification: Bool {
+        state.withLock { state in
+            state.verifying.contains { state.sources[$0].dropped == nil && state.connections[$0] < perSourceCap }
+        }
+    }
+
     /// A connection for a source: the verified one with the fewest recent failures and
     /// connections, else a mirror no connection is verifying (marked as being verified now).
     /// Nil when every active source is at its cap or being verified.
