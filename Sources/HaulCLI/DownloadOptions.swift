@@ -17,6 +17,15 @@ struct DownloadOptions: ParsableArguments {
     var inputFile: String?
 
     @Option(
+        name: [.customShort("M"), .customLong("metalink")],
+        help: ArgumentHelp(
+            "Download the files a Metalink 4 or 3 file describes: each from its URLs at once, named as it says inside -d, checked against its hash.",
+            valueName: "file"
+        )
+    )
+    var metalink: String?
+
+    @Option(
         name: .shortAndLong,
         help: """
             Write the file to this path (relative to --directory if given). '-' streams it to \
@@ -119,7 +128,9 @@ struct DownloadOptions: ParsableArguments {
         if let limitRate, limitRate.bytes < 1 {
             throw ValidationError("--limit-rate must be at least 1 byte per second")
         }
-        guard !urls.isEmpty || inputFile != nil else { throw ValidationError("Give a URL, or -i FILE") }
+        guard !urls.isEmpty || inputFile != nil || metalink != nil else {
+            throw ValidationError("Give a URL, -i FILE or -M FILE")
+        }
         // '-o with several URLs' is checked by requests(): checked here, it would be said
         // before an unknown option that made a URL of the option's value (`--bogus X -o f URL`).
     }
@@ -157,7 +168,14 @@ struct DownloadOptions: ParsableArguments {
                 hint: "With several URLs use -d (and out= in an input file)"
             )
         }
-        if !mirrors.isEmpty, urls.count != 1 || inputFile != nil {
+        if output != nil, metalink != nil {
+            throw HaulError(
+                .invalidArgument,
+                "-o names one file and cannot go with -M",
+                hint: "The Metalink names its files; use -d for where they go"
+            )
+        }
+        if !mirrors.isEmpty, urls.count != 1 || inputFile != nil || metalink != nil {
             throw HaulError(
                 .invalidArgument,
                 "--mirror names other URLs of one file, and \(inputFile != nil ? "-i gives several" : "\(urls.count) URLs were given")",
@@ -227,10 +245,26 @@ struct DownloadOptions: ParsableArguments {
                 requests.append(entryRequest)
             }
         }
+        var metalinkDirectories: Set<String> = []
+        if let metalink {
+            for file in try Metalink(contentsOf: metalink).files {
+                var fileRequest = try request(
+                    file.urls[0].absoluteString,
+                    out: file.name,
+                    checksum: file.hashes.first ?? defaultChecksum,
+                    confined: true
+                )
+                fileRequest.mirrors = Array(file.urls.dropFirst())
+                metalinkDirectories.insert(fileRequest.destination.directory)
+                requests.append(fileRequest)
+            }
+        }
         guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
         // Last: a command line or input file that is wrong creates nothing. A stream to
         // stdout writes no file.
         if let directory, !streamsToStandardOutput { try DownloadOptions.createDirectory(directory) }
+        // A Metalink's names may have directories (inside -d, checked above).
+        for path in metalinkDirectories.sorted() { try DownloadOptions.createDirectory(path) }
         // Resolved here, in this PATH: a daemon runs the same program.
         let hooks = try Hooks(onComplete: onComplete, onError: onError).resolved()
         for index in requests.indices {

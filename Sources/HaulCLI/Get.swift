@@ -27,6 +27,7 @@ extension HaulCommand {
                     ("haul get -o - URL | tar xz", "to stdout"),
                     ("haul get -N URL", "only if the server has a newer version"),
                     ("haul get --mirror URL2 --mirror URL3 URL", "one file from three servers"),
+                    ("haul get -M files.meta4 -d /data", "the files a Metalink describes"),
                     ("haul get --continue URL", "finish a partial file another tool left"),
                     ("haul get --on-complete ./unpack.sh URL", "run ./unpack.sh ID PATH URL when done"),
                 ]))

@@ -1,0 +1,295 @@
+import Foundation
+
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+
+/// A Metalink document: files, each with its size, hashes, piece hashes and the URLs that
+/// serve it — Metalink 4 (RFC 5854, `.meta4`) and Metalink 3 (metalinker.org, `.metalink`).
+///
+/// Parsed with Foundation's `XMLParser` (libxml2) without resolving external entities.
+/// Everything in it comes from outside and is checked: names are relative paths without
+/// `..`, sizes are bounded, hashes are hex of their algorithm's length, and every file has
+/// an http(s) URL; anything else is one sentence naming the file and what is wrong.
+public struct Metalink: Sendable, Equatable {
+    public var files: [File]
+
+    /// One file of the document.
+    public struct File: Sendable, Equatable {
+        /// Its path relative to the download directory (a plain name, or directories and a name).
+        public var name: String
+        /// Its length in bytes, when given.
+        public var size: Int64?
+        /// Its whole-file hashes, strongest first.
+        public var hashes: [Checksum]
+        /// Its piece hashes, when given.
+        public var pieces: Pieces?
+        /// The http(s) URLs that serve it, most preferred first.
+        public var urls: [URL]
+    }
+
+    /// The hash of every `length` bytes of a file (the last piece may be shorter).
+    public struct Pieces: Sendable, Equatable {
+        public var length: Int64
+        public var algorithm: Checksum.Algorithm
+        /// Lower-case hex, one per piece, in order.
+        public var hashes: [String]
+    }
+
+    /// The largest document read (a Metalink of thousands of files is a few MiB).
+    public static let maxDocumentBytes = 16 << 20
+    /// The most files one document may describe.
+    public static let maxFiles = 10_000
+    /// The largest file size taken (1 PiB).
+    public static let maxSize: Int64 = 1 << 50
+
+    /// Parses a Metalink 4 or 3 document; `source` names it in errors.
+    /// - Throws: ``HaulError/Code/invalidArgument`` saying what is wrong, and where.
+    public init(parsing data: Data, source: String) throws {
+        guard data.count <= Metalink.maxDocumentBytes else {
+            throw HaulError(.invalidArgument, "\(source) is larger than 16 MiB: not a Metalink Haul reads")
+        }
+        let reader = MetalinkReader()
+        let parser = XMLParser(data: data)
+        parser.shouldProcessNamespaces = true
+        parser.shouldResolveExternalEntities = false
+        parser.delegate = reader
+        guard parser.parse(), reader.failure == nil else {
+            let line = parser.lineNumber
+            let reason = reader.failure ?? "it is not well-formed XML"
+            throw HaulError(.invalidArgument, "\(source) is not a Metalink Haul can use (line \(line)): \(reason)")
+        }
+        guard reader.sawRoot else {
+            throw HaulError(
+                .invalidArgument,
+                "\(source) is not a Metalink: its root is not <metalink> of Metalink 4 or 3"
+            )
+        }
+        var files: [File] = []
+        for raw in reader.files {
+            files.append(try Metalink.check(raw, source: source))
+        }
+        guard !files.isEmpty else { throw HaulError(.invalidArgument, "\(source) describes no file") }
+        var seen: Set<String> = []
+        for file in files where !seen.insert(file.name).inserted {
+            throw HaulError(.invalidArgument, "\(source) names the file \(file.name) twice")
+        }
+        self.files = files
+    }
+
+    /// Reads a Metalink file.
+    public init(contentsOf path: String) throws {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+            (attributes[.size] as? Int ?? 0) <= Metalink.maxDocumentBytes
+        else {
+            if FileManager.default.fileExists(atPath: path) {
+                throw HaulError(.invalidArgument, "\(path) is larger than 16 MiB: not a Metalink Haul reads")
+            }
+            throw HaulError(.fileSystem, "Cannot read the Metalink file \(path)", path: path)
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw HaulError(.fileSystem, "Cannot read the Metalink file \(path)", path: path)
+        }
+        try self.init(parsing: data, source: path)
+    }
+
+    /// Checks one file as the document gave it.
+    private static func check(_ raw: MetalinkReader.RawFile, source: String) throws -> File {
+        func refuse(_ what: String) -> HaulError {
+            HaulError(.invalidArgument, "\(source): the file '\(raw.name.prefix(200))' \(what)")
+        }
+        let components = raw.name.split(separator: "/", omittingEmptySubsequences: false)
+        guard !raw.name.isEmpty, !raw.name.hasPrefix("/"), raw.name.utf8.count <= 4096,
+            components.allSatisfy({ FileNaming.isPlainName(String($0)) })
+        else {
+            throw refuse(
+                "has a name Haul will not write (empty, absolute, with '..', '.', an empty part or a control character)"
+            )
+        }
+        var size: Int64?
+        if let text = raw.size {
+            guard let value = Int64(text.trimmingCharacters(in: .whitespacesAndNewlines)), value >= 0,
+                value <= maxSize
+            else { throw refuse("has a size that is not a number of bytes from 0 to 1 PiB: \(text.prefix(40))") }
+            size = value
+        }
+        var hashes: [Checksum] = []
+        for (type, hex) in raw.hashes {
+            // Hash types Haul does not compute are skipped, as the RFC allows.
+            guard let algorithm = algorithm(named: type) else { continue }
+            guard
+                let checksum = try? Checksum(
+                    algorithm: algorithm,
+                    hex: hex.trimmingCharacters(in: .whitespacesAndNewlines)
+                )
+            else { throw refuse("has a \(type) hash that is not \(algorithm.hexLength) hex digits") }
+            hashes.append(checksum)
+        }
+        let strength = [Checksum.Algorithm.sha512, .sha256, .sha1, .md5]
+        hashes.sort { strength.firstIndex(of: $0.algorithm)! < strength.firstIndex(of: $1.algorithm)! }
+        var pieces: Pieces?
+        if let rawPieces = raw.pieces, let algorithm = algorithm(named: rawPieces.type) {
+            guard let length = Int64(rawPieces.length), length >= 1024, length <= 1 << 32 else {
+                throw refuse("has a piece length that is not 1 KiB to 4 GiB: \(rawPieces.length.prefix(40))")
+            }
+            var hexes: [String] = []
+            for hex in rawPieces.hashes {
+                guard
+                    let checksum = try? Checksum(
+                        algorithm: algorithm,
+                        hex: hex.trimmingCharacters(in: .whitespacesAndNewlines)
+                    )
+                else { throw refuse("has a piece hash that is not \(algorithm.hexLength) hex digits") }
+                hexes.append(checksum.hex)
+            }
+            if let size {
+                let expected = size == 0 ? 0 : (size + length - 1) / length
+                guard Int64(hexes.count) == expected else {
+                    throw refuse("has \(hexes.count) piece hashes, and its size makes \(expected) pieces")
+                }
+            }
+            pieces = Pieces(length: length, algorithm: algorithm, hashes: hexes)
+        }
+        let ranked = raw.urls.sorted { $0.priority < $1.priority }
+        let urls = ranked.compactMap { entry -> URL? in
+            guard let url = try? DownloadRequest.parseURL(entry.text) else { return nil }
+            return url
+        }
+        guard !urls.isEmpty else { throw refuse("has no http or https URL") }
+        // The best sources: a download takes at most 16.
+        return File(
+            name: raw.name,
+            size: size,
+            hashes: hashes,
+            pieces: pieces,
+            urls: Array(urls.prefix(DownloadSource.maxSources))
+        )
+    }
+
+    private static func algorithm(named type: String) -> Checksum.Algorithm? {
+        switch type.lowercased().replacingOccurrences(of: "-", with: "") {
+        case "sha256": .sha256
+        case "sha512": .sha512
+        case "sha1": .sha1
+        case "md5": .md5
+        default: nil
+        }
+    }
+}
+
+/// Collects a Metalink document's elements as `XMLParser` reports them.
+private final class MetalinkReader: NSObject, XMLParserDelegate {
+    struct RawFile {
+        var name: String
+        var size: String?
+        var hashes: [(type: String, hex: String)] = []
+        var pieces: (length: String, type: String, hashes: [String])?
+        var urls: [(text: String, priority: Int)] = []
+    }
+
+    static let metalink4 = "urn:ietf:params:xml:ns:metalink"
+    static let metalink3 = "http://www.metalinker.org/"
+
+    var files: [RawFile] = []
+    var failure: String?
+    var sawRoot = false
+    private var path: [String] = []
+    private var text = ""
+    private var current: RawFile?
+    private var hashType: String?
+    private var urlPriority = Int.max
+    private var version = 4
+    /// Characters gathered for one element: a hash or a URL is far shorter.
+    private static let maxText = 64 * 1024
+    private static let maxURLs = 1000
+    private static let maxPieces = 4 << 20
+
+    private func fail(_ parser: XMLParser, _ reason: String) {
+        if failure == nil { failure = reason }
+        parser.abortParsing()
+    }
+
+    func parser(
+        _ parser: XMLParser,
+        didStartElement element: String,
+        namespaceURI: String?,
+        qualifiedName: String?,
+        attributes: [String: String] = [:]
+    ) {
+        if path.isEmpty {
+            guard element == "metalink", namespaceURI == Self.metalink4 || namespaceURI == Self.metalink3 else {
+                return fail(parser, "its root is <\(element.prefix(40))>, not <metalink> of Metalink 4 or 3")
+            }
+            sawRoot = true
+            version = namespaceURI == Self.metalink4 ? 4 : 3
+        }
+        path.append(element)
+        text = ""
+        guard path.count <= 16 else { return fail(parser, "its elements nest more than 16 deep") }
+        switch element {
+        case "file" where path.count == (version == 4 ? 2 : 3):
+            guard files.count < Metalink.maxFiles else { return fail(parser, "it describes more than 10,000 files") }
+            guard let name = attributes["name"] else { return fail(parser, "a <file> has no name") }
+            current = RawFile(name: name)
+        case "hash":
+            hashType = attributes["type"]
+        case "pieces" where current != nil:
+            guard let length = attributes["length"], let type = attributes["type"] else {
+                return fail(parser, "a <pieces> lacks its length or type")
+            }
+            current?.pieces = (length, type, [])
+        case "url" where current != nil:
+            if version == 4 {
+                urlPriority = attributes["priority"].flatMap { Int($0) }.map { min(max($0, 1), 999_999) } ?? 999_999
+            } else {
+                // Metalink 3: a preference from 100 (best) down to 0.
+                let preference = attributes["preference"].flatMap { Int($0) }.map { min(max($0, 0), 100) } ?? 0
+                urlPriority = 101 - preference
+            }
+        default:
+            break
+        }
+    }
+
+    func parser(_ parser: XMLParser, foundCharacters string: String) {
+        guard text.utf8.count + string.utf8.count <= Self.maxText else {
+            return fail(parser, "an element holds more than 64 KiB of text")
+        }
+        text += string
+    }
+
+    func parser(_ parser: XMLParser, didEndElement element: String, namespaceURI: String?, qualifiedName: String?) {
+        defer {
+            path.removeLast()
+            text = ""
+        }
+        guard current != nil else { return }
+        let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let parent = path.count >= 2 ? path[path.count - 2] : ""
+        switch element {
+        case "file":
+            if let current { files.append(current) }
+            current = nil
+        case "size" where parent == "file":
+            current?.size = value
+        case "hash" where parent == "pieces":
+            guard (current?.pieces?.hashes.count ?? 0) < Self.maxPieces else {
+                return fail(parser, "a file has more than 4 M piece hashes")
+            }
+            current?.pieces?.hashes.append(value)
+        case "hash" where parent == "file" || parent == "verification":
+            if let hashType { current?.hashes.append((hashType, value)) }
+        case "url":
+            guard (current?.urls.count ?? 0) < Self.maxURLs else {
+                return fail(parser, "a file has more than 1,000 URLs")
+            }
+            current?.urls.append((value, urlPriority))
+        default:
+            break
+        }
+    }
+
+    func parser(_ parser: XMLParser, parseErrorOccurred parseError: any Error) {
+        if failure == nil { failure = "it is not well-formed XML" }
+    }
+}

@@ -1,0 +1,221 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// Metalink 4 (RFC 5854) and 3 documents: what is read from them, and every hostile one
+/// refused in one sentence.
+@Suite("Metalink")
+struct MetalinkTests {
+    static let hash = String(repeating: "ab", count: 32)
+
+    static func v4(_ files: String) -> Data {
+        Data(
+            """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+              <published>2026-11-24T00:00:00Z</published>
+            \(files)
+            </metalink>
+            """.utf8
+        )
+    }
+
+    @Test("Metalink 4: names, sizes, the strongest hash first, pieces, URLs by priority")
+    func metalink4() throws {
+        let document = Self.v4(
+            """
+              <file name="a.iso">
+                <size>600000</size>
+                <hash type="sha-1">\(String(repeating: "1", count: 40))</hash>
+                <hash type="sha-256">\(Self.hash)</hash>
+                <hash type="tiger">ignored</hash>
+                <pieces length="262144" type="sha-256">
+                  <hash>\(String(repeating: "0", count: 64))</hash>
+                  <hash>\(String(repeating: "1", count: 64))</hash>
+                  <hash>\(String(repeating: "2", count: 64))</hash>
+                </pieces>
+                <url location="de" priority="2">http://mirror.example.net/a.iso</url>
+                <url priority="1">https://example.org/a.iso</url>
+                <url>ftp://example.org/a.iso</url>
+                <metaurl mediatype="torrent">http://example.org/a.torrent</metaurl>
+              </file>
+              <file name="sub/b.bin">
+                <url>http://example.org/b.bin</url>
+              </file>
+            """
+        )
+        let metalink = try Metalink(parsing: document, source: "t.meta4")
+        #expect(metalink.files.count == 2)
+        let a = metalink.files[0]
+        #expect(a.name == "a.iso" && a.size == 600_000)
+        #expect(a.hashes.map(\.algorithm) == [.sha256, .sha1])
+        #expect(a.hashes.first?.hex == Self.hash)
+        #expect(a.pieces?.length == 262_144 && a.pieces?.hashes.count == 3 && a.pieces?.algorithm == .sha256)
+        #expect(
+            a.urls.map(\.absoluteString) == ["https://example.org/a.iso", "http://mirror.example.net/a.iso"],
+            "by priority; ftp is not a source"
+        )
+        #expect(metalink.files[1].name == "sub/b.bin" && metalink.files[1].size == nil)
+    }
+
+    @Test("Metalink 3: verification hashes, and URLs by preference (100 first)")
+    func metalink3() throws {
+        let document = Data(
+            """
+            <?xml version="1.0"?>
+            <metalink version="3.0" xmlns="http://www.metalinker.org/">
+              <files>
+                <file name="c.tar.gz">
+                  <size>1024</size>
+                  <verification><hash type="sha256">\(Self.hash)</hash></verification>
+                  <resources>
+                    <url type="http" preference="10">http://slow.example.net/c.tar.gz</url>
+                    <url type="http" location="us" preference="100">http://fast.example.net/c.tar.gz</url>
+                  </resources>
+                </file>
+              </files>
+            </metalink>
+            """.utf8
+        )
+        let file = try #require(try Metalink(parsing: document, source: "t.metalink").files.first)
+        #expect(file.name == "c.tar.gz" && file.size == 1024 && file.hashes.first?.hex == Self.hash)
+        #expect(file.urls.map(\.host) == ["fast.example.net", "slow.example.net"])
+    }
+
+    @Test(
+        "a hostile Metalink is refused in one sentence naming what is wrong",
+        arguments: [
+            (#"<file name="../etc/passwd"><url>http://h/x</url></file>"#, "has a name Haul will not write"),
+            (#"<file name="/abs"><url>http://h/x</url></file>"#, "has a name Haul will not write"),
+            (#"<file name="a/./b"><url>http://h/x</url></file>"#, "has a name Haul will not write"),
+            (#"<file name="big"><size>99999999999999999999</size><url>http://h/x</url></file>"#, "size that is not"),
+            (#"<file name="neg"><size>-1</size><url>http://h/x</url></file>"#, "size that is not"),
+            (
+                #"<file name="none"><url>ftp://h/x</url><url>file:///etc/passwd</url></file>"#,
+                "has no http or https URL"
+            ),
+            (#"<file name="h"><hash type="sha-256">xyz</hash><url>http://h/x</url></file>"#, "not 64 hex digits"),
+            (
+                #"<file name="p"><size>5000</size><pieces length="1024" type="sha-1"><hash>\#(String(repeating: "a", count: 40))</hash></pieces><url>http://h/x</url></file>"#,
+                "has 1 piece hashes, and its size makes 5 pieces"
+            ),
+            (#"<file><url>http://h/x</url></file>"#, "a <file> has no name"),
+            (#"<file name="d"><url>http://h/x</url></file><file name="d"><url>http://h/y</url></file>"#, "twice"),
+            ("", "describes no file"),
+        ]
+    )
+    func hostile(files: String, complaint: String) {
+        #expect {
+            _ = try Metalink(parsing: Self.v4(files), source: "bad.meta4")
+        } throws: { error in
+            let text = "\(error)"
+            return text.contains("bad.meta4") && text.contains(complaint)
+        }
+    }
+
+    @Test("not XML, another root, an external entity: refused, and the entity is never read")
+    func notAMetalink() {
+        let cases: [(String, String)] = [
+            ("this is not xml", "not well-formed XML"),
+            (#"<html xmlns="http://www.w3.org/1999/xhtml"><body/></html>"#, "its root is <html>"),
+            (#"<metalink><file name="a"><url>http://h/x</url></file></metalink>"#, "not <metalink> of Metalink 4 or 3"),
+            (
+                """
+                <?xml version="1.0"?>
+                <!DOCTYPE metalink [<!ENTITY secret SYSTEM "file:///etc/hostname">]>
+                <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+                  <file name="a"><size>&secret;</size><url>http://h/x</url></file>
+                </metalink>
+                """,
+                "a"
+            ),
+        ]
+        let hostname = (try? String(contentsOfFile: "/etc/hostname", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        for (text, complaint) in cases {
+            do {
+                let parsed = try Metalink(parsing: Data(text.utf8), source: "x.meta4")
+                // Only the entity case may parse: without its value.
+                #expect(parsed.files.first?.size == nil, "the entity was not resolved")
+            } catch {
+                let message = "\(error)"
+                #expect(message.contains(complaint), "\(message)")
+                if let hostname, !hostname.isEmpty { #expect(!message.contains(hostname)) }
+            }
+        }
+    }
+}
+
+/// `haul get -M`, as a user runs it.
+@Suite("haul get -M", .tags(.process))
+struct MetalinkCommandTests {
+    @Test("haul get -M: each file from its URLs at once, named and checked as the Metalink says")
+    func getMetalink() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                let size = 4 << 20
+                a.set("/one.bin", .init(size: size, bytesPerSecond: 4 << 20))
+                b.set("/one.bin", .init(size: size, etag: .fixed("\"b\""), bytesPerSecond: 4 << 20))
+                a.set("/two.bin", .init(size: 100_000, seed: 9))
+                let document = """
+                    <?xml version="1.0" encoding="UTF-8"?>
+                    <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+                      <file name="one.iso">
+                        <size>\(size)</size>
+                        <hash type="sha-256">\(a.sha256("/one.bin"))</hash>
+                        <url priority="1">\(a.url("/one.bin").absoluteString)</url>
+                        <url priority="2">\(b.url("/one.bin").absoluteString)</url>
+                      </file>
+                      <file name="sub/two.bin">
+                        <hash type="sha-256">\(a.sha256("/two.bin"))</hash>
+                        <url>\(a.url("/two.bin").absoluteString)</url>
+                      </file>
+                    </metalink>
+                    """
+                try document.write(toFile: temp.file("files.meta4"), atomically: true, encoding: .utf8)
+                let out = temp.file("out")
+                let (status, _, stderr) = try await HaulProcess.get(
+                    ["-M", temp.file("files.meta4"), "-d", out, "-x", "4", "--min-split", "256K"],
+                    in: temp
+                )
+                #expect(status == 0, "\(stderr)")
+                #expect(TestContent.sha256(file: out + "/one.iso") == a.sha256("/one.bin"))
+                #expect(TestContent.sha256(file: out + "/sub/two.bin") == a.sha256("/two.bin"))
+                #expect(b.requests(for: "/one.bin").count > 1, "the second URL served segments")
+
+                // A hash the bytes do not have: exit 7, nothing placed.
+                let wrong = document.replacingOccurrences(
+                    of: a.sha256("/two.bin"),
+                    with: String(repeating: "0", count: 64)
+                )
+                try wrong.write(toFile: temp.file("wrong.meta4"), atomically: true, encoding: .utf8)
+                let refused = try await HaulProcess.get(
+                    ["-M", temp.file("wrong.meta4"), "-d", temp.file("out2")],
+                    in: temp
+                )
+                #expect(refused.status == 7, "\(refused.stderr)")
+                #expect(!FileManager.default.fileExists(atPath: temp.file("out2/sub/two.bin")))
+            }
+        }
+    }
+
+    @Test("a Metalink that names a file outside -d, or is missing, stops before anything is made")
+    func refusedBeforeAnything() async throws {
+        let temp = try TemporaryDirectory()
+        try """
+        <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+          <file name="../escape.bin"><url>http://127.0.0.1:1/x</url></file>
+        </metalink>
+        """.write(toFile: temp.file("evil.meta4"), atomically: true, encoding: .utf8)
+        let evil = try await HaulProcess.get(["-M", temp.file("evil.meta4"), "-d", temp.file("made")], in: temp)
+        #expect(evil.status == 2, "\(evil.stderr)")
+        #expect(evil.stderr.contains("has a name Haul will not write"), "\(evil.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: temp.file("made")), "-d is not created")
+        let missing = try await HaulProcess.get(["-M", temp.file("nope.meta4")], in: temp)
+        #expect(missing.status == 3, "\(missing.stderr)")
+        #expect(missing.stderr.contains("Cannot read the Metalink file"), "\(missing.stderr)")
+    }
+}
