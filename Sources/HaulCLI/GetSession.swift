@@ -210,7 +210,7 @@ struct GetSession {
             line += "; from \(used) of \(result.sources.count) sources"
             for source in result.sources {
                 if let reason = source.dropped {
-                    line += "\nhaul: dropped \(Redaction.url(source.url)): \(reason)"
+                    line += "\nhaul: dropped \(Redaction.url(source.url)): \(Redaction.text(reason))"
                 }
             }
         }

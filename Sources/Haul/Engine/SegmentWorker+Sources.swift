@@ -19,8 +19,6 @@ extension SegmentWorker {
     enum Verdict {
         case verified
         case dropped
-        /// It could not be asked now (a failure worth retrying): left for later.
-        case notNow
     }
 
     func lease(_ index: Int, in pool: SourcePool) -> SourceLease {
@@ -184,7 +182,7 @@ extension SegmentWorker {
         guard pool.drop(index, reason: reason) else { return false }
         logger.warning(
             "source dropped for this download; the others continue",
-            metadata: ["source": "\(Redaction.url(url))", "reason": "\(reason)"]
+            metadata: ["source": "\(Redaction.url(url))", "reason": "\(Redaction.text(reason))"]
         )
         return true
     }
@@ -224,12 +222,14 @@ extension SegmentWorker {
                 (received, validators) = (bytes, learnt)
                 break asking
             case let .unusable(reason):
-                return drop(index, in: pool, because: reason) ? .dropped : .notNow
+                guard drop(index, in: pool, because: reason) else { throw lastSourceFails(source.url, reason) }
+                return .dropped
             case let .failed(error):
                 let failures = pool.failed(index)
                 guard failures <= retry.maxRetries else {
-                    return drop(index, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
-                        ? .dropped : .notNow
+                    guard drop(index, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
+                    else { throw retry.givenUp(error) }
+                    return .dropped
                 }
                 try await Task.sleep(for: (try? retry.delay(retrying: error, attempt: failures)) ?? .seconds(1))
             }
@@ -267,7 +267,10 @@ extension SegmentWorker {
                 for index in dropped {
                     logger.warning(
                         "source dropped for this download; the others continue",
-                        metadata: ["source": "\(Redaction.url(lease(index, in: pool).url))", "reason": "\(reason)"]
+                        metadata: [
+                            "source": "\(Redaction.url(lease(index, in: pool).url))",
+                            "reason": "\(Redaction.text(reason))",
+                        ]
                     )
                 }
                 throw Restart(reason: "the mirrors outvote the bytes written so far at \(place)")
@@ -287,6 +290,16 @@ extension SegmentWorker {
             "The sources disagree about \(place) of \(Redaction.url(url)): \(names) \(forMirror.count == 1 ? "serves" : "serve") other bytes than the file written so far",
             url: url,
             hint: "Drop the mirrors that serve another file, or give --checksum to know which is right"
+        )
+    }
+
+    /// The last source left cannot serve the file: the download fails saying why.
+    private func lastSourceFails(_ source: URL, _ reason: String) -> HaulError {
+        HaulError(
+            .invalidResponse,
+            "The last source left, \(Redaction.url(source)), cannot serve \(Redaction.url(url)): \(reason)",
+            url: url,
+            hint: "Give a URL or mirror that serves the file"
         )
     }
 

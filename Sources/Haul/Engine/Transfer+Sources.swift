@@ -53,7 +53,7 @@ extension Transfer {
         guard sources.drop(lead, reason: reason) else { return false }
         logger.warning(
             "source dropped for this download; the others continue",
-            metadata: ["source": "\(Redaction.url(sources.source(lead).url))", "reason": "\(reason)"]
+            metadata: ["source": "\(Redaction.url(sources.source(lead).url))", "reason": "\(Redaction.text(reason))"]
         )
         return true
     }

@@ -231,7 +231,8 @@ final class Transfer {
                     logger.warning(
                         "source dropped for this download; the others continue",
                         metadata: [
-                            "source": "\(Redaction.url(sources.source(lead).url))", "reason": "\(restart.reason)",
+                            "source": "\(Redaction.url(sources.source(lead).url))",
+                            "reason": "\(Redaction.text(restart.reason))",
                         ]
                     )
                     given = nil
@@ -270,7 +271,7 @@ final class Transfer {
                         hint: "Try again later"
                     )
                 }
-                logger.notice("restarting from 0", metadata: ["reason": "\(restart.reason)"])
+                logger.notice("restarting from 0", metadata: ["reason": "\(Redaction.text(restart.reason))"])
                 try await resetToZero(validators: Validators())
             case let .retry(error):
                 given = nil

@@ -362,9 +362,11 @@ struct MirrorCommandTests {
                 let temp = try TemporaryDirectory()
                 a.set("/f.bin", .init(size: MirrorTests.size, bytesPerSecond: 4 << 20))
                 b.set("/f.bin", .init(size: MirrorTests.size, etag: .fixed("\"b\""), bytesPerSecond: 4 << 20))
+                // The gone mirror carries credentials: never shown.
+                let gone = "http://u:s3cret@127.0.0.1:\(b.port)/gone.bin"
                 let (status, _, stderr) = try await HaulProcess.get(
                     [
-                        "--mirror", b.url("/f.bin").absoluteString, "--mirror", b.url("/gone.bin").absoluteString,
+                        "--mirror", b.url("/f.bin").absoluteString, "--mirror", gone,
                         "--max-connections-per-server", "2", "-x", "4", "--min-split", "256K",
                         a.url("/f.bin").absoluteString,
                     ],
@@ -375,7 +377,11 @@ struct MirrorCommandTests {
                 #expect(b.requests(for: "/f.bin").count > 1, "the mirror served segments")
                 #expect(b.maxOpenConnections <= 3, "at most 2 for each of the two mirrors on it, and the check")
                 #expect(stderr.contains("; from 2 of 3 sources"), "\(stderr)")
-                #expect(stderr.contains("haul: dropped \(b.url("/gone.bin").absoluteString): HTTP 404"), "\(stderr)")
+                #expect(
+                    stderr.contains("haul: dropped http://u:***@127.0.0.1:\(b.port)/gone.bin: HTTP 404"),
+                    "\(stderr)"
+                )
+                #expect(!stderr.contains("s3cret"))
             }
         }
     }
