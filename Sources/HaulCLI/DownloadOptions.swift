@@ -255,6 +255,7 @@ struct DownloadOptions: ParsableArguments {
                     confined: true
                 )
                 fileRequest.mirrors = Array(file.urls.dropFirst())
+                fileRequest.pieceHashes = file.pieces
                 metalinkDirectories.insert(fileRequest.destination.directory)
                 requests.append(fileRequest)
             }

@@ -103,6 +103,9 @@ public final class TestServer: Sendable {
         /// When set, a new version changes only these byte ranges and keeps the rest of
         /// version 1: a file whose bytes around a resume point stay the same while others change.
         public var changedBytes: [Range<Int>]?
+        /// Bytes served inverted (each XOR 0xFF) in every response, with the same ETag and
+        /// length: a mirror whose copy is damaged in places.
+        public var corrupted: [Range<Int>] = []
 
         public init(
             size: Int,
@@ -126,7 +129,8 @@ public final class TestServer: Sendable {
             chunked: Bool = false,
             closeDelimited: Bool = false,
             stallAt: Int? = nil,
-            changedBytes: [Range<Int>]? = nil
+            changedBytes: [Range<Int>]? = nil,
+            corrupted: [Range<Int>] = []
         ) {
             self.size = size
             self.seed = seed
@@ -151,6 +155,7 @@ public final class TestServer: Sendable {
             self.closeDelimited = closeDelimited
             self.stallAt = stallAt
             self.changedBytes = changedBytes
+            self.corrupted = corrupted
         }
 
         /// A redirect to `location`.
@@ -258,11 +263,16 @@ public final class TestServer: Sendable {
     }
 
     private static func content(of resource: Resource) -> [UInt8] {
-        let current = TestContent.bytes(count: resource.size, seed: resource.seed, version: resource.version)
-        guard let changed = resource.changedBytes, resource.version > 1 else { return current }
-        var bytes = TestContent.bytes(count: resource.size, seed: resource.seed, version: 1)
-        for range in changed.map({ $0.clamped(to: 0..<resource.size) }) {
-            bytes.replaceSubrange(range, with: current[range])
+        var bytes = TestContent.bytes(count: resource.size, seed: resource.seed, version: resource.version)
+        if let changed = resource.changedBytes, resource.version > 1 {
+            let current = bytes
+            bytes = TestContent.bytes(count: resource.size, seed: resource.seed, version: 1)
+            for range in changed.map({ $0.clamped(to: 0..<resource.size) }) {
+                bytes.replaceSubrange(range, with: current[range])
+            }
+        }
+        for range in resource.corrupted.map({ $0.clamped(to: 0..<resource.size) }) {
+            for index in range { bytes[index] ^= 0xFF }
         }
         return bytes
     }
@@ -272,9 +282,9 @@ public final class TestServer: Sendable {
     public func update(_ path: String, _ change: (inout Resource) -> Void) {
         state.withLock { state in
             guard var entry = state.entries[path] else { return }
-            let before = (entry.resource.size, entry.resource.seed, entry.resource.version)
+            let before = (entry.resource.size, entry.resource.seed, entry.resource.version, entry.resource.corrupted)
             change(&entry.resource)
-            if before != (entry.resource.size, entry.resource.seed, entry.resource.version) {
+            if before != (entry.resource.size, entry.resource.seed, entry.resource.version, entry.resource.corrupted) {
                 entry.content = TestServer.content(of: entry.resource)
             }
             state.entries[path] = entry

@@ -62,6 +62,38 @@ public enum API {
             public var mirrors: [String]?
             /// The most connections to any one source (default 4).
             public var maxConnectionsPerServer: Int?
+            /// The hash of every piece (``DownloadRequest/pieceHashes``).
+            public var pieceHashes: Pieces?
+
+            /// Piece hashes as JSON: `{"algorithm": "sha256", "length": 262144, "hashes": ["…"]}`.
+            public struct Pieces: Codable, Sendable {
+                /// `sha256`, `sha512`, `sha1` or `md5`.
+                public var algorithm: String
+                /// Bytes in each piece but the last.
+                public var length: Int64
+                /// One hex digest per piece, in order.
+                public var hashes: [String]
+
+                public init(_ pieces: PieceHashes) {
+                    algorithm = pieces.algorithm.name
+                    length = pieces.length
+                    hashes = (0..<pieces.count).map(pieces.hex)
+                }
+
+                /// The piece hashes they describe.
+                /// - Throws: ``HaulError`` for an unknown algorithm, a length or count out of
+                ///   bounds, or a digest that is not hex of the algorithm's length.
+                public func pieceHashes() throws -> PieceHashes {
+                    guard let algorithm = Checksum.Algorithm(named: algorithm) else {
+                        throw HaulError(
+                            .invalidArgument,
+                            "Unknown piece hash algorithm '\(algorithm.prefix(40))'",
+                            hint: "Use sha256, sha512, sha1 or md5"
+                        )
+                    }
+                    return try PieceHashes(algorithm: algorithm, length: length, hexDigests: hashes)
+                }
+            }
 
             public init(_ request: DownloadRequest) {
                 url = request.url.absoluteString
@@ -84,6 +116,7 @@ public enum API {
                 hooks = request.hooks == .none ? nil : request.hooks
                 mirrors = request.mirrors.isEmpty ? nil : request.mirrors.map(\.absoluteString)
                 maxConnectionsPerServer = request.maxConnectionsPerServer
+                pieceHashes = request.pieceHashes.map(Pieces.init)
             }
 
             /// The request it describes.
@@ -126,6 +159,7 @@ public enum API {
                     request.mirrors = try mirrors.map(DownloadRequest.parseURL)
                 }
                 request.maxConnectionsPerServer = maxConnectionsPerServer
+                request.pieceHashes = try pieceHashes?.pieceHashes()
                 return request
             }
         }

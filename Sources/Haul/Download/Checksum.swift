@@ -11,6 +11,8 @@ public struct Checksum: Sendable, Hashable, Codable, CustomStringConvertible {
         public let name: String
         /// Hex digits in a digest of this algorithm.
         let hexLength: Int
+        /// Bytes in a digest of this algorithm.
+        var digestLength: Int { hexLength / 2 }
 
         public static let sha256 = Algorithm(name: "sha256", hexLength: 64)
         public static let sha512 = Algorithm(name: "sha512", hexLength: 128)
@@ -18,6 +20,19 @@ public struct Checksum: Sendable, Hashable, Codable, CustomStringConvertible {
         public static let md5 = Algorithm(name: "md5", hexLength: 32)
 
         static let all: [Algorithm] = [.sha256, .sha512, .sha1, .md5]
+
+        private init(name: String, hexLength: Int) {
+            self.name = name
+            self.hexLength = hexLength
+        }
+
+        /// The algorithm of this name (`sha256`, `sha512`, `sha1`, `md5`; case and dashes
+        /// ignored); nil for any other.
+        public init?(named name: String) {
+            let wanted = name.lowercased().replacingOccurrences(of: "-", with: "")
+            guard let algorithm = Algorithm.all.first(where: { $0.name == wanted }) else { return nil }
+            self = algorithm
+        }
 
         public var description: String { name }
     }
@@ -51,8 +66,7 @@ public struct Checksum: Sendable, Hashable, Codable, CustomStringConvertible {
                 hint: "Write it as sha256=HEX (also sha512, sha1, md5)"
             )
         }
-        let name = text[..<separator].lowercased().replacingOccurrences(of: "-", with: "")
-        guard let algorithm = Algorithm.all.first(where: { $0.name == name }) else {
+        guard let algorithm = Algorithm(named: String(text[..<separator])) else {
             throw HaulError(
                 .invalidArgument,
                 "Unknown checksum algorithm '\(text[..<separator])'",
@@ -112,14 +126,16 @@ struct AnyDigest {
         }
     }
 
-    func finalizeHex() -> String {
-        let bytes: [UInt8]
+    func finalize() -> [UInt8] {
         switch state {
-        case .sha256(let h): bytes = Array(h.finalize())
-        case .sha512(let h): bytes = Array(h.finalize())
-        case .sha1(let h): bytes = Array(h.finalize())
-        case .md5(let h): bytes = Array(h.finalize())
+        case .sha256(let h): Array(h.finalize())
+        case .sha512(let h): Array(h.finalize())
+        case .sha1(let h): Array(h.finalize())
+        case .md5(let h): Array(h.finalize())
         }
-        return bytes.map { String(format: "%02x", $0) }.joined()
+    }
+
+    func finalizeHex() -> String {
+        finalize().map { String(format: "%02x", $0) }.joined()
     }
 }

@@ -153,6 +153,11 @@ public struct DownloadRequest: Sendable {
     public var mirrors: [URL] = []
     /// The most connections to any one source (the URL or a mirror); nil for 4.
     public var maxConnectionsPerServer: Int?
+    /// The hash of every piece of the file (a Metalink's `<pieces>`): each piece is checked
+    /// as soon as it is on disk, one that does not match is fetched again from another
+    /// source, and a source that served two bad pieces is dropped. Which pieces are
+    /// verified is kept in the store, so a resumed download checks none of them again.
+    public var pieceHashes: PieceHashes?
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"

@@ -27,6 +27,10 @@ public struct DownloadResult: Sendable, Equatable {
     /// The URL and its mirrors, with the bytes each delivered and why any was dropped;
     /// empty for a download without mirrors.
     public var sources: [DownloadSource] = []
+    /// With piece hashes: the pieces hashed in this run (a resumed download does not count
+    /// those verified before), and those fetched again because they did not match.
+    public var piecesChecked = 0
+    public var piecesRefetched = 0
 
     public init(
         taskID: UUID,

@@ -228,6 +228,7 @@ public final class Downloader: Sendable {
             record.hooks = request.hooks
             record.sources = request.sources
             record.maxConnectionsPerServer = request.maxConnectionsPerServer
+            record.pieces = request.pieceHashes
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,

@@ -23,17 +23,9 @@ public struct Metalink: Sendable, Equatable {
         /// Its whole-file hashes, strongest first.
         public var hashes: [Checksum]
         /// Its piece hashes, when given.
-        public var pieces: Pieces?
+        public var pieces: PieceHashes?
         /// The http(s) URLs that serve it, most preferred first.
         public var urls: [URL]
-    }
-
-    /// The hash of every `length` bytes of a file (the last piece may be shorter).
-    public struct Pieces: Sendable, Equatable {
-        public var length: Int64
-        public var algorithm: Checksum.Algorithm
-        /// Lower-case hex, one per piece, in order.
-        public var hashes: [String]
     }
 
     /// The largest document read (a Metalink of thousands of files is a few MiB).
@@ -127,28 +119,20 @@ public struct Metalink: Sendable, Equatable {
         }
         let strength = [Checksum.Algorithm.sha512, .sha256, .sha1, .md5]
         hashes.sort { strength.firstIndex(of: $0.algorithm)! < strength.firstIndex(of: $1.algorithm)! }
-        var pieces: Pieces?
+        var pieces: PieceHashes?
         if let rawPieces = raw.pieces, let algorithm = algorithm(named: rawPieces.type) {
-            guard let length = Int64(rawPieces.length), length >= 1024, length <= 1 << 32 else {
+            guard let length = Int64(rawPieces.length), PieceHashes.lengths.contains(length) else {
                 throw refuse("has a piece length that is not 1 KiB to 4 GiB: \(rawPieces.length.prefix(40))")
             }
-            var hexes: [String] = []
-            for hex in rawPieces.hashes {
-                guard
-                    let checksum = try? Checksum(
-                        algorithm: algorithm,
-                        hex: hex.trimmingCharacters(in: .whitespacesAndNewlines)
-                    )
-                else { throw refuse("has a piece hash that is not \(algorithm.hexLength) hex digits") }
-                hexes.append(checksum.hex)
+            let hexes = rawPieces.hashes.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            do {
+                pieces = try PieceHashes(algorithm: algorithm, length: length, hexDigests: hexes)
+            } catch {
+                throw refuse("has a piece hash that is not \(algorithm.hexLength) hex digits, or no piece hash")
             }
-            if let size {
-                let expected = size == 0 ? 0 : (size + length - 1) / length
-                guard Int64(hexes.count) == expected else {
-                    throw refuse("has \(hexes.count) piece hashes, and its size makes \(expected) pieces")
-                }
+            if let size, let pieces, let problem = pieces.problem(forLength: size) {
+                throw refuse("does not match its piece hashes: \(problem)")
             }
-            pieces = Pieces(length: length, algorithm: algorithm, hashes: hexes)
         }
         let ranked = raw.urls.sorted { $0.priority < $1.priority }
         let urls = ranked.compactMap { entry -> URL? in
@@ -167,13 +151,7 @@ public struct Metalink: Sendable, Equatable {
     }
 
     private static func algorithm(named type: String) -> Checksum.Algorithm? {
-        switch type.lowercased().replacingOccurrences(of: "-", with: "") {
-        case "sha256": .sha256
-        case "sha512": .sha512
-        case "sha1": .sha1
-        case "md5": .md5
-        default: nil
-        }
+        Checksum.Algorithm(named: type)
     }
 }
 

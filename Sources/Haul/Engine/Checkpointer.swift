@@ -16,6 +16,8 @@ struct Checkpointer: Sendable {
     let bytes: Int64
     /// The download's sources, when it has mirrors: recorded with the segments when they changed.
     var sources: SourcePool?
+    /// The download's pieces, when it has piece hashes: the verified ones recorded when they changed.
+    var pieces: PieceVerifier?
 
     /// Checkpoints until the calling task is cancelled.
     func run() async throws {
@@ -40,12 +42,15 @@ struct Checkpointer: Sendable {
     /// Syncs (on ``FileIO``) and records what is written now. Not cancelled half-way, and
     /// made even by a stopping transfer: a sync whose offsets never reach the store is wasted.
     func checkpoint() async throws {
+        // Taken before the segments: a piece verified by now was written before them, so
+        // its bytes are among those this sync makes durable and this record commits.
+        let verified = pieces?.changes()
         let snapshot = plan.snapshotWritten(taskID: taskID)
         let changedSources = sources?.changes()
         let (part, store, id) = (part, store, taskID)
         try await uncancellable {
             try await FileIO.run { try part.sync() }
-            try await store.checkpoint(id, segments: snapshot, sources: changedSources)
+            try await store.checkpoint(id, segments: snapshot, sources: changedSources, verifiedPieces: verified)
         }
         plan.committed(snapshot)
     }

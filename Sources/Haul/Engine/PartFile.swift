@@ -340,12 +340,27 @@ final class PartFile: Sendable {
     /// Digest of the first `length` bytes, read in 1 MiB blocks.
     func digest(_ algorithm: Checksum.Algorithm, length: Int64) throws -> String {
         var digest = AnyDigest(algorithm)
+        try feed(&digest, bytes: 0..<length)
+        return digest.finalizeHex()
+    }
+
+    /// Digest of `bytes` (a piece): nil when the file ends before them.
+    func digest(_ algorithm: Checksum.Algorithm, of bytes: Range<Int64>) throws -> [UInt8]? {
+        var digest = AnyDigest(algorithm)
+        guard try feed(&digest, bytes: bytes) == bytes.upperBound else { return nil }
+        return digest.finalize()
+    }
+
+    /// Reads `bytes` into `digest` in 1 MiB blocks; returns where it stopped (the end of
+    /// the file when it comes first).
+    @discardableResult
+    private func feed(_ digest: inout AnyDigest, bytes: Range<Int64>) throws -> Int64 {
         let block = 1 << 20
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: block, alignment: 16)
         defer { buffer.deallocate() }
-        var offset: Int64 = 0
-        while offset < length {
-            let want = Int(min(Int64(block), length - offset))
+        var offset = bytes.lowerBound
+        while offset < bytes.upperBound {
+            let want = Int(min(Int64(block), bytes.upperBound - offset))
             let n = pread(descriptor, buffer.baseAddress!, want, off_t(offset))
             if n < 0 {
                 if errno == EINTR { continue }
@@ -355,7 +370,7 @@ final class PartFile: Sendable {
             digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
             offset += Int64(n)
         }
-        return digest.finalizeHex()
+        return offset
     }
 }
 

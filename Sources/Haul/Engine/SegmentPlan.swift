@@ -189,6 +189,18 @@ final class SegmentPlan: Sendable {
         }
     }
 
+    /// Whether every byte of `range` is written (segments cover the file one after the other).
+    func isWritten(_ range: Range<Int64>) -> Bool {
+        state.withLock { state in
+            for segment in state.segments {
+                let end = segment.end ?? .max
+                guard segment.start < range.upperBound, end > range.lowerBound else { continue }
+                if segment.written < min(end, range.upperBound) { return false }
+            }
+            return true
+        }
+    }
+
     /// Finds the index of the segment that starts at `start` (indices move when segments are added).
     func index(startingAt start: Int64) -> Int? {
         state.withLock { $0.segments.firstIndex { $0.start == start } }

@@ -47,6 +47,10 @@ extension SegmentWorker {
                 try await stream(first, source: lead)
                 plan.release(segmentStart: first.segmentStart)
                 segmentStart = nil
+            } catch is SourceDropped {
+                // The lead served bad pieces and was dropped: the loop lets it go.
+                plan.release(segmentStart: first.segmentStart)
+                segmentStart = nil
             } catch {
                 switch AttemptOutcome(error, stopRequested: control.requested != nil) {
                 case let .retry(error) where rules.allowsRanges:
@@ -59,6 +63,15 @@ extension SegmentWorker {
             }
         }
         while true {
+            if let source = current, !pool.isActive(source) {
+                // Dropped meanwhile (its pieces did not match): its segment goes to the others.
+                pool.release(source)
+                current = nil
+                if let start = segmentStart {
+                    plan.release(segmentStart: start)
+                    segmentStart = nil
+                }
+            }
             if current == nil {
                 guard let index = pool.lease() else {
                     if pool.awaitsVerification {
@@ -196,6 +209,8 @@ extension SegmentWorker {
                 source: source.index
             )
             return .done
+        } catch is SourceDropped {
+            return .stepAside  // The loop lets the dropped source go.
         } catch {
             return AttemptOutcome(error, stopRequested: control.requested != nil)
         }

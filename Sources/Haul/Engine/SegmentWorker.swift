@@ -52,6 +52,9 @@ struct SegmentWorker: Sendable {
     var sources: SourcePool?
     /// The source whose validators ``rules`` holds (the lead, ``SourcePool/lead``).
     var lead = 0
+    /// The download's piece hashes and what is known of its pieces, when it has them
+    /// (SegmentWorker+Pieces.swift).
+    var pieces: PieceVerifier?
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
     func run(first: SegmentResponse?) async throws {
@@ -223,11 +226,13 @@ struct SegmentWorker: Sendable {
         var overlap = segment.overlap
         var overlapChecked = 0
         var batch = WriteBatch(offset: position + Int64(overlap.count))
-        // A source is credited with the bytes of it that reach the file, as they are written.
+        // A source is credited with the bytes of it that reach the file, as they are written;
+        // the pieces they complete are queued for checking.
         var credited = batch.offset
         func credit() {
-            guard let source, batch.offset > credited else { return }
-            sources?.delivered(Int(batch.offset - credited), by: source)
+            guard batch.offset > credited else { return }
+            if let source { sources?.delivered(Int(batch.offset - credited), by: source) }
+            pieces?.wrote(credited..<batch.offset, by: source ?? lead, isWritten: plan.isWritten)
             credited = batch.offset
         }
         var lastFlush = ContinuousClock.now
@@ -264,9 +269,11 @@ struct SegmentWorker: Sendable {
                     progress.add(allowed)
                     if batch.isFull || ContinuousClock.now - lastFlush >= flushInterval {
                         try await batch.flush(to: part)
-                        credit()
                         plan.wrote(upTo: batch.offset, segmentStart: start)
+                        credit()
                         lastFlush = .now
+                        // Dropped meanwhile (its pieces did not match): it sends no more.
+                        if let source, let sources, !sources.isActive(source) { throw SourceDropped() }
                     }
                 }
                 if allowed < count || (complete && position < (segment.expectedEnd ?? .max)) {
@@ -280,8 +287,8 @@ struct SegmentWorker: Sendable {
             throw error
         }
         try await batch.flush(to: part)
-        credit()
         plan.wrote(upTo: batch.offset, segmentStart: start)
+        credit()
         if overlapChecked < overlap.count {
             throw HaulError(
                 .connection,
@@ -310,6 +317,12 @@ struct SegmentWorker: Sendable {
         url: URL
     ) async throws -> any Error {
         if error is Restart { return error }
+        if error is SourceDropped {
+            // Its bytes so far are kept (their pieces are checked); it is asked for no more.
+            try await batch.flush(to: part, evenIfStopped: true)
+            plan.wrote(upTo: batch.offset, segmentStart: segment.segmentStart)
+            return error
+        }
         let verdict = (error as? HaulError).flatMap { $0.code == .connection ? nil : $0 }
         do {
             try await batch.flush(to: part, evenIfStopped: true)
@@ -339,6 +352,10 @@ struct SegmentWorker: Sendable {
         )
     }
 }
+
+/// A source was dropped for the download while one of its responses was streaming: the
+/// connection leaves it (its segment goes back to be claimed).
+struct SourceDropped: Error {}
 
 extension SegmentPlan {
     /// The segment that starts at `start`, if there is one.

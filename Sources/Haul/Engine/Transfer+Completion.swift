@@ -87,6 +87,12 @@ extension Transfer {
         if !labelled {
             logger.debug("the file system keeps no extended attributes here", metadata: ["path": "\(partPath)"])
         }
+        // Every piece matches its hash before the file is placed: those the connections'
+        // checker has not verified (a stream of unknown length, a resumed file) are checked now.
+        let pieces = try checkAllPiecesFirst(total: total)
+        if let pieces {
+            try await makeWorker(plan: SegmentPlan(segments, minSplit: .max), part: part).checkAllPieces(pieces)
+        }
         if let checksum {
             let algorithm = checksum.algorithm
             let actual = try await FileIO.run { try part.digest(algorithm, length: total) }
@@ -131,6 +137,7 @@ extension Transfer {
             lengthConfirmed: lengthConfirmed
         )
         result.sources = task.sources
+        if let pieces { (result.piecesChecked, result.piecesRefetched) = pieces.tally }
         return result
     }
 

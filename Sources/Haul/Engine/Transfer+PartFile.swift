@@ -12,6 +12,8 @@ extension Transfer {
             sources.forgetVerification()
             task.sources = sources.snapshot
         }
+        // Pieces verified in the old file say nothing of the new one's.
+        try await forgetVerifiedPieces()
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
         if part != nil || task.partPath.map(FileOps.exists) == true { try await openPart().truncate(to: 0) }
         try await store.saveResponse(task, segments: segments)

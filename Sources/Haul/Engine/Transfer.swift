@@ -64,6 +64,10 @@ final class Transfer {
     let sources: SourcePool?
     /// The source whose validators are the task's (Transfer+Sources.swift).
     var leadIndex = 0
+    /// The task's piece hashes as the store has them, once read (Transfer+Pieces.swift).
+    var storedPieces: Store.StoredPieces?
+    /// What is known of the pieces while the download runs, once its length is known.
+    var pieceVerifier: PieceVerifier?
 
     /// Connections to one source when the request does not say (aria2's default is 1; a
     /// mirror is usually a server of its own, able to serve a few).
@@ -151,6 +155,7 @@ final class Transfer {
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try await openPart() }
+            storedPieces = try await store.pieces(of: task.id)
             if newer != nil { try await resetToZero(validators: Validators()) }
             try await record(.running)
             progress.update {
@@ -420,9 +425,8 @@ final class Transfer {
 
     /// Runs the connections over the plan with checkpoints beside them, then makes the last
     /// checkpoint, whether they finished, failed or were stopped.
-    private func runConnections(plan: SegmentPlan, first: SegmentResponse?) async throws {
-        let part = try await openPart()
-        let worker = SegmentWorker(
+    func makeWorker(plan: SegmentPlan, part: PartFile) -> SegmentWorker {
+        SegmentWorker(
             plan: plan,
             part: part,
             transport: transport,
@@ -437,8 +441,15 @@ final class Transfer {
             logger: logger,
             isOffline: environment.isOffline,
             sources: sources,
-            lead: leadIndex
+            lead: leadIndex,
+            pieces: pieceVerifier
         )
+    }
+
+    private func runConnections(plan: SegmentPlan, first: SegmentResponse?) async throws {
+        let part = try await openPart()
+        let pieces = try preparePieces(plan: plan)
+        let worker = makeWorker(plan: plan, part: part)
         let checkpointer = Checkpointer(
             part: part,
             store: store,
@@ -446,7 +457,8 @@ final class Transfer {
             plan: plan,
             interval: environment.checkpointInterval,
             bytes: environment.checkpointBytes,
-            sources: sources
+            sources: sources,
+            pieces: pieces
         )
         let extra = first == nil ? connections : (plan.count > 1 ? min(connections, plan.count) - 1 : 0)
         if plan.count > 1 {
@@ -456,9 +468,17 @@ final class Transfer {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await checkpointer.run() }
                 group.addTask {
-                    try await withThrowingDiscardingTaskGroup { workers in
-                        if let first { workers.addTask { try await worker.run(first: first) } }
-                        for _ in 0..<extra { workers.addTask { try await worker.run(first: nil) } }
+                    try await withThrowingDiscardingTaskGroup { tasks in
+                        // Pieces are checked beside the connections, as they complete; the
+                        // checker ends with the last of them, once it has checked what they wrote.
+                        if let pieces { tasks.addTask { try await worker.checkPieces(pieces) } }
+                        tasks.addTask {
+                            try await withThrowingDiscardingTaskGroup { workers in
+                                if let first { workers.addTask { try await worker.run(first: first) } }
+                                for _ in 0..<extra { workers.addTask { try await worker.run(first: nil) } }
+                            }
+                            pieces?.close()
+                        }
                     }
                 }
                 // Whichever ends first: the connections (done, or failed), or the checkpointer,

@@ -172,6 +172,19 @@ extension Store {
                 t.add(column: "maxConnectionsPerServer", .integer)
             }
         }
+        migrator.registerMigration("v17: piece hashes") { db in
+            // A download's piece hashes (a Metalink's <pieces>) and which pieces are verified:
+            // a row of its own, read only by the transfer, so lists never carry the digests.
+            try db.create(table: "piece") { t in
+                t.primaryKey("taskID", .text).references("task", onDelete: .cascade)
+                t.column("algorithm", .text).notNull()
+                t.column("length", .integer).notNull()
+                // The digests, one after the other.
+                t.column("digests", .blob).notNull()
+                // One bit per piece (piece i: byte i / 8, bit i % 8); NULL for none.
+                t.column("verified", .blob)
+            }
+        }
         return migrator
     }
 }

@@ -118,6 +118,7 @@ public final class Store: Sendable {
             var task = task
             task.queueOrder = try Store.nextQueueOrder(db)
             try task.insert(db)
+            if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
             for segment in segments { try segment.insert(db) }
             return task
         }
@@ -210,12 +211,15 @@ public final class Store: Sendable {
                             StoreDate.now, existing.id,
                         ]
                     )
+                    // Piece hashes a task did not have yet (added again from a Metalink) are kept.
+                    if let pieces = new.pieces { try Store.insertPieces(db, taskID: existing.id, hashes: pieces) }
                     return (existing, try Store.segments(db, of: existing), false)
                 }
                 var task = new
                 task.queueOrder = order
                 order += 1
                 try task.insert(db)
+                if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
                 let segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0)]
                 try segments[0].insert(db)
                 return (task, segments, true)
@@ -231,6 +235,7 @@ public final class Store: Sendable {
                 task.queueOrder = order
                 order += 1
                 try task.insert(db)
+                if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
                 try SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0).insert(db)
             }
         }
@@ -397,11 +402,24 @@ public final class Store: Sendable {
     /// Records a download's segments with their committed offsets, and its sources when they
     /// changed (a mirror's validators must be durable with the bytes it served), in one
     /// transaction. Call only after the part file was synced up to those offsets.
-    func checkpoint(_ id: UUID, segments: [SegmentRecord], sources: [DownloadSource]? = nil) async throws {
+    /// - Parameter verifiedPieces: the bitmap of verified pieces, when it changed (only pieces
+    ///   whose bytes are among those synced).
+    func checkpoint(
+        _ id: UUID,
+        segments: [SegmentRecord],
+        sources: [DownloadSource]? = nil,
+        verifiedPieces: [UInt8]? = nil
+    ) async throws {
         let sourcesText = try sources.map { try TaskRecord.json($0) }
         try await write { db in
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).deleteAll(db)
             for segment in segments { try segment.insert(db) }
+            if let verifiedPieces {
+                try db.execute(
+                    sql: "UPDATE piece SET verified = ? WHERE taskID = ?",
+                    arguments: [Data(verifiedPieces), id]
+                )
+            }
             if let sourcesText {
                 try db.execute(
                     sql: "UPDATE task SET sources = ?, updatedAt = ? WHERE id = ?",

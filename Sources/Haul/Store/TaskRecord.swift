@@ -84,6 +84,9 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     var sources: [DownloadSource] = []
     /// The most connections to one source; nil for the default.
     var maxConnectionsPerServer: Int?
+    /// The request's piece hashes, carried to the store when the task is inserted (they live
+    /// in a table of their own, ``Store/pieces(of:)``; never read back into this record).
+    var pieces: PieceHashes?
     /// For a task waiting to try again: when (the state group).
     var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
