@@ -205,6 +205,10 @@ struct GetSession {
             line += "; resumed at \(Format.bytes(resumedFrom)), fetched \(Format.bytes(result.bytesFetched))"
         }
         line += ")"
+        if result.piecesChecked > 0 {
+            line += "; \(result.piecesChecked - result.piecesRefetched) pieces checked"
+            if result.piecesRefetched > 0 { line += ", \(result.piecesRefetched) fetched again" }
+        }
         if result.sources.count > 1 {
             let used = result.sources.filter { $0.bytes > 0 }.count
             line += "; from \(used) of \(result.sources.count) sources"

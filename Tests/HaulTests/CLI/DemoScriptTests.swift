@@ -2,8 +2,9 @@ import Foundation
 import Haul
 import Testing
 
-/// `scripts/demo`, the first thing a newcomer runs, run small against the built `haul`: it
-/// must work at any machine speed (it kills by progress, not by time).
+/// `scripts/demo`, the first thing a newcomer runs, and `scripts/demo-mirrors`, run small
+/// against the built `haul`: they must work at any machine speed (the first kills by
+/// progress, not by time).
 @Suite("scripts/demo", .tags(.process), .leftOutOfFastLoop)
 struct DemoScriptTests {
     static let repository = URL(fileURLWithPath: #filePath)
@@ -29,5 +30,29 @@ struct DemoScriptTests {
         #expect(status == 0, "\(text)")
         #expect(text.contains("OK: the resumed file is byte-identical to the server's."), "\(text)")
         #expect(text.contains("resumed at"), "\(text)")
+    }
+
+    @Test(
+        "the mirrors demo: a damaged mirror's piece is caught and fetched again, and it prints OK",
+        .enabled(if: ExternalServer.python != nil)
+    )
+    func mirrorsDemoRunsSmall() async throws {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HAUL_BIN"] = HaulProcess.executable
+        environment["SIZE_MIB"] = "24"
+        environment["RATE"] = String(4 << 20)
+        let output = try TemporaryDirectory()
+        let process = try ChildProcess(
+            "/bin/bash",
+            arguments: [Self.repository.appendingPathComponent("scripts/demo-mirrors").path],
+            environment: environment,
+            standardOutput: .file(output.file("log"), append: true),
+            standardError: .file(output.file("log"), append: true)
+        )
+        let status = await process.exited().status
+        let text = (try? String(contentsOfFile: output.file("log"), encoding: .utf8)) ?? ""
+        #expect(status == 0, "\(text)")
+        #expect(text.contains("OK: the damaged piece was caught and fetched again"), "\(text)")
+        #expect(text.contains("piece did not match its hash"), "\(text)")
     }
 }

@@ -350,6 +350,35 @@ struct APIHardeningTests {
                 )
             ),
             .init(method: .POST, path: "/tasks", body: add(download(#""maxConnectionsPerServer": 0"#))),
+            // Piece hashes: an unknown algorithm, a length out of bounds, a digest not hex of
+            // its length, none, another shape.
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(download(#""pieceHashes": {"algorithm": "crc32", "length": 1048576, "hashes": ["00"]}"#))
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(
+                    download(
+                        #""pieceHashes": {"algorithm": "sha1", "length": 10, "hashes": [""#
+                            + String(repeating: "a", count: 40)
+                            + #""]}"#
+                    )
+                )
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(download(#""pieceHashes": {"algorithm": "sha256", "length": 1048576, "hashes": ["zz"]}"#))
+            ),
+            .init(
+                method: .POST,
+                path: "/tasks",
+                body: add(download(#""pieceHashes": {"algorithm": "sha256", "length": 1048576, "hashes": []}"#))
+            ),
+            .init(method: .POST, path: "/tasks", body: add(download(#""pieceHashes": ["sha256"]"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""rateLimit": -1"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""rateLimit": 9223372036854775807"#))),
             .init(method: .POST, path: "/tasks", body: add(download(#""minSplitSize": 99999999999999999"#))),

@@ -202,6 +202,69 @@ struct MetalinkCommandTests {
         }
     }
 
+    @Test(
+        "-M with piece hashes: a damaged mirror's piece is fetched again (haul get says so); the daemon checks pieces too"
+    )
+    func metalinkPieces() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                let size = PieceTests.size
+                a.set("/f.bin", .init(size: size, bytesPerSecond: 4 << 20))
+                let damaged = (16..<32).map { $0 * PieceTests.pieceLength + 7..<$0 * PieceTests.pieceLength + 8 }
+                b.set("/f.bin", .init(size: size, etag: .fixed("\"b\""), corrupted: damaged))
+                let pieces = try PieceTests.hashes(of: a.content("/f.bin"))
+                let hashes = (0..<pieces.count).map { "<hash>\(pieces.hex($0))</hash>" }.joined(separator: "\n")
+                try """
+                <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+                  <file name="f.bin">
+                    <size>\(size)</size>
+                    <pieces length="\(PieceTests.pieceLength)" type="sha-256">\(hashes)</pieces>
+                    <url priority="1">\(a.url("/f.bin").absoluteString)</url>
+                    <url priority="2">\(b.url("/f.bin").absoluteString)</url>
+                  </file>
+                </metalink>
+                """.write(toFile: temp.file("f.meta4"), atomically: true, encoding: .utf8)
+
+                let got = try await HaulProcess.get(
+                    [
+                        "-M", temp.file("f.meta4"), "-d", temp.file("get"), "-x", "2", "--max-connections-per-server",
+                        "1",
+                    ],
+                    in: temp
+                )
+                #expect(got.status == 0, "\(got.stderr)")
+                #expect(TestContent.sha256(file: temp.file("get/f.bin")) == a.sha256("/f.bin"))
+                #expect(got.stderr.contains("fetched again; from 2 of 2 sources"), "\(got.stderr)")
+                #expect(
+                    got.stderr.contains(
+                        "haul: dropped \(b.url("/f.bin").absoluteString): 2 of its pieces did not match their sha256 hashes"
+                    ),
+                    "\(got.stderr)"
+                )
+
+                // The daemon: the same pieces through the API, checked the same way.
+                let home = temp.file("home")
+                let started = try await HaulProcess.run(["daemon"], home: home)
+                #expect(started.status == 0, "\(started.stderr)")
+                let added = try await HaulProcess.run(
+                    [
+                        "add", "-M", temp.file("f.meta4"), "-d", temp.file("add"), "-x", "2",
+                        "--max-connections-per-server", "1",
+                    ],
+                    home: home
+                )
+                #expect(added.status == 0, "\(added.stderr)")
+                let waited = try await HaulProcess.run(["wait"], home: home)
+                #expect(waited.status == 0, "\(waited.stderr)")
+                #expect(TestContent.sha256(file: temp.file("add/f.bin")) == a.sha256("/f.bin"))
+                let listed = try await HaulProcess.run(["list", "--json"], home: home)
+                #expect(listed.stdout.contains("did not match their sha256 hashes"), "\(listed.stdout)")
+                _ = try await HaulProcess.run(["daemon", "stop"], home: home)
+            }
+        }
+    }
+
     @Test("a Metalink that names a file outside -d, or is missing, stops before anything is made")
     func refusedBeforeAnything() async throws {
         let temp = try TemporaryDirectory()
