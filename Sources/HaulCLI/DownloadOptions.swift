@@ -25,6 +25,14 @@ struct DownloadOptions: ParsableArguments {
     )
     var metalink: String?
 
+    @Flag(
+        inversion: .prefixedNo,
+        help: ArgumentHelp(
+            "A file that turns out to be a Metalink (by its type, or a .meta4/.metalink name) brings the files it describes too (the default); --no-follow-metalink keeps it as a file."
+        )
+    )
+    var followMetalink = true
+
     @Option(
         name: .shortAndLong,
         help: """
@@ -256,6 +264,7 @@ struct DownloadOptions: ParsableArguments {
                 )
                 fileRequest.mirrors = Array(file.urls.dropFirst())
                 fileRequest.pieceHashes = file.pieces
+                fileRequest.followsMetalink = false  // A Metalink's files are not followed in turn.
                 metalinkDirectories.insert(fileRequest.destination.directory)
                 requests.append(fileRequest)
             }
@@ -274,6 +283,8 @@ struct DownloadOptions: ParsableArguments {
             requests[index].checkNewer = timestamping
             requests[index].continuesExistingFile = continueExisting
             requests[index].maxConnectionsPerServer = maxConnectionsPerServer
+            // The files of a Metalink given with -M are followed as they are; a URL may be one.
+            if requests[index].followsMetalink { requests[index].followsMetalink = followMetalink }
         }
         return requests
     }

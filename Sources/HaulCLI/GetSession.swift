@@ -43,6 +43,10 @@ struct GetSession {
             /// Each task's hooks, and the tasks whose hook has not reported yet.
             var hooks: [UUID: Hooks] = [:]
             var pendingHooks: Set<UUID> = []
+            /// Every task added while the command runs, by id (a followed Metalink's files).
+            var urls: [UUID: URL] = [:]
+            /// The tasks a followed Metalink added, in its order: the command waits for them too.
+            var followed: [UUID] = []
         }
 
         let state = Mutex(State())
@@ -93,10 +97,29 @@ struct GetSession {
                     } else if from == .waitingForNetwork, to == .queued {
                         state.notices.append("haul: \(name): the network is back; resuming")
                     }
+                case .added(let info):
+                    state.urls[info.id] = info.url
                 case .completed(let id, let result):
-                    state.outcomes[id] = .completed(result)
                     if state.hooks[id]?.onComplete != nil { state.pendingHooks.insert(id) }
-                    state.finishedLines.append(GetSession.savedLine(result))
+                    if let problem = result.followFailure {
+                        // The Metalink is in place, but none of what it describes.
+                        let error = HaulError(
+                            .invalidArgument,
+                            problem,
+                            hint: "Check the Metalink, or give --no-follow-metalink to keep it as a file"
+                        )
+                        state.outcomes[id] = .failed(error)
+                        state.finishedLines.append("Failed: \(error.description)")
+                    } else {
+                        state.outcomes[id] = .completed(result)
+                        state.finishedLines.append(GetSession.savedLine(result))
+                    }
+                    for followed in result.followed where !state.order.contains(followed) {
+                        // A Metalink's files: the command waits for them as for its own.
+                        state.order.append(followed)
+                        state.followed.append(followed)
+                        state.names[followed] = state.urls[followed]?.lastPathComponent ?? "a Metalink's file"
+                    }
                 case .failed(let id, let error):
                     state.outcomes[id] = .failed(error)
                     if state.hooks[id]?.onError != nil { state.pendingHooks.insert(id) }
@@ -109,7 +132,7 @@ struct GetSession {
                             "haul: \(name): the --on-\(run.moment.rawValue) hook \(run.program) failed: \(failure)"
                         )
                     }
-                case .added, .resumed, .networkChanged:
+                case .resumed, .networkChanged:
                     break
                 }
                 // Every file has ended, and every hook that ended one has reported.
@@ -140,6 +163,7 @@ struct GetSession {
         let ids = files.compactMap(\.id)
         let signals = SignalStream.watch([SIGINT, SIGTERM])
         let received = SignalStream.Received()
+        // One file, unless it turns out to be a Metalink whose files follow.
         let (manager, quiet, json, single) = (self.manager, self.quiet, self.json, requests.count == 1)
 
         enum Child { case events, other }
@@ -180,7 +204,10 @@ struct GetSession {
                 }
             }
         }
-        let outcomes = board.state.withLock { $0.outcomes }
+        let (outcomes, followed, urls) = board.state.withLock { ($0.outcomes, $0.followed, $0.urls) }
+        for id in followed {
+            files.append((urls[id].map(Redaction.url) ?? id.uuidString, id, nil))
+        }
         var stopped: [UUID: DownloadInfo] = [:]
         for index in files.indices {
             guard let id = files[index].id else { continue }

@@ -22,7 +22,8 @@ struct MultiProgressRenderer {
     }
 
     let mode: Mode
-    let single: Bool
+    /// One file: just its bar. A file that turns out to be a Metalink brings others.
+    private(set) var single: Bool
     private var lastLine = ContinuousClock.now
     private var drawnLines = 0
     /// Plain-line mode prints this often.
@@ -48,6 +49,7 @@ struct MultiProgressRenderer {
             state.finishedLines.removeAll()
             return copy
         }
+        if snapshot.order.count > 1 { single = false }
         let finished = single ? [] : snapshot.finishedLines
         let notices = board.takeNotices()
         switch mode {
@@ -81,10 +83,11 @@ struct MultiProgressRenderer {
     /// Clears the block and prints what finished since the last draw.
     mutating func finish(_ board: GetSession.Board) {
         guard mode != .quiet else { return }
-        let finished = board.state.withLock { state -> [String] in
+        let (finished, count) = board.state.withLock { state -> ([String], Int) in
             defer { state.finishedLines.removeAll() }
-            return state.finishedLines
+            return (state.finishedLines, state.order.count)
         }
+        if count > 1 { single = false }
         var text = mode == .terminal ? clearBlock() : ""
         for line in board.takeNotices() { text += line + "\n" }
         if !single { for line in finished { text += line + "\n" } }

@@ -106,6 +106,10 @@ public final class TestServer: Sendable {
         /// Bytes served inverted (each XOR 0xFF) in every response, with the same ETag and
         /// length: a mirror whose copy is damaged in places.
         public var corrupted: [Range<Int>] = []
+        /// Bytes served as they are instead of generated ones (`size` is their count).
+        public var body: [UInt8]?
+        /// A `Content-Type` header value.
+        public var contentType: String?
 
         public init(
             size: Int,
@@ -156,6 +160,14 @@ public final class TestServer: Sendable {
             self.stallAt = stallAt
             self.changedBytes = changedBytes
             self.corrupted = corrupted
+        }
+
+        /// `text` served as it is, with a `Content-Type`.
+        public static func document(_ text: String, contentType: String) -> Resource {
+            var resource = Resource(size: text.utf8.count)
+            resource.body = Array(text.utf8)
+            resource.contentType = contentType
+            return resource
         }
 
         /// A redirect to `location`.
@@ -263,6 +275,7 @@ public final class TestServer: Sendable {
     }
 
     private static func content(of resource: Resource) -> [UInt8] {
+        if let body = resource.body { return body }
         var bytes = TestContent.bytes(count: resource.size, seed: resource.seed, version: resource.version)
         if let changed = resource.changedBytes, resource.version > 1 {
             let current = bytes
@@ -496,6 +509,7 @@ public final class TestServer: Sendable {
         if let etag = resource.etagValue { headers.append(("ETag", etag)) }
         if let lastModified = resource.lastModified { headers.append(("Last-Modified", httpDate(lastModified))) }
         if let disposition = resource.contentDisposition { headers.append(("Content-Disposition", disposition)) }
+        if let type = resource.contentType { headers.append(("Content-Type", type)) }
         if resource.ranges { headers.append(("Accept-Ranges", "bytes")) }
 
         let faulty = entry.resource.faultyResponses > 0

@@ -64,6 +64,9 @@ public enum API {
             public var maxConnectionsPerServer: Int?
             /// The hash of every piece (``DownloadRequest/pieceHashes``).
             public var pieceHashes: Pieces?
+            /// false: a file that turns out to be a Metalink is not followed
+            /// (``DownloadRequest/followsMetalink``; default true).
+            public var followsMetalink: Bool?
 
             /// Piece hashes as JSON: `{"algorithm": "sha256", "length": 262144, "hashes": ["…"]}`.
             public struct Pieces: Codable, Sendable {
@@ -117,6 +120,7 @@ public enum API {
                 mirrors = request.mirrors.isEmpty ? nil : request.mirrors.map(\.absoluteString)
                 maxConnectionsPerServer = request.maxConnectionsPerServer
                 pieceHashes = request.pieceHashes.map(Pieces.init)
+                followsMetalink = request.followsMetalink ? nil : false
             }
 
             /// The request it describes.
@@ -160,6 +164,7 @@ public enum API {
                 }
                 request.maxConnectionsPerServer = maxConnectionsPerServer
                 request.pieceHashes = try pieceHashes?.pieceHashes()
+                request.followsMetalink = followsMetalink ?? true
                 return request
             }
         }

@@ -158,6 +158,14 @@ public struct DownloadRequest: Sendable {
     /// source, and a source that served two bad pieces is dropped. Which pieces are
     /// verified is kept in the store, so a resumed download checks none of them again.
     public var pieceHashes: PieceHashes?
+    /// Whether a file that turns out to be a Metalink (served as
+    /// `application/metalink4+xml` or `application/metalink+xml`, or named `.meta4` or
+    /// `.metalink`) is followed, as aria2's `--follow-metalink` does: once it is complete, a
+    /// ``DownloadManager`` adds the files it describes — into the same directory (its
+    /// subdirectories made), from their URLs at once, checked against their hashes and piece
+    /// hashes, with this request's options — and keeps the Metalink as downloaded. Files a
+    /// followed Metalink describes are not followed in turn.
+    public var followsMetalink = true
 
     /// The session of tasks added without one.
     public static let defaultSession = "default"

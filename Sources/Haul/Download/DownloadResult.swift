@@ -31,6 +31,15 @@ public struct DownloadResult: Sendable, Equatable {
     /// those verified before), and those fetched again because they did not match.
     public var piecesChecked = 0
     public var piecesRefetched = 0
+    /// Whether the file is a Metalink: served as `application/metalink4+xml` or
+    /// `application/metalink+xml`, or named `.meta4` or `.metalink`.
+    public var isMetalink = false
+    /// For a Metalink a ``DownloadManager`` followed: the tasks it added for the files the
+    /// Metalink describes, in its order.
+    public var followed: [UUID] = []
+    /// For a Metalink that could not be followed: why, in one sentence (the Metalink itself
+    /// is in place).
+    public var followFailure: String?
 
     public init(
         taskID: UUID,

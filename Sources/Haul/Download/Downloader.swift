@@ -229,6 +229,7 @@ public final class Downloader: Sendable {
             record.sources = request.sources
             record.maxConnectionsPerServer = request.maxConnectionsPerServer
             record.pieces = request.pieceHashes
+            record.followsMetalink = request.followsMetalink
             record.priority = priority
             let reAdd = Store.ReAdd(
                 background: background,

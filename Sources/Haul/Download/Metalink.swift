@@ -69,6 +69,20 @@ public struct Metalink: Sendable, Equatable {
         self.files = files
     }
 
+    /// The media types of Metalink 4 (RFC 5854) and 3.
+    public static let mediaTypes = ["application/metalink4+xml", "application/metalink+xml"]
+
+    /// Whether a file is a Metalink by its media type, else by its name (`.meta4`, `.metalink`).
+    public static func isMetalink(contentType: String?, path: String) -> Bool {
+        if let type = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased(),
+            mediaTypes.contains(type)
+        {
+            return true
+        }
+        let name = path.lowercased()
+        return name.hasSuffix(".meta4") || name.hasSuffix(".metalink")
+    }
+
     /// Reads a Metalink file.
     public init(contentsOf path: String) throws {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),

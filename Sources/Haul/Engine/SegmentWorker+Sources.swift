@@ -39,8 +39,8 @@ extension SegmentWorker {
             if let segmentStart { plan.release(segmentStart: segmentStart) }
         }
         if let first {
-            // The first response is the lead's.
-            pool.take(lead)
+            // The first response is the lead's, its connection taken before any other
+            // connection chose a source (``Transfer``'s runConnections).
             current = lead
             segmentStart = first.segmentStart
             do {

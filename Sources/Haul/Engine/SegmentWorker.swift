@@ -167,7 +167,8 @@ struct SegmentWorker: Sendable {
 
     /// Asks for `from..<to` of the file: `bytes=from-(to-1)`, or `bytes=from-` for the
     /// file's last segment — starting up to 64 KiB earlier when the segment already holds
-    /// bytes, which are compared with the disk before anything is written (rule 7).
+    /// bytes, which are compared with the disk before anything is written (rule 7), unless
+    /// piece hashes check every byte.
     func request(
         segmentStart start: Int64,
         from: Int64,
@@ -177,7 +178,9 @@ struct SegmentWorker: Sendable {
         let url = source?.url ?? url
         let rules = source?.rules ?? rules
         let last = end == rules.totalLength ? nil : end - 1
-        let overlap = min(from - start, TransferRules.overlapLength)
+        // With piece hashes every byte is checked against them, and the bytes before the
+        // resume point may be another source's that are being fetched again: no overlap.
+        let overlap = pieces == nil ? min(from - start, TransferRules.overlapLength) : 0
         let expected = overlap > 0 ? try part.read(at: from - overlap, count: Int(overlap)) : []
         guard expected.count == Int(overlap) else {
             throw Restart(reason: "the part file is shorter than the bytes written to it")

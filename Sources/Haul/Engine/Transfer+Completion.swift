@@ -138,6 +138,7 @@ extension Transfer {
         )
         result.sources = task.sources
         if let pieces { (result.piecesChecked, result.piecesRefetched) = pieces.tally }
+        result.isMetalink = Metalink.isMetalink(contentType: contentType, path: destination)
         return result
     }
 

@@ -68,6 +68,8 @@ final class Transfer {
     var storedPieces: Store.StoredPieces?
     /// What is known of the pieces while the download runs, once its length is known.
     var pieceVerifier: PieceVerifier?
+    /// The `Content-Type` of this run's opening answer (none when it resumed its segments).
+    var contentType: String?
 
     /// Connections to one source when the request does not say (aria2's default is 1; a
     /// mirror is usually a server of its own, able to serve a few).
@@ -357,6 +359,7 @@ final class Transfer {
         restarted: Bool
     ) async throws -> SegmentResponse? {
         task.finalURL = response.url
+        contentType = response.headers.first(name: "Content-Type")
         switch rules.classify(status: response.status, headers: response.headers, to: opening, confirming: confirming) {
         case let .wholeFile(length):
             if opening != .whole || restarted {
@@ -464,6 +467,9 @@ final class Transfer {
         if plan.count > 1 {
             logger.debug("segmented", metadata: ["segments": "\(plan.count)", "connections": "\(connections)"])
         }
+        // The first response holds a connection of the lead before the others choose theirs:
+        // otherwise one could take the lead's last free connection, and a mirror none.
+        if first != nil { sources?.take(leadIndex) }
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await checkpointer.run() }

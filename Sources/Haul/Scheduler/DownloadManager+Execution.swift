@@ -7,10 +7,12 @@ extension DownloadManager {
     /// (``Transfer/execute(_:segments:environment:handles:)``), then hands its end back.
     nonisolated func execute(_ id: UUID, _ handles: TransferHandles) async {
         let ended: Result<DownloadResult, HaulError>
+        var task: TaskRecord?
         do {
             guard let (record, segments) = try await store.taskWithSegments(id) else {
                 throw HaulError(.store, "Task \(id) vanished from the store")
             }
+            task = record
             let committed = segments.reduce(0) { $0 + ($1.committed - $1.start) }
             if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
             handles.limiter.setInitialRate(record.rateLimit)
@@ -44,7 +46,12 @@ extension DownloadManager {
         } catch {
             ended = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
         }
-        let outcome = ended.mapError { told($0, about: id) }
+        var outcome = ended.mapError { told($0, about: id) }
+        if case .success(let result) = outcome, let task {
+            // A Metalink's files are added before its completion is announced, so whoever
+            // follows the task learns of them with it.
+            outcome = .success(await follow(result, of: task))
+        }
         if case .failure(let error) = outcome {
             let stop = handles.control.requested
             if stop == .yield || stop == nil, await goOffline(id, after: stop == nil ? error : nil) { return }

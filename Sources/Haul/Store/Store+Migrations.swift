@@ -172,7 +172,10 @@ extension Store {
                 t.add(column: "maxConnectionsPerServer", .integer)
             }
         }
-        migrator.registerMigration("v17: piece hashes") { db in
+        migrator.registerMigration("v17: piece hashes, following Metalinks") { db in
+            try db.alter(table: "task") { t in
+                t.add(column: "followsMetalink", .boolean).notNull().defaults(to: true)
+            }
             // A download's piece hashes (a Metalink's <pieces>) and which pieces are verified:
             // a row of its own, read only by the transfer, so lists never carry the digests.
             try db.create(table: "piece") { t in

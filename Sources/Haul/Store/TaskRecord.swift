@@ -87,6 +87,8 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     /// The request's piece hashes, carried to the store when the task is inserted (they live
     /// in a table of their own, ``Store/pieces(of:)``; never read back into this record).
     var pieces: PieceHashes?
+    /// Whether a Metalink it turns out to be is followed (``DownloadRequest/followsMetalink``).
+    var followsMetalink = true
     /// For a task waiting to try again: when (the state group).
     var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
@@ -131,6 +133,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
         static let hooks = Column("hooks")
         static let sources = Column("sources")
         static let maxConnectionsPerServer = Column("maxConnectionsPerServer")
+        static let followsMetalink = Column("followsMetalink")
         static let retryingSince = Column("retryingSince")
     }
 
@@ -203,6 +206,7 @@ extension TaskRecord {
             throw reader.unreadable(Columns.maxConnectionsPerServer, "is not a number of connections from 1 to 64")
         }
         retryingSince = try reader.optionalDate(Columns.retryingSince)
+        followsMetalink = try reader.value(Columns.followsMetalink)
     }
 
     func encode(to container: inout PersistenceContainer) throws {
@@ -245,6 +249,7 @@ extension TaskRecord {
         container[Columns.sources] = sources.isEmpty ? nil : try TaskRecord.json(sources)
         container[Columns.maxConnectionsPerServer] = maxConnectionsPerServer
         container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
+        container[Columns.followsMetalink] = followsMetalink
     }
 
     /// TLS options as their column holds them: NULL for the defaults, else a JSON object

@@ -105,6 +105,13 @@ struct ConfigKey: Sendable, Hashable {
             help: "continue partial files other tools left"
         ),
         ConfigKey(
+            "follow-metalink",
+            kind: .toggle(on: "--follow-metalink", off: "--no-follow-metalink"),
+            [.get, .add],
+            fallback: "true",
+            help: "download the files a downloaded Metalink describes"
+        ),
+        ConfigKey(
             "on-complete",
             [.get, .add, .daemon],
             fallback: "none",

@@ -157,7 +157,9 @@ struct MetalinkCommandTests {
             try await TestServer.withServer { b in
                 let temp = try TemporaryDirectory()
                 let size = 4 << 20
-                a.set("/one.bin", .init(size: size, bytesPerSecond: 4 << 20))
+                // Each connection to the first URL is slow enough that the second is checked and
+                // takes a segment before the first's connections could claim them all.
+                a.set("/one.bin", .init(size: size, bytesPerSecond: 1 << 20))
                 b.set("/one.bin", .init(size: size, etag: .fixed("\"b\""), bytesPerSecond: 4 << 20))
                 a.set("/two.bin", .init(size: 100_000, seed: 9))
                 let document = """
