@@ -100,6 +100,7 @@ struct ConcurrentAddTests {
                     ![
                         "tls", "proxy", "credentials", "cookies", "nextTryAt", "retryingSince", "allowsMetered",
                         "checkNewer", "continuesExisting", "hooks", "sources", "maxConnectionsPerServer",
+                        "followsMetalink",
                     ].contains($0.key)
                 }
                 let columns = values.keys.sorted()
@@ -115,7 +116,11 @@ struct ConcurrentAddTests {
         // Read through the pool after the migration: every column it added is found (a reader
         // opened before it once kept the old columns, and allowsMetered was "not found").
         let tasks = try await store.allTasks()
-        #expect(tasks.allSatisfy { $0.allowsMetered && !$0.checkNewer && $0.tls.isDefault && $0.nextTryAt == nil })
+        #expect(
+            tasks.allSatisfy {
+                $0.allowsMetered && !$0.checkNewer && $0.tls.isDefault && $0.nextTryAt == nil && $0.followsMetalink
+            }
+        )
         #expect(tasks.first { $0.id == older }?.state == .cancelled)
         #expect(tasks.first { $0.id == newer }?.state == .queued)
         // And the index now refuses a second live task for it.
