@@ -105,7 +105,11 @@ extension Store {
     private static func create(at path: String, configuration: Configuration) throws {
         let temporary = path + ".new"
         for leftover in ["", "-journal", "-wal", "-shm"] { unlink(temporary + leftover) }
-        let database = try DatabaseQueue(path: temporary, configuration: configuration)
+        // No sync per migration: the file is synced once, whole, before it is renamed into
+        // place, and a crash before that leaves only the temporary file, made again next time.
+        var creating = configuration
+        creating.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = OFF") }
+        let database = try DatabaseQueue(path: temporary, configuration: creating)
         try migrator.migrate(database)
         try database.close()
         let descriptor = open(temporary, O_RDONLY | O_CLOEXEC)
