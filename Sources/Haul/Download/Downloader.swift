@@ -310,6 +310,18 @@ public final class Downloader: Sendable {
         record.queuedAt = now
         record.background = background
         if let session = resumeData.session { record.session = session }
+        if let sources = resumeData.sources, record.sources.isEmpty {
+            // From another store: mirrors are checked again against the bytes on disk before
+            // they get work (what another process said of them is not taken on trust). This
+            // store's own record of them, when it has one, stands.
+            record.sources = sources.map { source in
+                var source = source
+                source.verified = false
+                source.validators = nil
+                return source
+            }
+            record.maxConnectionsPerServer = resumeData.maxConnectionsPerServer
+        }
         // Resume data is only as good as the part file beside it: without the file, start
         // over. (A segment that has nothing yet may start beyond the file's end.)
         var segments = resumeData.segments.enumerated().map { index, segment in

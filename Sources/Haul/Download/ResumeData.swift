@@ -51,6 +51,12 @@ public struct ResumeData: Codable, Sendable, Equatable {
     public var session: String?
     /// The download's TLS options, when they are not the defaults.
     public var tls: TLSOptions?
+    /// For a download with mirrors: the URL and each mirror, with the bytes each delivered
+    /// and why any was dropped (absent without mirrors, and in resume data of older
+    /// versions). A download resumed from it checks each mirror again before giving it work.
+    public var sources: [DownloadSource]?
+    /// The most connections to any one source, when the request said.
+    public var maxConnectionsPerServer: Int?
 
     /// Bytes safely on disk.
     public var bytesCommitted: Int64 { segments.reduce(0) { $0 + ($1.committed - $1.start) } }
@@ -133,6 +139,8 @@ public struct ResumeData: Codable, Sendable, Equatable {
         )
         self.session = record.session
         self.tls = record.tls.isDefault ? nil : record.tls
+        self.sources = record.sources.isEmpty ? nil : record.sources
+        self.maxConnectionsPerServer = record.maxConnectionsPerServer
     }
 
     /// Rejects values that cannot describe a real download, whoever produced them.
@@ -150,6 +158,19 @@ public struct ResumeData: Codable, Sendable, Equatable {
             try tls?.validate()
         } catch {
             throw corrupt("its TLS options name a file by a path that is not absolute")
+        }
+        if let sources {
+            guard sources.count >= 2, sources.first?.url == url else {
+                throw corrupt("its sources do not begin with its URL, or name no mirror")
+            }
+            do {
+                try DownloadSource.validate(sources)
+            } catch let error as HaulError {
+                throw corrupt(error.message)
+            }
+        }
+        if let cap = maxConnectionsPerServer, !(1...DownloadRequest.maxConnections).contains(cap) {
+            throw corrupt("its connections per server are not 1 to \(DownloadRequest.maxConnections)")
         }
     }
 }

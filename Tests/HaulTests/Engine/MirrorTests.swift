@@ -268,6 +268,50 @@ struct MirrorTests {
         }
     }
 
+    @Test("resume data carries the mirrors: resumed in another store, both serve the rest, the mirror checked again")
+    func resumeDataCarriesMirrors() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: Self.size, etag: .fixed("\"a-1\""), bytesPerSecond: 512 << 10))
+                b.set("/f.bin", .init(size: Self.size, etag: .fixed("\"b-1\""), bytesPerSecond: 512 << 10))
+                let resumeData = try await Downloader.withDownloader(
+                    configuration: testConfiguration(store: temp.file("first.sqlite"))
+                ) { downloader in
+                    let task = try await downloader.download(
+                        Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin")], into: temp, connections: 4)
+                    )
+                    #expect(try await waitUntil { task.progress.bytesReceived > 2 << 20 })
+                    return try await task.pause()
+                }
+                let decoded = try ResumeData(decoding: resumeData.encoded())
+                #expect(decoded.sources?.map(\.url) == [a.url("/f.bin"), b.url("/f.bin")])
+                #expect(decoded.maxConnectionsPerServer == nil)
+                let checksBefore = b.requests(for: "/f.bin").filter { $0.header("If-Range") == nil }.count
+
+                a.update("/f.bin") { $0.bytesPerSecond = 4 << 20 }
+                b.update("/f.bin") { $0.bytesPerSecond = 4 << 20 }
+                try await Downloader.withDownloader(
+                    configuration: testConfiguration(store: temp.file("second.sqlite"))
+                ) { downloader in
+                    let result = try await downloader.download(resumingFrom: decoded).result()
+                    #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                    #expect(result.sources.count == 2 && result.sources.allSatisfy { $0.dropped == nil })
+                }
+                let checks = b.requests(for: "/f.bin").filter { $0.header("If-Range") == nil }.count
+                #expect(checks == checksBefore + 1, "the mirror is checked again, once")
+
+                // Hostile sources: another first URL, or a mirror that is not http(s).
+                var other = decoded
+                other.sources?[0].url = b.url("/f.bin")
+                #expect(throws: HaulError.self) { try ResumeData(decoding: other.encoded()) }
+                var scheme = decoded
+                scheme.sources?[1].url = URL(string: "file:///etc/passwd")!
+                #expect(throws: HaulError.self) { try ResumeData(decoding: scheme.encoded()) }
+            }
+        }
+    }
+
     @Test("a mirror that fails once checked (503 on every segment) is dropped after its retries; the file is whole")
     func mirrorFailsMidway() async throws {
         try await TestServer.withServer { a in
