@@ -157,7 +157,11 @@ final class Transfer {
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try await openPart() }
-            storedPieces = try await store.pieces(of: task.id)
+            if let known = task.storedPieces {
+                storedPieces = known  // Read with the task for this run.
+            } else {
+                storedPieces = try await store.pieces(of: task.id)
+            }
             if newer != nil { try await resetToZero(validators: Validators()) }
             try await record(.running)
             progress.update {

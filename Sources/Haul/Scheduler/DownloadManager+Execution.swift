@@ -9,7 +9,7 @@ extension DownloadManager {
         let ended: Result<DownloadResult, HaulError>
         var task: TaskRecord?
         do {
-            guard let (record, segments) = try await store.taskWithSegments(id) else {
+            guard let (record, segments) = try await store.taskForRun(id) else {
                 throw HaulError(.store, "Task \(id) vanished from the store")
             }
             task = record
@@ -63,7 +63,12 @@ extension DownloadManager {
                 await recordFailure(id, error)
             }
         }
-        await transferEnded(id, outcome: outcome, stop: handles.control.requested)
+        await transferEnded(
+            id,
+            outcome: outcome,
+            stop: handles.control.requested,
+            mayHaveHooks: task.map { $0.hooks != .none } ?? true
+        )
     }
 
     /// `error` as this manager's users are to read it: a daemon's task is continued with
@@ -105,7 +110,14 @@ extension DownloadManager {
 
     /// Moves a task by how its transfer ended, wakes whoever waited for that, and starts
     /// what may start now.
-    func transferEnded(_ id: UUID, outcome: Result<DownloadResult, HaulError>, stop: StopReason?) {
+    /// - Parameter mayHaveHooks: false when the task is known to have no hooks of its own
+    ///   (its record is then not read again to find them).
+    func transferEnded(
+        _ id: UUID,
+        outcome: Result<DownloadResult, HaulError>,
+        stop: StopReason?,
+        mayHaveHooks: Bool = true
+    ) {
         running.remove(id)
         let run = known[id]?.run
         known[id]?.run = nil
@@ -116,7 +128,7 @@ extension DownloadManager {
             known[id]?.retryAttempts = 0
             scheduler.remove(id)
             move(id, .complete)
-            ended(id, .completed(result))
+            ended(id, .completed(result), mayHaveHooks: mayHaveHooks)
         case .failure(let error) where error.code == .store:
             storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:
@@ -131,7 +143,7 @@ extension DownloadManager {
         case .failure(let error):
             scheduler.remove(id)
             move(id, .fail)
-            ended(id, .failed(error))
+            ended(id, .failed(error), mayHaveHooks: mayHaveHooks)
         }
         for waiter in run?.endWaiters ?? [] { waiter.resume() }
         if scheduler.isRunning(id), known[id]?.state == .queued {

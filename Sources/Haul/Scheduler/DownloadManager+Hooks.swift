@@ -19,12 +19,14 @@ extension DownloadManager {
     /// Announces a task's end, and runs the hook for it, if it has one (its own, else the
     /// manager's). The hook runs beside the downloads; ``run()`` ends only once every hook
     /// started has ended.
-    func ended(_ id: UUID, _ ending: Ending) {
+    /// - Parameter mayHaveHooks: false when the task is known to have none of its own: with
+    ///   no manager hook either, nothing is run and its record is not read.
+    func ended(_ id: UUID, _ ending: Ending, mayHaveHooks: Bool = true) {
         switch ending {
         case .completed(let result): hub.publish(.completed(id: id, result: result))
         case .failed(let error): hub.publish(.failed(id: id, error: error))
         }
-        hookSink.yield((id, ending))
+        if mayHaveHooks || hooks != .none { hookSink.yield((id, ending)) }
     }
 
     /// Runs the hooks ``ended(_:_:)`` asks for until the manager stops and the last has ended.

@@ -38,7 +38,7 @@ public struct KeepTrying: Sendable, Equatable {
 extension DownloadManager {
     /// After a run that failed with `error`: when the manager keeps trying and the error may
     /// pass, moves the task to ``TaskState/retrying`` with its next try armed, and returns
-    /// true; false leaves the failure to ``transferEnded(_:outcome:stop:)``.
+    /// true; false leaves the failure to ``transferEnded(_:outcome:stop:mayHaveHooks:)``.
     /// - Parameter progressed: the run moved the download forward, which starts a new streak.
     func retryLater(_ id: UUID, after error: HaulError, progressed: Bool) async -> Bool {
         guard let policy = keepTrying, error.isRetryable, !shuttingDown, running.contains(id),

@@ -98,7 +98,7 @@ public actor DownloadManager {
     /// Every task this manager knows, and all it knows of each.
     var known: [UUID: ManagedTask] = [:]
     /// The tasks with a transfer running: an index into ``known``, kept by ``start(_:)`` and
-    /// ``transferEnded(_:outcome:stop:)`` alone.
+    /// ``transferEnded(_:outcome:stop:mayHaveHooks:)`` alone.
     var running: Set<UUID> = []
     var shuttingDown = false
     /// What the last ``DownloadEvent/networkChanged(_:)`` said (or the network when watching began).

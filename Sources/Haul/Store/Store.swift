@@ -49,6 +49,16 @@ public final class Store: Sendable {
         }
     }
 
+    /// What a run of a task reads first — the task with its piece hashes, and its segments —
+    /// in one read.
+    func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
+        try await read { db in
+            guard var task = try TaskRecord.fetchOne(db, key: id) else { return nil }
+            task.storedPieces = .some(try Store.pieces(db, of: id))
+            return (task, try Store.segments(db, of: task))
+        }
+    }
+
     /// A task's segments, checked like the task (empty when there is no such task).
     func segments(of id: UUID) async throws -> [SegmentRecord] {
         try await taskWithSegments(id)?.1 ?? []

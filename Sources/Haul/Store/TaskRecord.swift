@@ -87,6 +87,9 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
     /// The request's piece hashes, carried to the store when the task is inserted (they live
     /// in a table of their own, ``Store/pieces(of:)``; never read back into this record).
     var pieces: PieceHashes?
+    /// Its piece hashes as the store has them, when a read for its run fetched them
+    /// (``Store/taskForRun(_:)``): `.some(nil)` for none, nil when not read.
+    var storedPieces: Store.StoredPieces??
     /// Whether a Metalink it turns out to be is followed (``DownloadRequest/followsMetalink``).
     var followsMetalink = true
     /// For a task waiting to try again: when (the state group).
