@@ -200,4 +200,48 @@ struct CrashSafetyTests {
             }
         }
     }
+
+    @Test("kill -9 during a download with piece hashes: the rerun checks exactly the pieces not recorded as verified")
+    func killNineWithPieces() async throws {
+        let temp = try TemporaryDirectory()
+        let home = try temp.directory("home")
+        let out = try temp.directory("out")
+        try await TestServer.withServer { a in
+            a.set("/big.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
+            let pieces = try PieceTests.hashes(of: a.content("/big.bin"))
+            let hashes = (0..<pieces.count).map { "<hash>\(pieces.hex($0))</hash>" }.joined()
+            try """
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+              <file name="big.bin">
+                <pieces length="\(PieceTests.pieceLength)" type="sha-256">\(hashes)</pieces>
+                <url>\(a.url("/big.bin").absoluteString)</url>
+              </file>
+            </metalink>
+            """.write(toFile: temp.file("big.meta4"), atomically: true, encoding: .utf8)
+            let arguments = [
+                "get", "-x", "2", "--min-split", "1M", "-d", out, "--checkpoint-interval", "0.25",
+                "-M", temp.file("big.meta4"),
+            ]
+            let child = try HaulProcess(arguments, home: home)
+            let store = try Store(path: (home as NSString).appendingPathComponent("haul.sqlite"))
+            func verified() async throws -> Int {
+                try await store.read { db in
+                    let bitmap = try Data.fetchOne(db, sql: "SELECT verified FROM piece") ?? Data()
+                    return bitmap.reduce(0) { $0 + $1.nonzeroBitCount }
+                }
+            }
+            // Killed once some pieces are recorded as verified with a checkpoint.
+            #expect(try await waitUntil { try await verified() >= 4 })
+            child.kill(SIGKILL)
+            #expect(await child.finish().status == SIGKILL)
+            let before = try await verified()
+            #expect(before < pieces.count)
+
+            a.update("/big.bin") { $0.bytesPerSecond = nil }
+            let rerun = try await HaulProcess.run(arguments, home: home)
+            #expect(rerun.status == 0, "\(rerun.stderr)")
+            #expect(sha256(file: (out as NSString).appendingPathComponent("big.bin")) == a.sha256("/big.bin"))
+            #expect(rerun.stderr.contains("; \(pieces.count - before) pieces checked"), "\(rerun.stderr)")
+        }
+    }
 }
