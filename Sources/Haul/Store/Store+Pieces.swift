@@ -31,8 +31,7 @@ extension Store {
     static func pieces(_ db: Database, of id: UUID) throws -> StoredPieces? {
         guard
             let row = try Row.fetchOne(
-                db,
-                sql: "SELECT algorithm, length, digests, verified FROM piece WHERE taskID = ?",
+                db.cachedStatement(sql: "SELECT algorithm, length, digests, verified FROM piece WHERE taskID = ?"),
                 arguments: [id]
             )
         else { return nil }

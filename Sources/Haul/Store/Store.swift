@@ -38,13 +38,18 @@ public final class Store: Sendable {
     // MARK: Reading
 
     func task(id: UUID) async throws -> TaskRecord? {
-        try await read { db in try TaskRecord.fetchOne(db, key: id) }
+        try await read { db in try Store.task(db, id: id) }
+    }
+
+    /// A task by its id, with a statement cached on the connection (every run reads its task).
+    private static func task(_ db: Database, id: UUID) throws -> TaskRecord? {
+        try TaskRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM task WHERE id = ?"), arguments: [id])
     }
 
     /// A task and its segments, read together.
     func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in
-            guard let task = try TaskRecord.fetchOne(db, key: id) else { return nil }
+            guard let task = try Store.task(db, id: id) else { return nil }
             return (task, try Store.segments(db, of: task))
         }
     }
@@ -53,7 +58,7 @@ public final class Store: Sendable {
     /// in one read.
     func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in
-            guard var task = try TaskRecord.fetchOne(db, key: id) else { return nil }
+            guard var task = try Store.task(db, id: id) else { return nil }
             task.storedPieces = .some(try Store.pieces(db, of: id))
             return (task, try Store.segments(db, of: task))
         }
@@ -67,8 +72,10 @@ public final class Store: Sendable {
     /// A task's segments in order, checked: a layout no transfer could have written is an
     /// error naming the task. A task without any starts from byte 0.
     private static func segments(_ db: Database, of task: TaskRecord) throws -> [SegmentRecord] {
-        let segments = try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id)
-            .order(SegmentRecord.Columns.ordinal).fetchAll(db)
+        let segments = try SegmentRecord.fetchAll(
+            db.cachedStatement(sql: "SELECT * FROM segment WHERE taskID = ? ORDER BY ordinal"),
+            arguments: [task.id]
+        )
         if segments.isEmpty { return [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, committed: 0)] }
         let layout = segments.map { (start: $0.start, end: $0.end, committed: $0.committed) }
         if let problem = SegmentRecord.layoutProblem(layout, totalLength: task.totalLength) {
@@ -394,17 +401,18 @@ public final class Store: Sendable {
     func saveResponse(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
         let sources = task.sources.isEmpty ? nil : try TaskRecord.json(task.sources)
         try await write { db in
-            try db.execute(
+            try db.cachedStatement(
                 sql: """
                     UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,
                         totalLength = ?, sources = ?, updatedAt = ? WHERE id = ?
-                    """,
+                    """
+            ).execute(
                 arguments: [
                     task.finalURL?.absoluteString, task.fileName, task.etag, task.lastModified, task.serverDate,
                     task.totalLength, sources, StoreDate.now, task.id,
                 ]
             )
-            try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
+            try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [task.id])
             for segment in segments { try segment.insert(db) }
         }
     }
@@ -422,21 +430,25 @@ public final class Store: Sendable {
     ) async throws {
         let sourcesText = try sources.map { try TaskRecord.json($0) }
         try await write { db in
-            try SegmentRecord.filter(SegmentRecord.Columns.taskID == id).deleteAll(db)
+            try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [id])
             for segment in segments { try segment.insert(db) }
             if let verifiedPieces {
-                try db.execute(
-                    sql: "UPDATE piece SET verified = ? WHERE taskID = ?",
+                try db.cachedStatement(
+                    sql: "UPDATE piece SET verified = ? WHERE taskID = ?"
+                ).execute(
                     arguments: [Data(verifiedPieces), id]
                 )
             }
             if let sourcesText {
-                try db.execute(
-                    sql: "UPDATE task SET sources = ?, updatedAt = ? WHERE id = ?",
+                try db.cachedStatement(
+                    sql: "UPDATE task SET sources = ?, updatedAt = ? WHERE id = ?"
+                ).execute(
                     arguments: [sourcesText, StoreDate.now, id]
                 )
             } else {
-                try db.execute(sql: "UPDATE task SET updatedAt = ? WHERE id = ?", arguments: [StoreDate.now, id])
+                try db.cachedStatement(sql: "UPDATE task SET updatedAt = ? WHERE id = ?").execute(arguments: [
+                    StoreDate.now, id,
+                ])
             }
         }
     }
@@ -444,8 +456,9 @@ public final class Store: Sendable {
     /// Records the part file a task created (the transfer owns these columns).
     func setPart(_ id: UUID, path: String?, identity: String?) async throws {
         try await write { db in
-            try db.execute(
-                sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?",
+            try db.cachedStatement(
+                sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
+            ).execute(
                 arguments: [path, identity, StoreDate.now, id]
             )
         }
@@ -462,7 +475,9 @@ public final class Store: Sendable {
     func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
         try await write { db in
             for id in ids {
-                try db.execute(sql: "UPDATE task SET rateLimit = ? WHERE id = ?", arguments: [bytesPerSecond, id])
+                try db.cachedStatement(sql: "UPDATE task SET rateLimit = ? WHERE id = ?").execute(arguments: [
+                    bytesPerSecond, id,
+                ])
             }
         }
     }
@@ -476,11 +491,12 @@ public final class Store: Sendable {
     func setState(_ id: UUID, _ state: TaskState, error: String? = nil, code: HaulError.Code? = nil) async throws {
         let keepsStreak = state == .queued || state == .running || state == .failed
         try await write { db in
-            try db.execute(
+            try db.cachedStatement(
                 sql: """
                     UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
                         retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ? WHERE id = ?
-                    """,
+                    """
+            ).execute(
                 arguments: [state.rawValue, error, code?.description, keepsStreak, StoreDate.now, id]
             )
         }
