@@ -39,6 +39,13 @@ struct HTTPTransport: Sendable {
     }
 
     /// Statuses that redirect a GET.
+    /// Whether a header carries credentials for the host it was given for (`Authorization`,
+    /// `Cookie`, `Proxy-Authorization`): never sent on to another host, by a redirect or by
+    /// a followed Metalink.
+    static func carriesCredentials(_ header: HTTPHeaderField) -> Bool {
+        ["authorization", "cookie", "proxy-authorization"].contains(header.name.lowercased())
+    }
+
     private static let redirectStatuses: Set<Int> = [301, 302, 303, 307, 308]
 
     func get(
@@ -137,7 +144,7 @@ struct HTTPTransport: Sendable {
                 )
             }
             if next.host?.lowercased() != current.host?.lowercased() || next.port != current.port {
-                extra.removeAll { ["authorization", "cookie", "proxy-authorization"].contains($0.name.lowercased()) }
+                extra.removeAll(where: HTTPTransport.carriesCredentials)
             }
             logger.debug("redirect", metadata: ["status": "\(status)", "to": "\(Redaction.url(next))"])
             current = next

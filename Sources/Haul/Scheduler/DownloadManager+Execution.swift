@@ -128,7 +128,7 @@ extension DownloadManager {
             known[id]?.retryAttempts = 0
             scheduler.remove(id)
             move(id, .complete)
-            ended(id, .completed(result), mayHaveHooks: mayHaveHooks)
+            ended(id, .completed(result), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
         case .failure(let error) where error.code == .store:
             storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:
@@ -143,7 +143,7 @@ extension DownloadManager {
         case .failure(let error):
             scheduler.remove(id)
             move(id, .fail)
-            ended(id, .failed(error), mayHaveHooks: mayHaveHooks)
+            ended(id, .failed(error), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
         }
         for waiter in run?.endWaiters ?? [] { waiter.resume() }
         if scheduler.isRunning(id), known[id]?.state == .queued {

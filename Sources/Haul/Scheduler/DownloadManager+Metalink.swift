@@ -15,6 +15,14 @@ extension DownloadManager {
             let path = result.path
             let metalink = try await FileIO.run { try Metalink(contentsOf: path) }
             let requests = try DownloadManager.requests(following: metalink, at: path, from: record)
+            // Made once every file is known good (names inside the Metalink's directory), on
+            // FileIO: creating directories blocks.
+            let directories = Set(requests.map(\.destination.directory)).sorted()
+            try await FileIO.run {
+                for directory in directories {
+                    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                }
+            }
             let infos = try await download(requests, priority: record.priority)
             result.followed = infos.map(\.id)
             logger.info(
@@ -32,8 +40,8 @@ extension DownloadManager {
         return result
     }
 
-    /// One request per file of `metalink`: into the Metalink's own directory (subdirectories
-    /// made; its names were checked to stay inside), from its URLs at once, checked against
+    /// One request per file of `metalink`: into the Metalink's own directory (its names were
+    /// checked to stay inside; the caller makes the subdirectories), from its URLs at once, checked against
     /// its strongest hash and its piece hashes, with the options of the task that fetched
     /// it. Headers that carry credentials (`Authorization`, `Cookie`) and the task's user
     /// and password go only to the host and port that served the Metalink, as across a
@@ -53,20 +61,13 @@ extension DownloadManager {
         }
         return try metalink.files.map { file in
             let destination = try Destination.file(file.name, confinedTo: directory)
-            try FileManager.default.createDirectory(
-                atPath: destination.directory,
-                withIntermediateDirectories: true
-            )
             let url = file.urls[0]
             let trusted = sameOrigin(url)
             var request = DownloadRequest(
                 url: url,
                 destination: destination,
                 headers: trusted
-                    ? record.requestHeaders
-                    : record.requestHeaders.filter {
-                        !["authorization", "cookie", "proxy-authorization"].contains($0.name.lowercased())
-                    },
+                    ? record.requestHeaders : record.requestHeaders.filter { !HTTPTransport.carriesCredentials($0) },
                 checksum: file.hashes.first,
                 overwrite: record.overwrite,
                 session: record.session,

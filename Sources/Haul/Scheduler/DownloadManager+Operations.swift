@@ -81,6 +81,8 @@ extension DownloadManager {
         var record = record
         let id = record.id
         if let state = known[id]?.state {
+            // The store has the re-add's hooks now; a run under way learns that it has some.
+            if record.hooks != .none { known[id]?.run?.hooksAdded = true }
             switch state {
             case .queued, .running: return try await info(id)
             case .paused, .failed, .retrying, .waitingForNetwork: return try await resume(id, priority: priority)

@@ -50,6 +50,9 @@ final class RunningTransfer {
     var endWaiters: [CheckedContinuation<Void, Never>] = []
     /// The progress last published, so a tick publishes only what changed.
     var lastProgress: DownloadProgress?
+    /// The task was added again with hooks while this run went on: its end looks them up,
+    /// whatever the record read at its start said.
+    var hooksAdded = false
 
     init(handles: TransferHandles) {
         self.handles = handles
