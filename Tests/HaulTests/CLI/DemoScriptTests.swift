@@ -11,8 +11,8 @@ struct DemoScriptTests {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    @Test("the offline demo kills haul part-way, resumes, and prints OK", .enabled(if: ExternalServer.python != nil))
-    func demoRunsSmall() async throws {
+    /// Runs `scripts/NAME` small against the built `haul`; its status and everything it printed.
+    static func run(_ name: String) async throws -> (status: Int32, text: String) {
         var environment = ProcessInfo.processInfo.environment
         environment["HAUL_BIN"] = HaulProcess.executable
         environment["SIZE_MIB"] = "24"
@@ -20,13 +20,18 @@ struct DemoScriptTests {
         let output = try TemporaryDirectory()
         let process = try ChildProcess(
             "/bin/bash",
-            arguments: [Self.repository.appendingPathComponent("scripts/demo").path],
+            arguments: [repository.appendingPathComponent("scripts/\(name)").path],
             environment: environment,
             standardOutput: .file(output.file("log"), append: true),
             standardError: .file(output.file("log"), append: true)
         )
         let status = await process.exited().status
-        let text = (try? String(contentsOfFile: output.file("log"), encoding: .utf8)) ?? ""
+        return (status, (try? String(contentsOfFile: output.file("log"), encoding: .utf8)) ?? "")
+    }
+
+    @Test("the offline demo kills haul part-way, resumes, and prints OK", .enabled(if: ExternalServer.python != nil))
+    func demoRunsSmall() async throws {
+        let (status, text) = try await Self.run("demo")
         #expect(status == 0, "\(text)")
         #expect(text.contains("OK: the resumed file is byte-identical to the server's."), "\(text)")
         #expect(text.contains("resumed at"), "\(text)")
@@ -37,20 +42,7 @@ struct DemoScriptTests {
         .enabled(if: ExternalServer.python != nil)
     )
     func mirrorsDemoRunsSmall() async throws {
-        var environment = ProcessInfo.processInfo.environment
-        environment["HAUL_BIN"] = HaulProcess.executable
-        environment["SIZE_MIB"] = "24"
-        environment["RATE"] = String(4 << 20)
-        let output = try TemporaryDirectory()
-        let process = try ChildProcess(
-            "/bin/bash",
-            arguments: [Self.repository.appendingPathComponent("scripts/demo-mirrors").path],
-            environment: environment,
-            standardOutput: .file(output.file("log"), append: true),
-            standardError: .file(output.file("log"), append: true)
-        )
-        let status = await process.exited().status
-        let text = (try? String(contentsOfFile: output.file("log"), encoding: .utf8)) ?? ""
+        let (status, text) = try await Self.run("demo-mirrors")
         #expect(status == 0, "\(text)")
         #expect(text.contains("OK: the damaged piece was caught and fetched again"), "\(text)")
         #expect(text.contains("piece did not match its hash"), "\(text)")

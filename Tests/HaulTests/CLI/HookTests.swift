@@ -1,5 +1,6 @@
 import Foundation
 import HaulTesting
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -179,6 +180,38 @@ struct HookTests {
                 )
             )
             #expect(kill(pid, 0) != 0, "the \(name) hook is gone")
+        }
+    }
+
+    @Test("a task added again with a hook while it runs gets the hook at its end (the run began without one)")
+    func hookAddedWhileRunning() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/slow.bin", .init(size: 2 << 20, bytesPerSecond: 1 << 20))
+            var configuration = DownloadManager.Configuration(
+                downloader: testConfiguration(store: temp.file("s.sqlite"))
+            )
+            configuration.recoversTasks = false
+            try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+                let events = manager.events()
+                var request = DownloadRequest(url: server.url("/slow.bin"), destination: .directory(temp.path))
+                let info = try await manager.download(request)
+                #expect(try await waitUntil { try await manager.info(info.id).state == .running })
+                request.hooks = try Hooks(onComplete: "/bin/true").resolved()
+                _ = try await manager.download(request)
+                let ran = Mutex<HookRun?>(nil)
+                let consumer = Task {
+                    for await event in events {
+                        if case .hookFinished(let id, let run) = event, id == info.id {
+                            ran.withLock { $0 = run }
+                            return
+                        }
+                    }
+                }
+                defer { consumer.cancel() }
+                #expect(try await waitUntil(timeout: .seconds(60)) { ran.withLock { $0 } != nil })
+                #expect(ran.withLock { $0 }?.program == "/bin/true" && ran.withLock { $0 }?.failure == nil)
+            }
         }
     }
 }

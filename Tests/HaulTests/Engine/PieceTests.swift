@@ -1,5 +1,6 @@
 import Foundation
 import HaulTesting
+import HaulWire
 import Testing
 
 @testable import Haul
@@ -106,8 +107,13 @@ struct PieceTests {
         }
     }
 
-    @Test("pause and resume: the pieces verified before are not checked again; the file is right")
-    func resumeKeepsVerifiedPieces() async throws {
+    /// Downloads `/f.bin` (8 MiB at 1 MiB/s per connection) with its piece hashes until more
+    /// than `bytes` arrived, pauses it, lets the server go at full speed, then runs `body`
+    /// with the downloader, the request (adding it again resumes it) and the paused task.
+    static func pausedDownload(
+        after bytes: Int,
+        _ body: (TestServer, Downloader, DownloadRequest, UUID) async throws -> Void
+    ) async throws {
         try await TestServer.withServer { a in
             let temp = try TemporaryDirectory()
             a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
@@ -116,52 +122,47 @@ struct PieceTests {
                 downloader in
                 let request = Self.request(a.url("/f.bin"), hashes: hashes, into: temp)
                 let task = try await downloader.download(request)
-                #expect(try await waitUntil { task.progress.bytesReceived > 3 << 20 })
+                #expect(try await waitUntil { task.progress.bytesReceived > bytes })
                 _ = try await task.pause()
-                let stored = try #require(try await downloader.store.pieces(of: task.id))
-                let before = Self.verifiedCount(stored.verified)
-                #expect(before >= 4, "pieces verified while it ran are recorded with the checkpoints: \(before)")
-
                 a.update("/f.bin") { $0.bytesPerSecond = nil }
-                let result = try await downloader.download(request).result()
-                #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
-                #expect(result.piecesChecked == 32 - before, "only the pieces not verified before")
-                #expect(result.piecesRefetched == 0)
+                try await body(a, downloader, request, task.id)
             }
+        }
+    }
+
+    @Test("pause and resume: the pieces verified before are not checked again; the file is right")
+    func resumeKeepsVerifiedPieces() async throws {
+        try await Self.pausedDownload(after: 3 << 20) { a, downloader, request, id in
+            let stored = try #require(try await downloader.store.pieces(of: id))
+            let before = Self.verifiedCount(stored.verified)
+            #expect(before >= 4, "pieces verified while it ran are recorded with the checkpoints: \(before)")
+            let result = try await downloader.download(request).result()
+            #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+            #expect(result.piecesChecked == 32 - before, "only the pieces not verified before")
+            #expect(result.piecesRefetched == 0)
         }
     }
 
     @Test("a store's bitmap of the wrong size counts as nothing verified: every piece is checked again")
     func hostileBitmap() async throws {
-        try await TestServer.withServer { a in
-            let temp = try TemporaryDirectory()
-            a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
-            let hashes = try Self.hashes(of: a.content("/f.bin"))
-            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("h.sqlite"))) {
-                downloader in
-                let request = Self.request(a.url("/f.bin"), hashes: hashes, into: temp)
-                let task = try await downloader.download(request)
-                #expect(try await waitUntil { task.progress.bytesReceived > 2 << 20 })
-                _ = try await task.pause()
-                try await downloader.store.write { db in
-                    try db.execute(sql: "UPDATE piece SET verified = x'FFFFFFFFFFFFFFFFFF'")
-                }
-                a.update("/f.bin") { $0.bytesPerSecond = nil }
-                let result = try await downloader.download(request).result()
-                #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
-                #expect(result.piecesChecked == 32)
-
-                // Digests that are not digests: the task cannot be read, in one sentence.
-                try await downloader.store.write { db in
-                    try db.execute(sql: "UPDATE piece SET digests = x'0102', verified = NULL")
-                }
-                var again = request
-                again.overwrite = true
-                let error = try await #require(throws: HaulError.self) {
-                    try await downloader.download(again).result()
-                }
-                #expect(error.message.contains("its piece hashes are not piece hashes"), "\(error.message)")
+        try await Self.pausedDownload(after: 2 << 20) { a, downloader, request, _ in
+            try await downloader.store.write { db in
+                try db.execute(sql: "UPDATE piece SET verified = x'FFFFFFFFFFFFFFFFFF'")
             }
+            let result = try await downloader.download(request).result()
+            #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+            #expect(result.piecesChecked == 32)
+
+            // Digests that are not digests: the task cannot be read, in one sentence.
+            try await downloader.store.write { db in
+                try db.execute(sql: "UPDATE piece SET digests = x'0102', verified = NULL")
+            }
+            var again = request
+            again.overwrite = true
+            let error = try await #require(throws: HaulError.self) {
+                try await downloader.download(again).result()
+            }
+            #expect(error.message.contains("its piece hashes are not piece hashes"), "\(error.message)")
         }
     }
 
@@ -198,5 +199,17 @@ struct PieceTests {
         #expect(hashes.problem(forLength: 2 << 20) == nil)
         #expect(hashes.problem(forLength: (2 << 20) + 1) != nil)
         #expect(hashes.pieces(overlapping: (1 << 20) - 1..<(1 << 20) + 1) == 0..<2)
+
+        // The API's form: each fault is one sentence saying what is wrong.
+        let wire = API.AddRequest.Download.Pieces(hashes)
+        var unknown = wire
+        unknown.algorithm = "crc32"
+        let unknownError = #expect(throws: HaulError.self) { try unknown.pieceHashes() }
+        #expect(unknownError?.message == "Unknown piece hash algorithm 'crc32'")
+        var short = wire
+        short.hashes[1] = "ab"
+        let shortError = #expect(throws: HaulError.self) { try short.pieceHashes() }
+        #expect(shortError?.message == "Piece hash 1 is not 64 hex digits of sha256")
+        #expect(try wire.pieceHashes() == hashes)
     }
 }
