@@ -95,7 +95,9 @@ struct MirrorTests {
             let temp = try TemporaryDirectory()
             // Slow enough that the refused mirror's retries (10–50 ms apart here) run out first.
             a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
-            let closed = URL(string: "http://127.0.0.1:\(try ExternalServer.freePort())/f.bin")!
+            let refusing = try RefusingPort()
+            defer { withExtendedLifetime(refusing) {} }
+            let closed = URL(string: "http://127.0.0.1:\(refusing.port)/f.bin")!
             try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
                 downloader in
                 let task = try await downloader.download(

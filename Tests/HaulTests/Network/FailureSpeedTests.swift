@@ -22,7 +22,10 @@ struct FailureSpeedTests {
     @Test("a refused port: five retries, each announced with its reason, then exit 1 within 30 s")
     func refusedPort() async throws {
         let temp = try TemporaryDirectory()
-        let port = try ExternalServer.freePort()  // Nothing listens there.
+        // Held for the whole test: a port only free a moment ago was once taken by another
+        // test's server during the retries (a 404 instead of a refusal).
+        let refusing = try RefusingPort()
+        let port = refusing.port
         let started = ContinuousClock.now
         let (status, _, stderr) = try await HaulProcess.run(
             ["get", "http://127.0.0.1:\(port)/x.bin"],
@@ -43,6 +46,7 @@ struct FailureSpeedTests {
             #expect(line.filter { $0 == "(" }.count == line.filter { $0 == ")" }.count, "unbalanced: \(line)")
         }
         Self.expectNoDumps(stderr)
+        withExtendedLifetime(refusing) {}
         #expect(try FileManager.default.contentsOfDirectory(atPath: temp.path) == ["home"])
     }
 

@@ -359,8 +359,14 @@ final class ExternalServer: Sendable {
 
     /// A loopback port that was free a moment ago.
     static func freePort() throws -> Int {
+        let (fd, port) = try boundLoopbackSocket()
+        close(fd)
+        return port
+    }
+
+    /// A TCP socket bound to a free loopback port, not listening, and its port.
+    static func boundLoopbackSocket() throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = 0
@@ -371,7 +377,23 @@ final class ExternalServer: Sendable {
                 bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
             }
         }
-        guard bound else { throw POSIXError(.EADDRINUSE) }
-        return Int(UInt16(bigEndian: address.sin_port))
+        guard bound else {
+            close(fd)
+            throw POSIXError(.EADDRINUSE)
+        }
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
     }
+}
+
+/// A loopback port where nothing listens for as long as this lives: it is bound (so no other
+/// test's server can take it meanwhile) and never listens, so every connection is refused.
+final class RefusingPort: Sendable {
+    let port: Int
+    private let fd: Int32
+
+    init() throws {
+        (fd, port) = try ExternalServer.boundLoopbackSocket()
+    }
+
+    deinit { close(fd) }
 }
