@@ -72,6 +72,13 @@ final class PartFile: Sendable {
 
     private static func identity(_ info: stat) -> String { "\(info.st_dev):\(info.st_ino)" }
 
+    /// The identity of the regular file at `path` (not following a link); nil when there is none.
+    static func identity(at path: String) -> String? {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        return identity(info)
+    }
+
     /// Creates a new, empty part file at `path` marked as `owner`'s, and locks it.
     /// - Throws: ``Claim/exists`` when any file (or link) is already at `path`;
     ///   ``HaulError`` when the file cannot be created.
@@ -417,12 +424,8 @@ enum FileOps {
             if errno == EEXIST { throw HaulError.destinationExists(to) }
             throw HaulError.fileSystem("move into place", path: to, errno: errno)
         }
-        let directory = (to as NSString).deletingLastPathComponent
-        let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 {
-            _ = fsync(fd)
-            _ = SystemCall.close(fd)
-        }
+        // One sync for the renames of downloads finishing together in the directory.
+        DirectorySync.shared.sync((to as NSString).deletingLastPathComponent)
     }
 
     /// Checks that `directory` exists and we can create files in it.
