@@ -6,7 +6,8 @@ import Foundation
 /// blocking-I/O thread pool), then records the segments with those offsets in the store in
 /// one transaction — in that order, so the store never claims bytes that are not on disk.
 /// ``run()`` makes one every `interval`, or sooner once `bytes` were written, while data
-/// flows; the transfer makes a last one when its connections stop.
+/// flows; the transfer makes a last one when its connections stop — for a file that is
+/// complete, with the sync that completes it (``take()`` before it, ``record(_:)`` after).
 struct Checkpointer: Sendable {
     let part: PartFile
     let store: Store
@@ -42,16 +43,49 @@ struct Checkpointer: Sendable {
     /// Syncs (on ``FileIO``) and records what is written now. Not cancelled half-way, and
     /// made even by a stopping transfer: a sync whose offsets never reach the store is wasted.
     func checkpoint() async throws {
+        let pending = take()
+        let part = part
+        try await uncancellable {
+            try await FileIO.run { try part.sync() }
+            try await commit(pending)
+        }
+    }
+
+    /// What a checkpoint records, taken before the sync that makes it true.
+    struct Pending: Sendable {
+        fileprivate let verified: [UInt8]?
+        fileprivate let snapshot: [SegmentRecord]
+        fileprivate let changedSources: [DownloadSource]?
+    }
+
+    /// Takes what is written now, for ``record(_:)`` once the part file is synced.
+    func take() -> Pending {
         // Taken before the segments: a piece verified by now was written before them, so
         // its bytes are among those this sync makes durable and this record commits.
         let verified = pieces?.changes()
-        let snapshot = plan.snapshotWritten(taskID: taskID)
-        let changedSources = sources?.changes()
-        let (part, store, id) = (part, store, taskID)
-        try await uncancellable {
-            try await FileIO.run { try part.sync() }
-            try await store.checkpoint(id, segments: snapshot, sources: changedSources, verifiedPieces: verified)
-        }
-        plan.committed(snapshot)
+        return Pending(
+            verified: verified,
+            snapshot: plan.snapshotWritten(taskID: taskID),
+            changedSources: sources?.changes()
+        )
+    }
+
+    /// Records what ``take()`` took, once the caller has synced the part file since: the
+    /// completing transfer's own sync serves as the last checkpoint's.
+    /// - Parameter completing: the file is in place; the task is recorded completed (its
+    ///   part file forgotten) in the same transaction.
+    func record(_ pending: Pending, completing: Bool = false) async throws {
+        try await uncancellable { try await commit(pending, completing: completing) }
+    }
+
+    private func commit(_ pending: Pending, completing: Bool = false) async throws {
+        try await store.checkpoint(
+            taskID,
+            segments: pending.snapshot,
+            sources: pending.changedSources,
+            verifiedPieces: pending.verified,
+            completing: completing
+        )
+        plan.committed(pending.snapshot)
     }
 }

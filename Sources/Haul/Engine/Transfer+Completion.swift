@@ -17,9 +17,13 @@ extension Transfer {
             return nil
         }
         let recorded = task.state == .completed && size == task.totalLength ?? size
+        // Moved into place by a run that stopped before recording it: the part file is gone,
+        // and the file there is it — every byte committed, or the very file (its device and
+        // inode, kept by the rename) whose last checkpoint was to be recorded with completion.
         let renamedBeforeCrash =
-            task.totalLength == size && committedBytes == size
-            && !FileOps.exists(task.partPath ?? destination + ".part")
+            task.totalLength == size && !FileOps.exists(task.partPath ?? destination + ".part")
+            && (committedBytes == size
+                || (task.partIdentity != nil && PartFile.identity(at: destination) == task.partIdentity))
         guard recorded || renamedBeforeCrash else { return nil }
         if let checksum {
             // Reading the whole file: on FileIO, like the digest before the rename.
@@ -76,12 +80,26 @@ extension Transfer {
         // Where it came from, as freedesktop.org's convention (and wget --xattr) records it.
         let origin =
             environment.setsOriginAttribute ? Redaction.url(HTTPTransport.withoutCredentials(task.url)) : nil
+        let checkpointer = lastCheckpoint
+        lastCheckpoint = nil
+        let pending = checkpointer?.take()
         let (timed, labelled) = try await FileIO.run {
             if try part.size() != total { try part.truncate(to: total) }
             let timed = modified.map { part.setModificationTime($0) } ?? true
             let labelled = origin.map { part.setAttribute(Transfer.originAttribute, to: $0) } ?? true
             try part.sync()
             return (timed, labelled)
+        }
+        // The connections' last checkpoint is true now that the file is synced. It is recorded
+        // with the completion, in one transaction, unless something must read the segments
+        // first (the pieces' check) or the file may yet not be placed: then now.
+        var unrecorded: (Checkpointer, Checkpointer.Pending)?
+        if let checkpointer, let pending { unrecorded = (checkpointer, pending) }
+        func recordCheckpoint() async throws {
+            guard let (checkpointer, pending) = unrecorded else { return }
+            unrecorded = nil
+            try await checkpointer.record(pending)
+            segments = checkpointer.plan.records(taskID: task.id)
         }
         if !timed { logger.notice("cannot set the file's modification time", metadata: ["path": "\(partPath)"]) }
         if !labelled {
@@ -91,6 +109,7 @@ extension Transfer {
         // checker has not verified (a stream of unknown length, a resumed file) are checked now.
         let pieces = try checkAllPiecesFirst(total: total)
         if let pieces {
+            try await recordCheckpoint()
             try await makeWorker(plan: SegmentPlan(segments, minSplit: .max), part: part).checkAllPieces(pieces)
         }
         if let checksum {
@@ -114,16 +133,29 @@ extension Transfer {
                 throw error
             }
         }
-        try checkDestinationFree()
-        let replacing = mayReplaceDestination
-        try await FileIO.run { try FileOps.rename(partPath, to: destination, replacing: replacing) }
+        do {
+            try checkDestinationFree()
+            let replacing = mayReplaceDestination
+            try await FileIO.run { try FileOps.rename(partPath, to: destination, replacing: replacing) }
+        } catch {
+            try await recordCheckpoint()
+            throw error
+        }
         part.unmark()  // The finished file is the user's, not a part file.
         part.close()
         self.part = nil
-        try await forgetPart()
         // A crash right here leaves the file in place and the task not yet completed; the
         // next run recognises it (see alreadyComplete) instead of calling it a stranger's file.
-        try await record(.completed)
+        if let (checkpointer, pending) = unrecorded {
+            try await checkpointer.record(pending, completing: true)
+            segments = checkpointer.plan.records(taskID: task.id)
+            task.state = .completed
+            task.errorMessage = nil
+        } else {
+            try await record(.completed, forgettingPart: true)
+        }
+        task.partPath = nil
+        task.partIdentity = nil
         let fetched = progress.snapshot().bytesThisRun
         logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
         var result = DownloadResult(
@@ -190,9 +222,17 @@ extension Transfer {
 
     /// Records a state in the store and in the task this transfer holds, so a later save of
     /// the task (validators, segments) never writes back a stale state.
-    func record(_ state: TaskState, error: String? = nil, code: HaulError.Code? = nil) async throws {
+    /// - Parameter forgettingPart: the part file is gone (moved into place); its record goes too.
+    func record(
+        _ state: TaskState,
+        error: String? = nil,
+        code: HaulError.Code? = nil,
+        forgettingPart: Bool = false
+    ) async throws {
         let (store, id) = (store, task.id)
-        try await uncancellable { try await store.setState(id, state, error: error, code: code) }
+        try await uncancellable {
+            try await store.setState(id, state, error: error, code: code, forgettingPart: forgettingPart)
+        }
         task.state = state
         task.errorMessage = error
     }

@@ -53,30 +53,33 @@ extension Transfer {
         part = file
         task.partPath = file.path
         task.partIdentity = file.identity
-        try await store.setPart(task.id, path: file.path, identity: file.identity)
         // The bytes the store counted are not in this new file.
         if committedBytes > 0 { try await resetToZero(validators: task.validators) }
         return file
     }
 
-    /// Creates a part file beside the destination: `NAME.part`, or `NAME.<id>.part` when a
-    /// file (or another task's record) already has that name.
+    /// Creates a part file beside the destination, recorded as the task's: `NAME.part`, or
+    /// `NAME.<id>.part` when a file (or another task's record) already has that name.
     func createPart(beside destination: String) async throws -> PartFile {
         let id = task.id.uuidString.lowercased()
         for candidate in [destination + ".part", destination + ".\(id.prefix(8)).part", destination + ".\(id).part"] {
-            if try await store.isPartPathTaken(candidate, byOtherThan: task.id) { continue }
+            let file: PartFile
             do {
-                return try PartFile.create(at: candidate, owner: task.id)
+                file = try PartFile.create(at: candidate, owner: task.id)
             } catch PartFile.Claim.exists {
                 // This task's own, from a run that stopped before recording it: adopt it.
                 do {
-                    let mine = try PartFile.openOwned(at: candidate, owner: task.id, identity: nil)
-                    try mine.truncate(to: 0)
-                    return mine
+                    file = try PartFile.openOwned(at: candidate, owner: task.id, identity: nil)
+                    try file.truncate(to: 0)
                 } catch is PartFile.Claim {
                     continue
                 }
             }
+            // Checked and recorded in one transaction: another task's record of this name (its
+            // file gone, it may make it again) keeps the name; the file made here goes.
+            if try await store.claimPart(task.id, path: file.path, identity: file.identity) { return file }
+            FileOps.remove(candidate)
+            file.close()
         }
         throw HaulError(
             .fileSystem,

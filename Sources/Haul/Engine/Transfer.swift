@@ -70,6 +70,9 @@ final class Transfer {
     var pieceVerifier: PieceVerifier?
     /// The `Content-Type` of this run's opening answer (none when it resumed its segments).
     var contentType: String?
+    /// The last checkpoint of connections that wrote the whole file, made with the sync that
+    /// completes it (``finish(started:)``) rather than with a sync of its own.
+    var lastCheckpoint: Checkpointer?
 
     /// Connections to one source when the request does not say (aria2's default is 1; a
     /// mirror is usually a server of its own, able to serve a few).
@@ -504,11 +507,19 @@ final class Transfer {
             if let sources { task.sources = sources.snapshot }
             throw error
         }
-        try await checkpointer.checkpoint()
+        // A stream of unknown length ended: the caller confirms where the file ends, from
+        // what this checkpoint commits.
+        let unknownEnd = plan.count == 1 && plan.segment(0).end == nil
+        if plan.isComplete, !unknownEnd {
+            // The whole file is written: completing it syncs it, and records this checkpoint
+            // after that sync (one fdatasync per file, not two).
+            lastCheckpoint = checkpointer
+        } else {
+            try await checkpointer.checkpoint()
+        }
         segments = plan.records(taskID: task.id)
         if let sources { task.sources = sources.snapshot }
-        // A stream of unknown length ended: the caller confirms where the file ends.
-        if plan.count == 1, plan.segment(0).end == nil { return }
+        if unknownEnd { return }
         guard plan.isComplete else {
             throw HaulError(
                 .connection,

@@ -426,10 +426,12 @@ public final class Store: Sendable {
         _ id: UUID,
         segments: [SegmentRecord],
         sources: [DownloadSource]? = nil,
-        verifiedPieces: [UInt8]? = nil
+        verifiedPieces: [UInt8]? = nil,
+        completing: Bool = false
     ) async throws {
         let sourcesText = try sources.map { try TaskRecord.json($0) }
         try await write { db in
+            if completing { try Store.setState(db, id, .completed, error: nil, code: nil, forgettingPart: true) }
             try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [id])
             for segment in segments { try segment.insert(db) }
             if let verifiedPieces {
@@ -471,6 +473,24 @@ public final class Store: Sendable {
         }
     }
 
+    /// Records `path` as the part file of task `id` unless another task records it: false
+    /// then, and nothing changes. The check and the record are one transaction.
+    func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
+        try await write { db in
+            let taken = try Bool.fetchOne(
+                db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM task WHERE partPath = ? AND id != ?)"),
+                arguments: [path, id]
+            )
+            if taken == true { return false }
+            try db.cachedStatement(
+                sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
+            ).execute(
+                arguments: [path, identity, StoreDate.now, id]
+            )
+            return true
+        }
+    }
+
     /// Records the rate limit of tasks.
     func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
         try await write { db in
@@ -488,18 +508,43 @@ public final class Store: Sendable {
     /// running again, or failed for good: then it says since when it was tried).
     /// - Parameter code: the failure's ``HaulError/Code``, kept beside its message so that a
     ///   reader (`haul wait`) can tell its class.
-    func setState(_ id: UUID, _ state: TaskState, error: String? = nil, code: HaulError.Code? = nil) async throws {
-        let keepsStreak = state == .queued || state == .running || state == .failed
+    /// - Parameter forgettingPart: whether the task's part file is gone (moved into place):
+    ///   its record goes in the same transaction.
+    func setState(
+        _ id: UUID,
+        _ state: TaskState,
+        error: String? = nil,
+        code: HaulError.Code? = nil,
+        forgettingPart: Bool = false
+    ) async throws {
         try await write { db in
-            try db.cachedStatement(
-                sql: """
-                    UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
-                        retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ? WHERE id = ?
-                    """
-            ).execute(
-                arguments: [state.rawValue, error, code?.description, keepsStreak, StoreDate.now, id]
-            )
+            try Store.setState(db, id, state, error: error, code: code, forgettingPart: forgettingPart)
         }
+    }
+
+    private static func setState(
+        _ db: Database,
+        _ id: UUID,
+        _ state: TaskState,
+        error: String?,
+        code: HaulError.Code?,
+        forgettingPart: Bool
+    ) throws {
+        let keepsStreak = state == .queued || state == .running || state == .failed
+        try db.cachedStatement(
+            sql: """
+                UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
+                    retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?,
+                    partPath = CASE WHEN ? THEN NULL ELSE partPath END,
+                    partIdentity = CASE WHEN ? THEN NULL ELSE partIdentity END
+                WHERE id = ?
+                """
+        ).execute(
+            arguments: [
+                state.rawValue, error, code?.description, keepsStreak, StoreDate.now, forgettingPart,
+                forgettingPart, id,
+            ]
+        )
     }
 
     /// Records that a task waits to try again at `nextTryAt` after `error`, in a streak of

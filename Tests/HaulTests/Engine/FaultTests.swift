@@ -331,6 +331,62 @@ struct FaultTests {
         }
     }
 
+    @Test(
+        "a crash between the rename and the completion that records the last checkpoint: the file is recognised by its inode"
+    )
+    func crashAfterRenameBeforeLastCheckpoint() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: 1 << 20))
+            let destination = temp.file("f.bin")
+            // The part file, synced whole and moved into place; its last checkpoint (half the
+            // file committed before it) was to be recorded with the completion.
+            _ = FileManager.default.createFile(atPath: destination, contents: Data(server.content("/f.bin")))
+            let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(destination))
+            var record = try await downloader.prepare(request).record
+            record.state = .running
+            record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
+            record.partPath = destination + ".part"
+            record.partIdentity = try #require(PartFile.identity(at: destination))
+            try await downloader.store.adopt(
+                record,
+                segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 19)]
+            )
+
+            let result = try await downloader.download(request).result()
+            #expect(result.alreadyComplete)
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(server.requests(for: "/f.bin").isEmpty)
+            #expect(try await downloader.store.task(id: record.id)?.state == .completed)
+        }
+    }
+
+    @Test("a stranger's file of the right length where the part file was is refused unless it is that file")
+    func strangerFileOfTheRightLength() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/f.bin", .init(size: 1 << 20))
+            let destination = temp.file("f.bin")
+            // The part file the store names, then gone; another file of the same length in place.
+            _ = FileManager.default.createFile(atPath: destination + ".part", contents: Data(count: 1 << 20))
+            let partIdentity = try #require(PartFile.identity(at: destination + ".part"))
+            let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(destination))
+            var record = try await downloader.prepare(request).record
+            record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
+            record.partPath = destination + ".part"
+            record.partIdentity = partIdentity
+            try await downloader.store.adopt(
+                record,
+                segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 19)]
+            )
+            let stranger = Data(repeating: 7, count: 1 << 20)
+            _ = FileManager.default.createFile(atPath: destination, contents: stranger)
+            try FileManager.default.removeItem(atPath: destination + ".part")
+            #expect(PartFile.identity(at: destination) != partIdentity)
+
+            await expectHaulError(.destinationExists) { _ = try await downloader.download(request).result() }
+            #expect(FileManager.default.contents(atPath: destination) == stranger)
+        }
+    }
+
     @Test("a stranger's file of another length at the destination is still refused")
     func strangerFileRefused() async throws {
         try await withHarness { server, downloader, temp in
