@@ -3,14 +3,18 @@ import NIOCore
 /// Received buffers waiting to be written to the part file in one `pwritev`.
 ///
 /// Writing each network read (often 16–64 KiB) on its own costs a syscall and a page-cache
-/// walk each; gathering ~1 MiB per call keeps the hot path cheap without copying bytes.
+/// walk each; gathering 256 KiB per call keeps the hot path cheap without copying bytes.
+/// Not more: the received buffers are held until written, so the batch is memory the
+/// allocator cannot reuse meanwhile. With 16 downloads at 1 MiB each, that churn returned
+/// memory to the system and took it back fresh, run after run (measured: a third of runs of
+/// 200 small files took 0.6 s instead of 0.35 s, the time in copying into fresh pages).
 struct WriteBatch {
     /// Where the first pending byte goes.
     private(set) var offset: Int64
     private var buffers: [ByteBuffer] = []
     private(set) var count = 0
     /// Flush once this many bytes are pending.
-    static let limit = 1 << 20
+    static let limit = 256 << 10
 
     init(offset: Int64) {
         self.offset = offset
