@@ -145,3 +145,49 @@ public struct NetworkStatus: Sendable, Equatable {
     /// Whether the default route's interface is up with a carrier.
     public var isConnected: Bool { defaultRoute?.isUsable == true }
 }
+
+/// The routes to hosts, as the kernel chose them since the network last changed: a
+/// download's start asks it instead of the kernel (each look is a socket, a connect and an
+/// interface listing; 200 small files made 200 of them for one host).
+///
+/// Kept only while a ``NetworkMonitor`` watches, which empties it at each change of links,
+/// addresses or routes. A failure's question — is the route gone? — is asked afresh, not here:
+/// the change that answers it may not have been seen yet.
+final class RouteCache: Sendable {
+    private struct State {
+        var watching = false
+        /// Counts changes: a look that began before one is not kept after it.
+        var generation = 0
+        var routes: [String: NetworkMonitor.Route?] = [:]
+    }
+    private let state = Mutex(State())
+    /// Asks the kernel (a test's stand-in counts the looks).
+    private let lookUp: @Sendable (String) -> NetworkMonitor.Route?
+
+    init(lookUp: @escaping @Sendable (String) -> NetworkMonitor.Route? = { NetworkMonitor.route(to: $0) }) {
+        self.lookUp = lookUp
+    }
+
+    /// The route to `host`: the one looked up since the last change, else the kernel's now.
+    func route(to host: String) -> NetworkMonitor.Route? {
+        let (known, generation) = state.withLock { ($0.watching ? $0.routes[host] : nil, $0.generation) }
+        if let known { return known }
+        let route = lookUp(host)
+        state.withLock { state in
+            // Bounded: a manager reaches few hosts, but a list of thousands must not grow it.
+            if state.watching, state.generation == generation, state.routes.count < 1024 {
+                state.routes[host] = .some(route)
+            }
+        }
+        return route
+    }
+
+    /// The network changed, or watching began or ended: everything is looked up again.
+    func forget(watching: Bool) {
+        state.withLock { state in
+            state.watching = watching
+            state.generation += 1
+            state.routes = [:]
+        }
+    }
+}

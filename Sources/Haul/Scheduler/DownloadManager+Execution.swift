@@ -30,7 +30,7 @@ extension DownloadManager {
                     return self.networkBlock(host: host, allowsMetered: allowsMetered) != nil
                 }
             }
-            if environment.isOffline(record.url) {
+            if let host = record.url.host, networkBlockAtStart(host: host, allowsMetered: record.allowsMetered) != nil {
                 // No usable route now: the task waits for the network without trying.
                 var error = HaulError(
                     .connection,

@@ -11,6 +11,13 @@ extension DownloadManager {
         return policy.block(for: NetworkMonitor.route(to: host), allowsMetered: allowsMetered)
     }
 
+    /// ``networkBlock(host:allowsMetered:)`` with the route as known since the network last
+    /// changed (``RouteCache``): for a download about to start, not for one that failed.
+    nonisolated func networkBlockAtStart(host: String, allowsMetered: Bool) -> NetworkBlock? {
+        guard watchesNetwork else { return nil }
+        return policy.block(for: routes.route(to: host), allowsMetered: allowsMetered)
+    }
+
     /// ``networkBlock(host:allowsMetered:)`` for a known task; with `routes`, each host's
     /// route is asked of the kernel once per pass over many tasks (thousands of tasks wait on
     /// a few hosts, and each look is a socket and an interface listing).
@@ -62,15 +69,18 @@ extension DownloadManager {
             return
         }
         let changes = monitor.changes()
+        routes.forget(watching: true)
         await startWatching()
         await withTaskCancellationHandler {
             for await _ in changes {
+                routes.forget(watching: true)
                 policy.meteredBySystem = monitor.meteredBySystem
                 guard await networkChanged() else { break }
             }
         } onCancel: {
             monitor.stop()
         }
+        routes.forget(watching: false)
         monitor.stop()
     }
 

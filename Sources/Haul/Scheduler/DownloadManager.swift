@@ -121,6 +121,8 @@ public actor DownloadManager {
     let watchesNetwork: Bool
     let networkWaitLimit: Duration?
     let policy: PolicyBox
+    /// The routes downloads start on, while the network is watched (DownloadManager+Network.swift).
+    let routes = RouteCache()
     /// Programs run when any download ends, unless the task has its own.
     let hooks: Hooks
     let hookTimeout: Duration
