@@ -146,18 +146,26 @@ struct GetSession {
         let events = manager.events()
         let board = Board()
         var files: [(url: String, id: UUID?, outcome: Outcome?)] = []
-        for request in requests {
-            do {
-                let info = try await manager.download(request)
-                board.add(
-                    info.id,
-                    name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent,
-                    hooks: request.hooks
-                )
-                files.append((Redaction.url(request.url), info.id, nil))
-            } catch let error as HaulError {
-                if requests.count == 1 { throw error }
-                files.append((Redaction.url(request.url), nil, .failed(error)))
+        func added(_ info: DownloadInfo, for request: DownloadRequest) {
+            board.add(
+                info.id,
+                name: info.path.map { ($0 as NSString).lastPathComponent } ?? request.url.lastPathComponent,
+                hooks: request.hooks
+            )
+            files.append((Redaction.url(request.url), info.id, nil))
+        }
+        // All at once, in one store transaction; when one of them is refused (the batch then
+        // adds none), one by one, so each refusal is reported and the others still run.
+        if requests.count > 1, let infos = try? await manager.download(requests) {
+            for (info, request) in zip(infos, requests) { added(info, for: request) }
+        } else {
+            for request in requests {
+                do {
+                    added(try await manager.download(request), for: request)
+                } catch let error as HaulError {
+                    if requests.count == 1 { throw error }
+                    files.append((Redaction.url(request.url), nil, .failed(error)))
+                }
             }
         }
         let ids = files.compactMap(\.id)
