@@ -2,6 +2,9 @@
 #include "CHaulSystem.h"
 
 #include <errno.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -127,4 +130,12 @@ int chaul_spawn(pid_t *pid, const char *path, char *const argv[], char *const en
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return result;
+}
+
+void chaul_retain_freed_memory(size_t bytes) {
+#if defined(__GLIBC__)
+    mallopt(M_TRIM_THRESHOLD, (int)(bytes > 0x7fffffff ? 0x7fffffff : bytes));
+#else
+    (void)bytes;
+#endif
 }

@@ -29,6 +29,7 @@ public struct HaulCommand: AsyncParsableCommand {
     /// usage dump, and a closed stdout or stderr never fatal.
     public static func runMain() async {
         Output.ignoreBrokenPipes()
+        ProcessMemory.retainFreedMemory()
         let typed = Array(CommandLine.arguments.dropFirst())
         // The configuration file's defaults, for the commands it has them for.
         var arguments = typed

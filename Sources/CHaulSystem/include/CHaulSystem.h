@@ -33,4 +33,8 @@ int chaul_interface_flags(const char *name);
 int chaul_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                 const char *directory, int in, int out, int err, int new_session);
 
+/// Keeps up to `bytes` of freed memory at the top of each of glibc's heaps instead of giving
+/// it back to the system at once (M_TRIM_THRESHOLD; nothing where the C library is not glibc).
+void chaul_retain_freed_memory(size_t bytes);
+
 #endif

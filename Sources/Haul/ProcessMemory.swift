@@ -1,0 +1,20 @@
+import CHaulSystem
+
+/// How a Haul program uses the C library's allocator.
+package enum ProcessMemory {
+    /// Freed memory kept for reuse at the top of each allocator heap (glibc's trim threshold).
+    static let retained = 64 << 20
+
+    /// Keeps freed memory for reuse instead of returning it to the system at once. A program
+    /// that moves many files allocates and frees the buffers of every response; with glibc's
+    /// default (128 KiB, raised only by large blocks) each heap shrinks and grows again
+    /// hundreds of times a second, and every page taken back is a fresh page to fault in
+    /// and zero — on a virtual machine whose host reclaimed it, far slower still. Measured on
+    /// 200 files of 1 MiB, 16 at a time: 6,000–14,000 page faults and a third of runs 0.6 s
+    /// instead of 0.35 s by default; 4,500 and no slow run with this.
+    ///
+    /// For the `haul` program only: a library does not set its host's allocator.
+    package static func retainFreedMemory() {
+        chaul_retain_freed_memory(retained)
+    }
+}
