@@ -5,7 +5,9 @@ import Foundation
 extension Transfer {
     /// Forgets all partial data: truncates the part file and records offset 0 and the new
     /// validators in one transaction, before any byte of the new representation is written.
-    func resetToZero(validators: Validators) async throws {
+    /// - Parameter creatingPart: a download's first response: its part file, when it has
+    ///   none, is made now and claimed in that transaction (one write, not two).
+    func resetToZero(validators: Validators, creatingPart: Bool = false) async throws {
         task.validators = validators
         if let sources {
             // Mirrors are compared again with the bytes of the file that starts now.
@@ -16,7 +18,41 @@ extension Transfer {
         try await forgetVerifiedPieces()
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
         if part != nil || task.partPath.map(FileOps.exists) == true { try await openPart().truncate(to: 0) }
-        try await store.saveResponse(task, segments: segments)
+        // The first name only, and only when free: anything else is openPart's to settle.
+        let made =
+            creatingPart && part == nil
+            ? task.destinationPath.flatMap { try? PartFile.create(at: $0 + ".part", owner: task.id) } : nil
+        let claimed: Bool
+        do {
+            claimed = try await store.saveResponse(
+                task,
+                segments: segments,
+                claimingPart: made.map { ($0.path, $0.identity) },
+                recordingRunning: runningUnrecorded
+            )
+        } catch {
+            if let made {
+                FileOps.remove(made.path)
+                made.close()
+            }
+            throw error
+        }
+        if runningUnrecorded {
+            runningUnrecorded = false
+            task.state = .running
+            task.errorMessage = nil
+        }
+        if let made {
+            if claimed {
+                part = made
+                task.partPath = made.path
+                task.partIdentity = made.identity
+            } else {
+                // Another task's record names it: not this one's to use.
+                FileOps.remove(made.path)
+                made.close()
+            }
+        }
         progress.update {
             $0.bytesReceived = 0
             $0.bytesThisRun = 0

@@ -70,6 +70,8 @@ final class Transfer {
     var pieceVerifier: PieceVerifier?
     /// The `Content-Type` of this run's opening answer (none when it resumed its segments).
     var contentType: String?
+    /// Set while the run's "running" is to be recorded with its first response (a new download).
+    var runningUnrecorded = false
     /// The last checkpoint of connections that wrote the whole file, made with the sync that
     /// completes it (``finish(started:)``) rather than with a sync of its own.
     var lastCheckpoint: Checkpointer?
@@ -166,7 +168,14 @@ final class Transfer {
                 storedPieces = try await store.pieces(of: task.id)
             }
             if newer != nil { try await resetToZero(validators: Validators()) }
-            try await record(.running)
+            if committedBytes == 0, task.totalLength == nil, newer == nil, !task.checkNewer, !task.continuesExisting {
+                // A new download's first write is its response (beginFromZero): "running" is
+                // recorded with it, one transaction instead of two. Until then the store says
+                // queued, which a crash or a failure before any answer leaves just as well.
+                runningUnrecorded = true
+            } else {
+                try await record(.running)
+            }
             progress.update {
                 $0.fileName = task.fileName
                 $0.totalBytes = task.totalLength
@@ -427,7 +436,7 @@ final class Transfer {
             progress.update { $0.fileName = name }
             try checkDestinationFree()
         }
-        try await resetToZero(validators: Validators(headers: headers, totalLength: length))
+        try await resetToZero(validators: Validators(headers: headers, totalLength: length), creatingPart: true)
         progress.update { $0.totalBytes = length }
     }
 

@@ -398,9 +398,31 @@ public final class Store: Sendable {
     /// Records what a transfer learnt from a response — final URL, file name, validators,
     /// length — and replaces the segments, in one transaction. Leaves the columns others
     /// own (state, priority, queue order) alone.
-    func saveResponse(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+    /// - Parameter part: a part file just made for the task, recorded as its own in the same
+    ///   transaction unless another task records that path (see ``claimPart(_:path:identity:)``).
+    /// - Parameter recordingRunning: the run's "running" state, recorded in the same transaction.
+    /// - Returns: whether `part` was recorded (false without one).
+    @discardableResult
+    func saveResponse(
+        _ task: TaskRecord,
+        segments: [SegmentRecord],
+        claimingPart part: (path: String, identity: String?)? = nil,
+        recordingRunning: Bool = false
+    ) async throws -> Bool {
         let sources = task.sources.isEmpty ? nil : try TaskRecord.json(task.sources)
-        try await write { db in
+        return try await write { db in
+            if recordingRunning {
+                try Store.setState(db, task.id, .running, error: nil, code: nil, forgettingPart: false)
+            }
+            var claimed = false
+            if let part, try !Store.isPartPathTaken(db, part.path, byOtherThan: task.id) {
+                try db.cachedStatement(
+                    sql: "UPDATE task SET partPath = ?, partIdentity = ? WHERE id = ?"
+                ).execute(
+                    arguments: [part.path, part.identity, task.id]
+                )
+                claimed = true
+            }
             try db.cachedStatement(
                 sql: """
                     UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,
@@ -414,6 +436,7 @@ public final class Store: Sendable {
             )
             try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [task.id])
             for segment in segments { try segment.insert(db) }
+            return claimed
         }
     }
 
@@ -473,15 +496,18 @@ public final class Store: Sendable {
         }
     }
 
+    private static func isPartPathTaken(_ db: Database, _ path: String, byOtherThan id: UUID) throws -> Bool {
+        try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM task WHERE partPath = ? AND id != ?)"),
+            arguments: [path, id]
+        ) ?? false
+    }
+
     /// Records `path` as the part file of task `id` unless another task records it: false
     /// then, and nothing changes. The check and the record are one transaction.
     func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
         try await write { db in
-            let taken = try Bool.fetchOne(
-                db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM task WHERE partPath = ? AND id != ?)"),
-                arguments: [path, id]
-            )
-            if taken == true { return false }
+            if try Store.isPartPathTaken(db, path, byOtherThan: id) { return false }
             try db.cachedStatement(
                 sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
             ).execute(

@@ -26,6 +26,41 @@ struct PartOwnershipTests {
         }
     }
 
+    @Test("a NAME.part another task records, its file gone, stays that task's: a new download claims another name")
+    func partNameRecordedByAnotherTask() async throws {
+        try await withHarness { server, downloader, temp in
+            server.set("/other.bin", .init(size: Self.size))
+            server.set("/f.bin", .init(size: 4 << 20, bytesPerSecond: 2 << 20))
+            // Another task's record names f.bin.part; its file is not there (it may make it again).
+            var other = try await downloader.prepare(
+                DownloadRequest(url: server.url("/other.bin"), destination: .file(temp.file("other.bin")))
+            ).record
+            other.partPath = temp.file("f.bin.part")
+            other.partIdentity = "0:0"
+            try await downloader.store.adopt(other, segments: [])
+
+            let task = try await downloader.download(
+                DownloadRequest(url: server.url("/f.bin"), destination: .directory(temp.path))
+            )
+            #expect(try await waitUntil { task.progress.bytesReceived > 1 << 20 })
+            // "running" went to the store with the response and the part file, in one transaction.
+            let running = try #require(try await downloader.store.task(id: task.id))
+            #expect(running.state == .running)
+            #expect(running.partPath != nil && running.totalLength == 4 << 20)
+            let paused = try await task.pause()
+            let mine = try #require(paused.partPath)
+            #expect(mine != temp.file("f.bin.part"))
+            #expect(mine.hasPrefix(temp.file("f.bin.")) && mine.hasSuffix(".part"))
+            #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin.part")))
+            #expect(try await downloader.store.task(id: other.id)?.partPath == temp.file("f.bin.part"))
+
+            server.update("/f.bin") { $0.bytesPerSecond = nil }
+            let result = try await downloader.download(resumingFrom: paused).result()
+            #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+            #expect(try await downloader.store.task(id: other.id)?.partPath == temp.file("f.bin.part"))
+        }
+    }
+
     @Test("a NAME.part that is a hard link or a symbolic link to another file never changes that file")
     func linkedPartFiles() async throws {
         try await withHarness { server, downloader, temp in
