@@ -178,9 +178,7 @@ struct SegmentWorker: Sendable {
         let url = source?.url ?? url
         let rules = source?.rules ?? rules
         let last = end == rules.totalLength ? nil : end - 1
-        // With piece hashes every byte is checked against them, and the bytes before the
-        // resume point may be another source's that are being fetched again: no overlap.
-        let overlap = pieces == nil ? min(from - start, TransferRules.overlapLength) : 0
+        let overlap = TransferRules.overlap(segmentStart: start, from: from, piecesChecked: pieces != nil)
         let expected = overlap > 0 ? try part.read(at: from - overlap, count: Int(overlap)) : []
         guard expected.count == Int(overlap) else {
             throw Restart(reason: "the part file is shorter than the bytes written to it")

@@ -16,6 +16,11 @@ extension Transfer {
         return verifier
     }
 
+    /// Whether piece hashes will check every byte this run writes (its length is known).
+    func preparesPieces() throws -> Bool {
+        try pieceVerifier(forLength: task.totalLength) != nil
+    }
+
     /// Before the file is placed: the verifier whose unverified pieces must be checked now.
     func checkAllPiecesFirst(total: Int64) throws -> PieceVerifier? {
         try pieceVerifier(forLength: total)

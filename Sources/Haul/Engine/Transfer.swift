@@ -330,7 +330,12 @@ final class Transfer {
                 // Only bytes already written need the part file; a first request may not even
                 // know the file's name yet.
                 let partSize = committedBytes > 0 ? try await openPart().size() : 0
-                var opening = rules.opening(segments: segments, partSize: partSize, confirming: confirming)
+                var opening = rules.opening(
+                    segments: segments,
+                    partSize: partSize,
+                    confirming: confirming,
+                    piecesChecked: try preparesPieces()
+                )
                 if case let .startOver(reason) = opening {
                     if let reason { logger.warning("\(reason); starting over") }
                     try await resetToZero(validators: task.validators)

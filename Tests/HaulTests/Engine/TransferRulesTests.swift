@@ -67,6 +67,36 @@ struct TransferRulesTests {
         )
     }
 
+    @Test(
+        "with piece hashes a resume compares no overlap (rule 7a), with or without a validator; confirming an end still does"
+    )
+    func piecesResumeWithoutOverlap() {
+        let segments = Self.one(committed: Self.mib)
+        #expect(
+            Self.strong.opening(segments: segments, partSize: Self.mib, confirming: false, piecesChecked: true)
+                == .resume(offset: Self.mib, overlap: 0, ifRange: Self.etag)
+        )
+        // Little written and no validator: the pieces check it, so it is not fetched again.
+        let little = Self.weak.opening(
+            segments: Self.one(committed: 1000),
+            partSize: 1000,
+            confirming: false,
+            piecesChecked: true
+        )
+        #expect(little == .resume(offset: 1000, overlap: 0, ifRange: nil))
+        #expect(
+            Self.unknown.opening(
+                segments: Self.one(committed: Self.mib, end: nil),
+                partSize: Self.mib,
+                confirming: true,
+                piecesChecked: true
+            ) == .resume(offset: Self.mib, overlap: 65536, ifRange: nil)
+        )
+        #expect(TransferRules.overlap(segmentStart: 0, from: Self.mib, piecesChecked: true) == 0)
+        #expect(TransferRules.overlap(segmentStart: 0, from: Self.mib, piecesChecked: false) == 65536)
+        #expect(TransferRules.overlap(segmentStart: Self.mib, from: Self.mib + 100, piecesChecked: false) == 100)
+    }
+
     @Test("a part file shorter than its checkpoint starts over, keeping nothing")
     func shortPartFileStartsOver() {
         let opening = Self.strong.opening(segments: Self.one(committed: Self.mib), partSize: 1000, confirming: false)

@@ -32,6 +32,15 @@ struct TransferRules: Sendable, Equatable {
     /// would append the new version's tail to the old head.
     static let overlapLength: Int64 = 64 * 1024
 
+    /// How many bytes before `from` a ranged request inside a segment that starts at
+    /// `segmentStart` asks for again, to compare them with the disk (rule 7): up to
+    /// ``overlapLength``, none at the segment's start — and none when piece hashes check every
+    /// byte (rule 7a): then each piece is verified whole, and the bytes before the resume point
+    /// may be another source's, being fetched again.
+    static func overlap(segmentStart: Int64, from: Int64, piecesChecked: Bool) -> Int64 {
+        piecesChecked ? 0 : min(from - segmentStart, overlapLength)
+    }
+
     // MARK: Opening an attempt
 
     /// How an attempt begins.
@@ -75,7 +84,14 @@ struct TransferRules: Sendable, Equatable {
     ///   - partSize: the part file's size on disk.
     ///   - confirming: the committed offset is where a body of unknown length ended, and the
     ///     request asks whether anything follows (rule 8).
-    func opening(segments: [SegmentRecord], partSize: Int64, confirming: Bool) -> Opening {
+    ///   - piecesChecked: piece hashes check every byte of the file (rule 7a): a resume
+    ///     compares no overlap.
+    func opening(
+        segments: [SegmentRecord],
+        partSize: Int64,
+        confirming: Bool,
+        piecesChecked: Bool = false
+    ) -> Opening {
         if segments.count > 1, allowsRanges {
             // Segments with nothing committed may start beyond the part file's end.
             let written = segments.filter { $0.committed > $0.start }.map(\.committed).max() ?? 0
@@ -84,7 +100,8 @@ struct TransferRules: Sendable, Equatable {
         let offset = segments.first?.committed ?? 0
         if offset > 0, partSize < offset { return .startOver(reason: "part file shorter than its checkpoint") }
         guard offset > 0 || confirming else { return .whole }
-        let overlap = min(offset, Self.overlapLength)
+        // Confirming where a stream of unknown length ended has no piece hashes to lean on.
+        let overlap = Self.overlap(segmentStart: 0, from: offset, piecesChecked: piecesChecked && !confirming)
         // No validator and little done: fetching it again is cheaper than checking it.
         if overlap == offset, ifRange == nil, !confirming { return .startOver(reason: nil) }
         return .resume(offset: offset, overlap: overlap, ifRange: ifRange)
