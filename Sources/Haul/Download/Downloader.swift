@@ -322,6 +322,9 @@ public final class Downloader: Sendable {
             }
             record.maxConnectionsPerServer = resumeData.maxConnectionsPerServer
         }
+        // Piece hashes from another store: recorded with none verified, so every piece is
+        // checked here before the file is placed. This store's own, when it has them, stand.
+        record.pieces = resumeData.pieces
         // Resume data is only as good as the part file beside it: without the file, start
         // over. (A segment that has nothing yet may start beyond the file's end.)
         var segments = resumeData.segments.enumerated().map { index, segment in

@@ -113,3 +113,38 @@ public struct PieceHashes: Sendable, Hashable {
         return bytes
     }
 }
+
+/// The JSON form, as resume data carries it: `{"algorithm": "sha256", "length": 262144,
+/// "hashes": ["…"]}` — checked on decoding as ``PieceHashes/init(algorithm:length:hexDigests:)``
+/// checks them.
+extension PieceHashes: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case algorithm, length, hashes
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let name = try container.decode(String.self, forKey: .algorithm)
+        guard let algorithm = Checksum.Algorithm(named: name) else {
+            throw DecodingError.dataCorruptedError(
+                forKey: .algorithm,
+                in: container,
+                debugDescription: "an unknown piece hash algorithm"
+            )
+        }
+        let length = try container.decode(Int64.self, forKey: .length)
+        let hashes = try container.decode([String].self, forKey: .hashes)
+        do {
+            self = try PieceHashes(algorithm: algorithm, length: length, hexDigests: hashes)
+        } catch let error as HaulError {
+            throw DecodingError.dataCorruptedError(forKey: .hashes, in: container, debugDescription: error.message)
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(algorithm.name, forKey: .algorithm)
+        try container.encode(length, forKey: .length)
+        try container.encode((0..<count).map(hex), forKey: .hashes)
+    }
+}

@@ -57,6 +57,11 @@ public struct ResumeData: Codable, Sendable, Equatable {
     public var sources: [DownloadSource]?
     /// The most connections to any one source, when the request said.
     public var maxConnectionsPerServer: Int?
+    /// The hash of every piece, when the download has them (absent otherwise, and in resume
+    /// data of older versions). Which pieces were verified is not carried: a download resumed
+    /// from it in another store checks every piece it has not verified itself before the file
+    /// is placed.
+    public var pieces: PieceHashes?
 
     /// Bytes safely on disk.
     public var bytesCommitted: Int64 { segments.reduce(0) { $0 + ($1.committed - $1.start) } }
@@ -141,6 +146,8 @@ public struct ResumeData: Codable, Sendable, Equatable {
         self.tls = record.tls.isDefault ? nil : record.tls
         self.sources = record.sources.isEmpty ? nil : record.sources
         self.maxConnectionsPerServer = record.maxConnectionsPerServer
+        // The store's piece hashes when they were read with the task, else the request's.
+        self.pieces = record.storedPieces.flatMap { $0?.hashes } ?? record.pieces
     }
 
     /// Rejects values that cannot describe a real download, whoever produced them.

@@ -238,7 +238,9 @@ extension Transfer {
     }
 
     func makeResumeData() -> ResumeData {
-        ResumeData(record: task, segments: segments)
+        var data = ResumeData(record: task, segments: segments)
+        if let storedPieces { data.pieces = storedPieces.hashes }
+        return data
     }
 }
 

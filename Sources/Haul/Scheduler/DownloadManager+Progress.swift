@@ -73,7 +73,8 @@ extension DownloadManager {
     public nonisolated func events(for id: UUID) -> DownloadEvents { hub.subscribe(taskID: id) }
 
     func resumeData(_ id: UUID) async throws -> ResumeData {
-        guard let (record, segments) = try await store.taskWithSegments(id) else {
+        // Read as a run reads it: with its piece hashes, which resume data carries.
+        guard let (record, segments) = try await store.taskForRun(id) else {
             throw HaulError(.notFound, "No task \(id)")
         }
         return ResumeData(record: record, segments: segments)

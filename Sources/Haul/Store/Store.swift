@@ -390,6 +390,8 @@ public final class Store: Sendable {
                 task.queueOrder = try Store.nextQueueOrder(db)
                 try task.insert(db)
             }
+            // Piece hashes the task has none of yet (INSERT OR IGNORE: its own stand).
+            if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
             for segment in segments { try segment.insert(db) }
         }

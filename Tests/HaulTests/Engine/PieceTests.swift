@@ -112,6 +112,7 @@ struct PieceTests {
     /// with the downloader, the request (adding it again resumes it) and the paused task.
     static func pausedDownload(
         after bytes: Int,
+        connections: Int = 2,
         _ body: (TestServer, Downloader, DownloadRequest, UUID) async throws -> Void
     ) async throws {
         try await TestServer.withServer { a in
@@ -120,7 +121,8 @@ struct PieceTests {
             let hashes = try Self.hashes(of: a.content("/f.bin"))
             try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("h.sqlite"))) {
                 downloader in
-                let request = Self.request(a.url("/f.bin"), hashes: hashes, into: temp)
+                var request = Self.request(a.url("/f.bin"), hashes: hashes, into: temp)
+                request.connections = connections
                 let task = try await downloader.download(request)
                 #expect(try await waitUntil { task.progress.bytesReceived > bytes })
                 _ = try await task.pause()
@@ -140,6 +142,62 @@ struct PieceTests {
             #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
             #expect(result.piecesChecked == 32 - before, "only the pieces not verified before")
             #expect(result.piecesRefetched == 0)
+        }
+    }
+
+    @Test("one connection resumed with piece hashes asks from its committed offset: no overlap (rule 7a)")
+    func singleStreamResumeWithoutOverlap() async throws {
+        try await Self.pausedDownload(after: 3 << 20, connections: 1) { a, downloader, request, id in
+            let segments = try await downloader.store.segments(of: id)
+            #expect(segments.count == 1)
+            let committed = try #require(segments.first?.committed)
+            #expect(committed > 0)
+            let before = a.requests(for: "/f.bin").count
+            let result = try await downloader.download(request).result()
+            #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+            let resumed = a.requests(for: "/f.bin").dropFirst(before).map { $0.header("Range") }
+            #expect(resumed == ["bytes=\(committed)-"])
+        }
+    }
+
+    @Test(
+        "resume data carries the piece hashes: resumed in another store, every piece is checked there; bad ones are refused"
+    )
+    func resumeDataCarriesPieces() async throws {
+        try await TestServer.withServer { a in
+            let temp = try TemporaryDirectory()
+            a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
+            let hashes = try Self.hashes(of: a.content("/f.bin"))
+            let resumeData = try await Downloader.withDownloader(
+                configuration: testConfiguration(store: temp.file("first.sqlite"))
+            ) { downloader in
+                let task = try await downloader.download(Self.request(a.url("/f.bin"), hashes: hashes, into: temp))
+                #expect(try await waitUntil { task.progress.bytesReceived > 3 << 20 })
+                return try await task.pause()
+            }
+            let decoded = try ResumeData(decoding: resumeData.encoded())
+            #expect(decoded.pieces == hashes)
+
+            a.update("/f.bin") { $0.bytesPerSecond = nil }
+            try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("second.sqlite"))) {
+                downloader in
+                let result = try await downloader.download(resumingFrom: decoded).result()
+                #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                // What the first store verified is not taken on trust: all 32 are checked here.
+                #expect(result.piecesChecked == 32)
+                #expect(try await downloader.store.pieces(of: decoded.taskID)?.hashes == hashes)
+            }
+
+            // Hostile piece hashes: a digest cut short, an unknown algorithm.
+            var json = try #require(String(data: decoded.encoded(), encoding: .utf8))
+            let first = hashes.hex(0)
+            json = json.replacingOccurrences(of: "\"\(first)\"", with: "\"\(first.dropLast(2))\"")
+            let short = await expectHaulError(.corruptResumeData) { _ = try ResumeData(decoding: Data(json.utf8)) }
+            #expect(short?.description.contains("Resume data is corrupt") == true)
+            let unknown = try #require(String(data: decoded.encoded(), encoding: .utf8))
+                .replacingOccurrences(of: "\"algorithm\":\"sha256\"", with: "\"algorithm\":\"crc32\"")
+            #expect(unknown.contains("crc32"))
+            _ = await expectHaulError(.corruptResumeData) { _ = try ResumeData(decoding: Data(unknown.utf8)) }
         }
     }
 
