@@ -139,3 +139,13 @@ void chaul_retain_freed_memory(size_t bytes) {
     (void)bytes;
 #endif
 }
+
+int chaul_start_writeback(int fd, off_t offset, off_t length) {
+#if defined(__linux__)
+    return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)fd; (void)offset; (void)length;
+    errno = ENOSYS;
+    return -1;
+#endif
+}

@@ -33,6 +33,11 @@ int chaul_interface_flags(const char *name);
 int chaul_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                 const char *directory, int in, int out, int err, int new_session);
 
+/// Starts writing `length` bytes at `offset` of `fd` back to disk without waiting for them
+/// (sync_file_range(2) with SYNC_FILE_RANGE_WRITE); 0, or -1 with errno where unsupported.
+/// Makes nothing durable by itself: a later fdatasync(2) does, with less left to write.
+int chaul_start_writeback(int fd, off_t offset, off_t length);
+
 /// Keeps up to `bytes` of freed memory at the top of each of glibc's heaps instead of giving
 /// it back to the system at once (M_TRIM_THRESHOLD; nothing where the C library is not glibc).
 void chaul_retain_freed_memory(size_t bytes);

@@ -279,6 +279,9 @@ final class PartFile: Sendable {
                 }
             }
         }
+        // The disk starts on these bytes now, while more arrive, rather than at the next
+        // checkpoint or the completing sync (which still make them durable).
+        _ = chaul_start_writeback(descriptor, off_t(offset), off_t(position - offset))
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
