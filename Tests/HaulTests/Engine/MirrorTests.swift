@@ -344,6 +344,38 @@ struct MirrorTests {
         }
     }
 
+    @Test("a mirror that cuts every response short (a reset loop) is dropped after its retries; the file is whole")
+    func mirrorResetLoop() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: 2 * Self.size, bytesPerSecond: 4 << 20))
+                // Every answer of the mirror stops after 100 kB: each of its connections dies
+                // part-way, again and again.
+                b.set(
+                    "/f.bin",
+                    .init(size: 2 * Self.size, etag: .fixed("\"b\""), cutAfter: 100_000, faultyResponses: 10_000)
+                )
+                try await Downloader.withDownloader(
+                    configuration: testConfiguration(store: temp.file("haul.sqlite"))
+                ) { downloader in
+                    let request = Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin")], into: temp, connections: 4)
+                    let task = try await downloader.download(request)
+                    let result = try await task.result()
+                    #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
+                    let record = try await Self.task(downloader, task.id)
+                    #expect(record.sources.reduce(0) { $0 + $1.bytes } == Int64(2 * Self.size))
+                    // Dropped once a connection to it failed its retries in a row; what it
+                    // wrote before is kept (its bytes are the file's), the rest came from the URL.
+                    let reason = try #require(record.sources[1].dropped)
+                    #expect(reason.contains("ended early") && reason.contains("after 5 retries"), "\(reason)")
+                    #expect(record.sources[0].dropped == nil)
+                    #expect(b.requests(for: "/f.bin").count >= 1 + 1 + 5, "its check, then a segment asked 1 + 5 times")
+                }
+            }
+        }
+    }
+
     @Test("a rate limit holds for the file, whatever the number of sources")
     func rateLimitAcrossSources() async throws {
         try await Self.withServers { a, b, c in
