@@ -73,6 +73,19 @@ extension HaulCommand {
             )
             var totalLimitRate: ByteCount?
 
+            @Option(
+                name: .customLong("rpc-secret"),
+                help:
+                    "The secret aria2 clients give on /jsonrpc (as \"token:SECRET\"); default: the token in $HAUL_HOME/daemon.token. Also read from HAUL_RPC_SECRET."
+            )
+            var rpcSecret: String?
+
+            @Option(
+                name: .customLong("dir"),
+                help: "Where downloads added by aria2 clients go when they name no dir (default: ~/Downloads, else ~)."
+            )
+            var directory: String?
+
             @Option(help: "Log level: trace, debug, info, notice, warning, error.")
             var logLevel: String = "info"
 
@@ -145,6 +158,12 @@ extension HaulCommand {
                     }
                 }
                 if listenPublic, listen == nil { throw ValidationError("--listen-public goes with --listen") }
+                if let rpcSecret, rpcSecret.utf8.count < 8 || rpcSecret.contains(where: \.isWhitespace) {
+                    throw ValidationError("--rpc-secret must be at least 8 characters, without spaces")
+                }
+                if let directory, !directory.hasPrefix("/") {
+                    throw ValidationError("--dir must be an absolute path")
+                }
                 if let retries, !(0...100).contains(retries) { throw ValidationError("--retries must be 0 to 100") }
                 for delay in [retryFirstDelay, retryMaxDelay].compactMap({ $0 }) where !(delay > 0 && delay <= 86400) {
                     throw ValidationError("Retry delays must be positive numbers of seconds, at most a day")
@@ -182,6 +201,8 @@ extension HaulCommand {
                     overallRateLimit: totalLimitRate?.bytes,
                     logger: logger
                 )
+                configuration.rpcSecret = rpcSecret ?? ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
+                configuration.rpcDirectory = directory
                 configuration.retriesPerRun = retries
                 configuration.connectTimeout = timing.connect
                 configuration.readTimeout = timing.read
@@ -226,9 +247,16 @@ extension HaulCommand {
                 if let program = hooks.onError { arguments += ["--on-error", program] }
                 if let retryFirstDelay { arguments += ["--retry-first-delay", "\(retryFirstDelay)"] }
                 if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
+                if let directory { arguments += ["--dir", directory] }
                 let client = HaulClient(home: home)
                 do {
-                    let started = try DaemonConnection.start(paths, arguments: arguments)
+                    // The secret through the environment: arguments are visible to every user.
+                    let secret = rpcSecret ?? ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
+                    let started = try DaemonConnection.start(
+                        paths,
+                        arguments: arguments,
+                        environment: secret.map { ["HAUL_RPC_SECRET": $0] } ?? [:]
+                    )
                     let pid = started.pid
                     try await DaemonConnection.waitUntilAnswering(client, paths, started: started)
                     try? await client.shutdown()

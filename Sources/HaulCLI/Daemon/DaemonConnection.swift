@@ -88,7 +88,13 @@ enum DaemonConnection {
     }
 
     /// Starts `haul daemon` detached from this terminal, logging to `daemon.log`.
-    static func start(_ paths: DaemonPaths, arguments: [String] = []) throws -> StartedDaemon {
+    /// - Parameter environment: variables added to the daemon's environment (a secret goes
+    ///   there, never among the arguments any user can list).
+    static func start(
+        _ paths: DaemonPaths,
+        arguments: [String] = [],
+        environment: [String: String] = [:]
+    ) throws -> StartedDaemon {
         try FileManager.default.createDirectory(
             atPath: paths.home.path,
             withIntermediateDirectories: true,
@@ -103,6 +109,8 @@ enum DaemonConnection {
             child = try ChildProcess(
                 executablePath(),
                 arguments: ["daemon", "start", "--foreground", "--detach"] + arguments,
+                environment: environment.isEmpty
+                    ? nil : ProcessInfo.processInfo.environment.merging(environment) { _, added in added },
                 standardInput: .null,
                 standardOutput: .descriptor(logDescriptor),
                 standardError: .descriptor(logDescriptor),

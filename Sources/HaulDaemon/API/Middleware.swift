@@ -9,12 +9,15 @@ import NIOCore
 /// Requires `Authorization: Bearer TOKEN` on every request (the TCP listener).
 struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
     let token: String
+    /// Paths that check their callers themselves (aria2's `/jsonrpc`).
+    var exempt: Set<String> = []
 
     func handle(
         _ request: Request,
         context: Context,
         next: (Request, Context) async throws -> Response
     ) async throws -> Response {
+        if exempt.contains(request.uri.path) { return try await next(request, context) }
         let given = request.headers[.authorization] ?? ""
         guard TokenMiddleware.constantTimeEqual(given, "Bearer " + token) else {
             return APIFailure.response(

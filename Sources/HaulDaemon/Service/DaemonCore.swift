@@ -10,6 +10,8 @@ final class DaemonCore: Sendable {
     let eventLog: EventLog
     let paths: DaemonPaths
     let startedAt: Date
+    /// This run of the daemon (aria2's `getSessionInfo`).
+    let runID = UUID()
     let logger: Logger
     private let listenAddress = Mutex<String?>(nil)
     private let shutdownTrigger = Mutex<(@Sendable () async -> Void)?>(nil)

@@ -62,6 +62,12 @@ public final class DaemonService: Service, Sendable {
         /// A limit on all downloads together, in bytes per second, 0 for none; nil as for
         /// ``maxConcurrentDownloads``, none when never set. `PUT /v1/settings` changes it live.
         public var overallRateLimit: Int64?
+        /// The secret aria2's clients give as `"token:SECRET"` on `/jsonrpc`; nil: the
+        /// daemon's token (`$HAUL_HOME/daemon.token`).
+        public var rpcSecret: String?
+        /// Where downloads added over `/jsonrpc` go when they name no `dir`; nil: the user's
+        /// `~/Downloads` when it exists, else the home directory.
+        public var rpcDirectory: String?
         public var logger: Logger
 
         public init(
@@ -160,8 +166,15 @@ public final class DaemonService: Service, Sendable {
         var serverLogger = logger
         serverLogger.logLevel = max(logger.logLevel, .notice)
         let socketPath = paths.socket
+        // aria2's clients authenticate with the secret as the first parameter of every call,
+        // on the socket as on TCP.
+        let rpc = Aria2RPC(
+            core: core,
+            secret: try configuration.rpcSecret ?? DaemonService.loadOrCreateToken(paths.token),
+            defaultDirectory: configuration.rpcDirectory ?? DaemonService.downloadsDirectory()
+        )
         let unixServer = Application(
-            router: Routes.router(core: core, token: nil),
+            router: Routes.router(core: core, token: nil, rpc: rpc),
             configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "haul"),
             onServerRunning: { _ in
                 // The directory is 0700 already; the socket itself is for its owner only too.
@@ -176,7 +189,7 @@ public final class DaemonService: Service, Sendable {
         if let listen = configuration.listen {
             let token = try DaemonService.loadOrCreateToken(paths.token)
             let tcpServer = Application(
-                router: Routes.router(core: core, token: token),
+                router: Routes.router(core: core, token: token, rpc: rpc),
                 configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: "haul"),
                 onServerRunning: { channel in
                     let port = channel.localAddress?.port ?? listen.port
@@ -236,6 +249,17 @@ public final class DaemonService: Service, Sendable {
         }
         if given != StoredLimits() { try await store.saveLimits(given) }
         return kept.merging(given)
+    }
+
+    /// `~/Downloads` when it exists, else the home directory (else `/tmp`).
+    static func downloadsDirectory() -> String {
+        let home = ProcessInfo.processInfo.environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
+        let downloads = (home as NSString).appendingPathComponent("Downloads")
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: downloads, isDirectory: &isDirectory), isDirectory.boolValue {
+            return downloads
+        }
+        return home
     }
 
     /// Refuses a TCP address that is not loopback unless listening publicly was asked for.

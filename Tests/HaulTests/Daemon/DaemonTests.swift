@@ -13,19 +13,22 @@ func withDaemon(
     home: String,
     maxConcurrent: Int? = 3,
     listen: (host: String, port: Int)? = nil,
+    rpcSecret: String? = nil,
+    rpcDirectory: String? = nil,
     _ body: (HaulClient, DaemonService) async throws -> Void
 ) async throws {
     var logger = Logger(label: "haul.daemon.test")
     logger.logLevel = .warning
-    let daemon = DaemonService(
-        configuration: .init(
-            home: HaulHome(path: home),
-            maxConcurrentDownloads: maxConcurrent,
-            listen: listen,
-            checkpointInterval: .milliseconds(100),
-            logger: logger
-        )
+    var configuration = DaemonService.Configuration(
+        home: HaulHome(path: home),
+        maxConcurrentDownloads: maxConcurrent,
+        listen: listen,
+        checkpointInterval: .milliseconds(100),
+        logger: logger
     )
+    configuration.rpcSecret = rpcSecret
+    configuration.rpcDirectory = rpcDirectory
+    let daemon = DaemonService(configuration: configuration)
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await daemon.run() }
         let client = HaulClient(home: HaulHome(path: home))

@@ -292,6 +292,27 @@ final class ExternalServer: Sendable {
         )
     }
 
+    static var aria2c: String? { findExecutable("aria2c") }
+
+    /// aria2's own RPC server (`aria2c --enable-rpc`) with `secret`, downloading into its
+    /// temporary directory: the reference Haul's `/jsonrpc` is compared with.
+    static func startAria2RPC(secret: String) async throws -> ExternalServer {
+        guard let aria2c else { throw POSIXError(.ENOENT, userInfo: [NSLocalizedDescriptionKey: "aria2c not found"]) }
+        let directory = try TemporaryDirectory()
+        let port = try freePort()
+        return try await launch(
+            aria2c,
+            [
+                "--no-conf", "--enable-rpc", "--rpc-listen-port=\(port)", "--rpc-secret=\(secret)",
+                "--dir=\(directory.path)", "--save-session=\(directory.file("session.txt"))", "--quiet",
+                "--log=\(directory.file("error.log"))", "--log-level=warn",
+            ],
+            port: port,
+            root: directory.path,
+            directory: directory
+        )
+    }
+
     private static func launch(
         _ executable: String,
         _ arguments: [String],

@@ -1,0 +1,297 @@
+import Foundation
+import Haul
+import HaulWire
+
+// MARK: - aria2's methods over the download manager
+
+extension Aria2RPC {
+    /// The methods Haul answers (`system.listMethods`); any other is "No such method".
+    static let methods = [
+        "aria2.addUri", "aria2.addTorrent", "aria2.remove", "aria2.forceRemove", "aria2.pause", "aria2.pauseAll",
+        "aria2.forcePause", "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.tellStatus",
+        "aria2.getUris", "aria2.getFiles", "aria2.getServers", "aria2.tellActive", "aria2.tellWaiting",
+        "aria2.tellStopped", "aria2.changeOption", "aria2.getOption", "aria2.getGlobalOption",
+        "aria2.changeGlobalOption", "aria2.getGlobalStat", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
+        "aria2.getVersion", "aria2.getSessionInfo", "aria2.shutdown", "aria2.forceShutdown", "aria2.saveSession",
+        "system.multicall", "system.listMethods", "system.listNotifications",
+    ]
+
+    /// The session aria2's downloads go to, apart from `haul add`'s.
+    static let session = "aria2"
+
+    func callMethod(_ method: String, _ params: Parameters) async throws -> JSONValue {
+        let manager = core.manager
+        switch method {
+        case "aria2.getVersion":
+            return [
+                "version": .string(HaulVersion.current), "enabledFeatures": ["HTTPS", "Message Digest", "Metalink"],
+            ]
+        case "aria2.getSessionInfo":
+            // One per run of the daemon, as aria2's is per run.
+            return ["sessionId": .string(core.runID.uuidString.lowercased().replacingOccurrences(of: "-", with: ""))]
+        case "aria2.saveSession":
+            return "OK"  // Every change is in the store as it happens.
+        case "aria2.shutdown", "aria2.forceShutdown":
+            Task { await core.requestShutdown() }
+            return "OK"
+        case "aria2.addUri":
+            return try await addURI(params)
+        case "aria2.addTorrent":
+            throw Failure.failed("Haul does not download BitTorrent: add the files' HTTP(S) URLs with aria2.addUri")
+        case "aria2.tellStatus":
+            let info = try await task(try params.string(0))
+            return Aria2Status.json(info, progress: await manager.progress(of: info.id), keys: try params.keys(1))
+        case "aria2.getUris":
+            return .array(Aria2Status.uris(try await task(try params.string(0))))
+        case "aria2.getFiles":
+            let info = try await task(try params.string(0))
+            let progress = await manager.progress(of: info.id)
+            guard case .object(let status) = Aria2Status.json(info, progress: progress),
+                let files = status["files"]
+            else { return [] }
+            return files
+        case "aria2.getServers":
+            let info = try await task(try params.string(0))
+            guard info.state == .running else { throw Failure.failed("No active download for GID#\(GID.of(info.id))") }
+            let speed = Int64(await manager.progress(of: info.id)?.bytesPerSecond ?? 0)
+            let servers: [JSONValue] = Aria2Status.uris(info).compactMap { $0.object?["uri"] }.map {
+                ["uri": $0, "currentUri": $0, "downloadSpeed": .number(speed)]
+            }
+            return [["index": "1", "servers": .array(servers)]]
+        case "aria2.tellActive":
+            return try await list(keys: try params.keys(0)) { $0.state == .running }
+        case "aria2.tellWaiting":
+            return try await window(params) { [.queued, .retrying, .waitingForNetwork, .paused].contains($0.state) }
+        case "aria2.tellStopped":
+            return try await window(params) { [.completed, .failed, .cancelled].contains($0.state) }
+        case "aria2.pause", "aria2.forcePause":
+            return try await apply(.pause, to: try params.string(0))
+        case "aria2.unpause":
+            return try await apply(.resume, to: try params.string(0))
+        case "aria2.remove", "aria2.forceRemove":
+            return try await apply(.cancel, to: try params.string(0))
+        case "aria2.pauseAll", "aria2.forcePauseAll":
+            _ = try await core.apply(.pause, to: API.Selector(all: true))
+            return "OK"
+        case "aria2.unpauseAll":
+            _ = try await core.apply(.resume, to: API.Selector(all: true))
+            return "OK"
+        case "aria2.removeDownloadResult":
+            let info = try await task(try params.string(0))
+            guard [.completed, .failed, .cancelled].contains(info.state) else {
+                throw Failure.failed("Could not remove download result of GID#\(GID.of(info.id))")
+            }
+            try await manager.remove(info.id)
+            return "OK"
+        case "aria2.purgeDownloadResult":
+            for info in try await manager.tasks() where [.completed, .failed, .cancelled].contains(info.state) {
+                try await manager.remove(info.id)
+            }
+            return "OK"
+        case "aria2.getGlobalStat":
+            let tasks = try await manager.tasks()
+            let overall = await manager.overallProgress()
+            let stopped = tasks.filter { [.completed, .failed, .cancelled].contains($0.state) }.count
+            return [
+                "downloadSpeed": .number(Int64(overall.bytesPerSecond)), "uploadSpeed": "0",
+                "numActive": .number(tasks.filter { $0.state == .running }.count),
+                "numWaiting": .number(
+                    tasks.filter { [.queued, .retrying, .waitingForNetwork, .paused].contains($0.state) }.count
+                ),
+                "numStopped": .number(stopped), "numStoppedTotal": .number(stopped),
+            ]
+        case "aria2.getGlobalOption":
+            let limits = await manager.limits
+            return [
+                "dir": .string(defaultDirectory),
+                "max-concurrent-downloads": .number(limits.maxConcurrentDownloads),
+                "max-connection-per-server": .number(limits.maxConnectionsPerHost),
+                "max-overall-download-limit": .number(manager.overallRateLimit ?? 0),
+                "max-download-limit": "0",
+                "split": "1",
+            ]
+        case "aria2.changeGlobalOption":
+            return try await changeGlobalOption(try params.options(0))
+        case "aria2.getOption":
+            let info = try await task(try params.string(0))
+            var options: [String: JSONValue] = [
+                "dir": .string(info.directory),
+                "max-download-limit": .number(info.rateLimit ?? 0),
+                "split": .number(info.connections ?? 1),
+            ]
+            if let path = info.path { options["out"] = .string((path as NSString).lastPathComponent) }
+            return .object(options)
+        case "aria2.changeOption":
+            let info = try await task(try params.string(0))
+            let options = try params.options(1)
+            for name in options.keys where name != "max-download-limit" {
+                throw Failure.failed("Haul cannot change the option \(name) of a download (only max-download-limit)")
+            }
+            if let limit = options["max-download-limit"] {
+                let bytes = try Self.size(limit, option: "max-download-limit")
+                try await manager.setRateLimit(bytes == 0 ? nil : bytes, for: [info.id])
+            }
+            return "OK"
+        default:
+            throw Failure.failed("No such method: \(method)")
+        }
+    }
+
+    /// The one task whose GID is `gid` or starts with it.
+    func task(_ gid: String) async throws -> DownloadInfo {
+        guard GID.isValid(gid) else { throw Failure.failed("Bad GID \(gid.prefix(40))") }
+        let wanted = gid.lowercased()
+        let matches = try await core.manager.tasks().filter { GID.of($0.id).hasPrefix(wanted) }
+        guard let only = matches.first else { throw Failure.failed("GID \(gid) is not found") }
+        guard matches.count == 1 else { throw Failure.failed("GID \(gid) is ambiguous") }
+        return only
+    }
+
+    private func apply(_ operation: TaskOperation, to gid: String) async throws -> JSONValue {
+        let info = try await task(gid)
+        do {
+            _ = try await core.apply(operation, to: API.Selector(ids: [info.id]))
+        } catch let error as HaulError where error.code == .invalidArgument || error.code == .notFound {
+            let verb = operation == .cancel ? "removed" : operation == .pause ? "paused" : "unpaused"
+            throw Failure.failed("GID#\(GID.of(info.id)) cannot be \(verb) now")
+        }
+        return .string(GID.of(info.id))
+    }
+
+    private func list(keys: Set<String>?, _ include: (DownloadInfo) -> Bool) async throws -> JSONValue {
+        var statuses: [JSONValue] = []
+        for info in try await core.manager.tasks() where include(info) {
+            statuses.append(Aria2Status.json(info, progress: await core.manager.progress(of: info.id), keys: keys))
+        }
+        return .array(statuses)
+    }
+
+    /// `tellWaiting`/`tellStopped(offset, num, keys)`: `[offset, offset + num)`, or with a
+    /// negative offset counted from the end, in reverse order (aria2's rule).
+    private func window(_ params: Parameters, _ include: (DownloadInfo) -> Bool) async throws -> JSONValue {
+        let offset = try params.integer(0)
+        let count = try params.integer(1)
+        guard count >= 0 else { throw Failure.failed("The parameter at 1 must be 0 or more") }
+        let keys = try params.keys(2)
+        let tasks = try await core.manager.tasks().filter(include)
+        let picked: [DownloadInfo]
+        if offset >= 0 {
+            let start = min(Int(clamping: offset), tasks.count)
+            picked = Array(tasks[start..<min(tasks.count, start + Int(clamping: min(count, Int64(tasks.count))))])
+        } else {
+            // -1 is the last; then backwards.
+            let last = tasks.count + Int(clamping: max(offset, -Int64(tasks.count) - 1))
+            guard last >= 0 else { return [] }
+            let first = max(0, last - Int(clamping: min(count, Int64(tasks.count))) + 1)
+            picked = Array(tasks[first...last].reversed())
+        }
+        var statuses: [JSONValue] = []
+        for info in picked {
+            statuses.append(Aria2Status.json(info, progress: await core.manager.progress(of: info.id), keys: keys))
+        }
+        return .array(statuses)
+    }
+
+    /// `aria2.addUri(uris[, options[, position]])`: one file from its URIs (the first the
+    /// URL, the others its mirrors).
+    private func addURI(_ params: Parameters) async throws -> JSONValue {
+        guard let uris = try params.required(0).array?.compactMap(\.string), !uris.isEmpty else {
+            throw Failure.failed("No URI to download.")
+        }
+        let options = try params.options(1)
+        var request = try downloadRequest(uris: uris, options: options)
+        request.session = Self.session
+        try request.validate()
+        let info = try await core.manager.download([request])[0]
+        if Self.flag(options["pause"]) {
+            _ = try? await core.apply(.pause, to: API.Selector(ids: [info.id]))
+        }
+        return .string(GID.of(info.id))
+    }
+
+    /// The request aria2's options describe, from the options Haul has.
+    private func downloadRequest(uris: [String], options: [String: JSONValue]) throws -> DownloadRequest {
+        let url = try DownloadRequest.parseURL(uris[0])
+        let directory = options["dir"]?.string ?? defaultDirectory
+        guard directory.hasPrefix("/") else {
+            throw Failure.failed("dir must be an absolute path: '\(directory.prefix(200))'")
+        }
+        var destination = Destination.directory(directory)
+        if let out = options["out"]?.string, !out.isEmpty { destination.fileName = out }
+        var request = DownloadRequest(url: url, destination: destination)
+        request.mirrors = try uris.dropFirst().map { try DownloadRequest.parseURL($0) }
+        request.tls = TaskRoutes.environmentTLS
+        request.proxy = TaskRoutes.environmentProxy
+        if let headers = options["header"] {
+            let lines = headers.array?.compactMap(\.string) ?? headers.string.map { [$0] } ?? []
+            request.headers = try lines.map { line in
+                guard let colon = line.firstIndex(of: ":") else {
+                    throw Failure.failed("header must be 'Name: value': '\(line.prefix(100))'")
+                }
+                return HTTPHeaderField(
+                    name: String(line[..<colon]).trimmingCharacters(in: .whitespaces),
+                    value: String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+                )
+            }
+        }
+        if let limit = options["max-download-limit"] {
+            let bytes = try Self.size(limit, option: "max-download-limit")
+            request.rateLimit = bytes == 0 ? nil : bytes
+        }
+        if let split = options["split"] { request.connections = Int(try Self.size(split, option: "split")) }
+        if let perServer = options["max-connection-per-server"] {
+            request.maxConnectionsPerServer = Int(try Self.size(perServer, option: "max-connection-per-server"))
+            if options["split"] == nil { request.connections = request.maxConnectionsPerServer }
+        }
+        if let checksum = options["checksum"]?.string { request.checksum = try Checksum(parsing: checksum) }
+        return request
+    }
+
+    private func changeGlobalOption(_ options: [String: JSONValue]) async throws -> JSONValue {
+        var change = StoredLimits()
+        for (name, value) in options {
+            switch name {
+            case "max-concurrent-downloads":
+                change.maxConcurrentDownloads = Int(try Self.size(value, option: name))
+            case "max-overall-download-limit":
+                change.overallRateLimit = try Self.size(value, option: name)
+            case "max-connection-per-server":
+                change.maxConnectionsPerHost = Int(try Self.size(value, option: name))
+            default:
+                throw Failure.failed(
+                    "Haul cannot change the global option \(name.prefix(60)) (max-concurrent-downloads, max-overall-download-limit, max-connection-per-server)"
+                )
+            }
+        }
+        try await core.changeLimits(change)
+        return "OK"
+    }
+
+    /// An option's number as aria2 writes it: digits, with `K` (1024) or `M` (1024 K) after.
+    static func size(_ value: JSONValue, option: String) throws -> Int64 {
+        let text = value.string ?? value.integer.map(String.init) ?? ""
+        let multiplier: Int64
+        var digits = Substring(text)
+        switch text.last {
+        case "K", "k":
+            multiplier = 1 << 10
+            digits = digits.dropLast()
+        case "M", "m":
+            multiplier = 1 << 20
+            digits = digits.dropLast()
+        default: multiplier = 1
+        }
+        guard let number = Int64(digits), number >= 0, number <= Int64.max / multiplier else {
+            throw Failure.failed("\(option) must be a number of bytes (K and M allowed): '\(text.prefix(40))'")
+        }
+        return number * multiplier
+    }
+
+    static func flag(_ value: JSONValue?) -> Bool {
+        switch value {
+        case .bool(true)?: return true
+        case .string(let text)?: return text == "true"
+        default: return false
+        }
+    }
+}

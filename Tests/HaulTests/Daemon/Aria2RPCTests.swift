@@ -1,0 +1,295 @@
+import AsyncHTTPClient
+import Foundation
+import HaulClient
+import HaulTesting
+import NIOCore
+import NIOFoundationCompat
+import Testing
+
+@testable import Haul
+@testable import HaulDaemon
+
+/// aria2's JSON-RPC on the daemon's TCP listener, driven over HTTP as aria2's clients do, and
+/// compared with a real `aria2c --enable-rpc` answering the same calls.
+@Suite("aria2 JSON-RPC", .serialized)
+struct Aria2RPCTests {
+    /// A JSON-RPC endpoint and its secret.
+    struct Endpoint {
+        let url: String
+        let secret: String
+
+        /// Calls `method` with the secret first, returning the whole response object.
+        func call(
+            _ method: String,
+            _ params: [JSONValue] = [],
+            secret: String? = nil
+        ) async throws -> [String: JSONValue] {
+            let body: JSONValue = [
+                "jsonrpc": "2.0", "id": "t", "method": .string(method),
+                "params": .array([.string("token:" + (secret ?? self.secret))] + params),
+            ]
+            return try await post(body).object ?? [:]
+        }
+
+        /// The result of a call that must succeed.
+        func result(_ method: String, _ params: [JSONValue] = []) async throws -> JSONValue {
+            let response = try await call(method, params)
+            return try #require(response["result"], "\(method): \(response)")
+        }
+
+        func post(_ body: JSONValue) async throws -> JSONValue {
+            try await post(data: Aria2RPC.encode(body))
+        }
+
+        func post(data: Data) async throws -> JSONValue {
+            var request = HTTPClientRequest(url: url)
+            request.method = .POST
+            request.body = .bytes(ByteBuffer(data: data))
+            return try await Self.send(request)
+        }
+
+        func get(_ query: String) async throws -> (status: Int, body: Data) {
+            let request = HTTPClientRequest(url: url + "?" + query)
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+            let body = try await response.body.collect(upTo: 1 << 20)
+            return (Int(response.status.code), Data(buffer: body))
+        }
+
+        static func send(_ request: HTTPClientRequest) async throws -> JSONValue {
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+            // aria2's statuses: 200 for results and batches, 400 for an error, 500 for no JSON.
+            #expect([200, 400, 500].contains(response.status.code))
+            let body = try await response.body.collect(upTo: 1 << 20)
+            return try JSONDecoder().decode(JSONValue.self, from: Data(buffer: body))
+        }
+    }
+
+    /// Runs a daemon listening on loopback TCP with `--rpc-secret`, and its `/jsonrpc`.
+    static func withHaul(_ body: (Endpoint, String) async throws -> Void) async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        try await withDaemon(home: temp.file("home"), listen: ("127.0.0.1", 0), rpcSecret: "s3cret", rpcDirectory: out)
+        {
+            client,
+            _ in
+            let listen = try #require(try await client.status().listen)
+            try await body(Endpoint(url: "http://\(listen)/jsonrpc", secret: "s3cret"), out)
+        }
+    }
+
+    /// The shape of a value: its type, and for an object each key's shape.
+    static func shape(_ value: JSONValue) -> String {
+        switch value {
+        case .null: return "null"
+        case .bool: return "bool"
+        case .int, .double: return "number"
+        case .string: return "string"
+        case .array(let items): return "[" + (items.first.map(shape) ?? "") + "]"
+        case .object(let fields):
+            return "{" + fields.keys.sorted().map { "\($0):\(shape(fields[$0]!))" }.joined(separator: ",") + "}"
+        }
+    }
+
+    @Test("the secret as aria2 takes it: none or a wrong one is Unauthorized; listing methods needs none")
+    func authorisation() async throws {
+        try await Self.withHaul { haul, _ in
+            let wrong = try await haul.call("aria2.getVersion", secret: "nope")
+            #expect(wrong["error"] == ["code": .int(1), "message": "Unauthorized"])
+            let none = try await haul.post(["jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion"])
+            #expect(none.object?["error"] == ["code": .int(1), "message": "Unauthorized"])
+            #expect(none.object?["id"] == .int(1))
+            let methods = try await haul.post(["jsonrpc": "2.0", "id": "m", "method": "system.listMethods"])
+            let names = methods.object?["result"]?.array?.compactMap { $0.string } ?? []
+            #expect(names.contains("aria2.addUri") && names.contains("aria2.tellStatus"))
+            let version = try await haul.result("aria2.getVersion")
+            #expect(version.object?["version"] == .string(HaulVersion.current))
+        }
+    }
+
+    @Test("what is not a request: parse error, invalid request, no such method, a missing parameter")
+    func malformed() async throws {
+        try await Self.withHaul { haul, _ in
+            let parse = try await haul.post(data: Data("not json".utf8))
+            #expect(
+                parse == ["id": .null, "jsonrpc": "2.0", "error": ["code": .int(-32700), "message": "Parse error."]]
+            )
+            let invalid = try await haul.post(["id": 7])
+            #expect(invalid.object?["error"]?.object?["code"] == .int(-32600))
+            let unknown = try await haul.call("aria2.nope")
+            #expect(unknown["error"]?.object?["message"] == "No such method: aria2.nope")
+            let missing = try await haul.call("aria2.tellStatus")
+            #expect(missing["error"]?.object?["message"] == "The parameter at 0 is required but missing.")
+            let notFound = try await haul.call("aria2.tellStatus", ["0123456789abcdef"])
+            #expect(notFound["error"]?.object?["message"] == "GID 0123456789abcdef is not found")
+            let torrent = try await haul.call("aria2.addTorrent", ["AAAA"])
+            #expect(torrent["error"]?.object?["code"] == .int(1))
+        }
+    }
+
+    @Test(
+        "addUri downloads the file: tellStatus goes to complete with the lengths, the file is right, tellStopped lists it"
+    )
+    func addURIToCompletion() async throws {
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 3 << 20, seed: 4))
+            try await Self.withHaul { haul, out in
+                let gid = try #require(
+                    try await haul.result(
+                        "aria2.addUri",
+                        [[.string(server.url("/a.bin").absoluteString)], ["out": "x.bin"]]
+                    )
+                    .string
+                )
+                #expect(GID.isValid(gid) && gid.count == 16)
+                var status: [String: JSONValue] = [:]
+                #expect(
+                    try await waitUntil {
+                        status = try await haul.result("aria2.tellStatus", [.string(gid)]).object ?? [:]
+                        return status["status"] == "complete"
+                    }
+                )
+                #expect(status["totalLength"] == .string(String(3 << 20)))
+                #expect(status["completedLength"] == .string(String(3 << 20)))
+                #expect(status["dir"] == .string(out))
+                #expect(sha256(file: out + "/x.bin") == server.sha256("/a.bin"))
+                let files = try await haul.result("aria2.getFiles", [.string(gid)])
+                #expect(files.array?.first?.object?["path"] == .string(out + "/x.bin"))
+                // The keys filter, and a unique prefix of the GID.
+                let some = try await haul.result(
+                    "aria2.tellStatus",
+                    [.string(String(gid.prefix(6))), ["gid", "status"]]
+                )
+                #expect(some == ["gid": .string(gid), "status": "complete"])
+                let stopped = try await haul.result("aria2.tellStopped", [0, 10, ["gid"]])
+                #expect(stopped == [["gid": .string(gid)]])
+                #expect(try await haul.result("aria2.removeDownloadResult", [.string(gid)]) == "OK")
+                #expect(try await haul.result("aria2.tellStopped", [0, 10]) == [])
+            }
+        }
+    }
+
+    @Test("pause and unpause: paused in tellWaiting, then active or complete; the file is right")
+    func pauseAndUnpause() async throws {
+        try await TestServer.withServer { server in
+            server.set("/slow.bin", .init(size: 4 << 20, seed: 5, bytesPerSecond: 1 << 20))
+            try await Self.withHaul { haul, out in
+                let gid = try #require(
+                    try await haul.result("aria2.addUri", [[.string(server.url("/slow.bin").absoluteString)]]).string
+                )
+                #expect(
+                    try await waitUntil {
+                        try await haul.result("aria2.tellStatus", [.string(gid), ["status"]]) == ["status": "active"]
+                    }
+                )
+                #expect(try await haul.result("aria2.pause", [.string(gid)]) == .string(gid))
+                #expect(
+                    try await waitUntil {
+                        try await haul.result("aria2.tellWaiting", [0, 10, ["gid", "status"]])
+                            == [["gid": .string(gid), "status": "paused"]]
+                    }
+                )
+                server.update("/slow.bin") { $0.bytesPerSecond = nil }
+                #expect(try await haul.result("aria2.unpause", [.string(gid)]) == .string(gid))
+                #expect(
+                    try await waitUntil {
+                        try await haul.result("aria2.tellStatus", [.string(gid), ["status"]]) == ["status": "complete"]
+                    }
+                )
+                #expect(sha256(file: out + "/slow.bin") == server.sha256("/slow.bin"))
+                // Pausing what is complete is refused, as aria2 refuses it.
+                let again = try await haul.call("aria2.pause", [.string(gid)])
+                #expect(again["error"]?.object?["code"] == .int(1))
+            }
+        }
+    }
+
+    @Test("a batch, system.multicall, and a GET with Base64 params and a JSONP callback")
+    func batchesAndGet() async throws {
+        try await Self.withHaul { haul, _ in
+            let batch = try await haul.post([
+                ["jsonrpc": "2.0", "id": "a", "method": "aria2.getVersion", "params": ["token:s3cret"]],
+                ["jsonrpc": "2.0", "id": "b", "method": "aria2.getGlobalStat", "params": ["token:nope"]],
+            ])
+            let answers = try #require(batch.array)
+            #expect(answers.count == 2)
+            #expect(
+                answers[0].object?["result"] != nil && answers[1].object?["error"]?.object?["message"] == "Unauthorized"
+            )
+            let multi = try await haul.post([
+                "jsonrpc": "2.0", "id": "m", "method": "system.multicall",
+                "params": [
+                    [
+                        ["methodName": "aria2.getVersion", "params": ["token:s3cret"]],
+                        ["methodName": "aria2.tellStatus", "params": ["token:s3cret", "ffffffffffffffff"]],
+                    ]
+                ],
+            ])
+            let results = try #require(multi.object?["result"]?.array)
+            #expect(results.count == 2)
+            #expect(results[0].array?.first?.object?["version"] == .string(HaulVersion.current))
+            #expect(results[1].object?["message"] == "GID ffffffffffffffff is not found")
+
+            let params = Data(#"["token:s3cret"]"#.utf8).base64EncodedString()
+                .addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let (status, body) = try await haul.get("method=aria2.getGlobalStat&id=g&params=\(params)")
+            #expect(status == 200)
+            let stat = try JSONDecoder().decode(JSONValue.self, from: body)
+            #expect(stat.object?["id"] == "g" && stat.object?["result"]?.object?["numActive"] == "0")
+            let (_, jsonp) = try await haul.get("method=aria2.getGlobalStat&id=g&params=\(params)&jsoncallback=cb")
+            let text = String(decoding: jsonp, as: UTF8.self)
+            #expect(text.hasPrefix("cb({") && text.hasSuffix("})"))
+            let (hostileStatus, hostile) = try await haul.get(
+                "method=aria2.getVersion&params=\(params)&jsoncallback=alert(1)"
+            )
+            #expect(hostileStatus == 400 && String(decoding: hostile, as: UTF8.self).contains("-32600"))
+        }
+    }
+
+    @Test("each method's answer has the shape of aria2c's own (keys and types), for the same calls")
+    func shapesMatchAria2() async throws {
+        guard ExternalServer.aria2c != nil else {
+            if ExternalServer.isCI { Issue.record("aria2c is not installed (Debian package aria2)") }
+            return
+        }
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 1 << 20, seed: 6))
+            let url = JSONValue.string(server.url("/f.bin").absoluteString)
+            try await ExternalServer.with(try await ExternalServer.startAria2RPC(secret: "s3cret")) { aria2 in
+                let reference = Endpoint(url: "http://127.0.0.1:\(aria2.port)/jsonrpc", secret: "s3cret")
+                try await Self.withHaul { haul, _ in
+                    // The same calls on both: a paused download (so both stay put), then what
+                    // clients ask of it and of the daemon.
+                    var gids: [String] = []
+                    for endpoint in [reference, haul] {
+                        let gid = try await endpoint.result("aria2.addUri", [[url], ["pause": "true"]])
+                        gids.append(try #require(gid.string))
+                    }
+                    let calls: [(String, (String) -> [JSONValue])] = [
+                        ("aria2.getVersion", { _ in [] }),
+                        ("aria2.getGlobalStat", { _ in [] }),
+                        ("aria2.getUris", { [.string($0)] }),
+                        (
+                            "aria2.tellStatus",
+                            { [.string($0), ["gid", "status", "totalLength", "completedLength", "dir"]] }
+                        ),
+                        ("aria2.tellWaiting", { _ in [0, 10, ["gid", "status", "downloadSpeed", "connections"]] }),
+                        ("aria2.tellActive", { _ in [["gid"]] }),
+                        ("aria2.tellStopped", { _ in [0, 10] }),
+                        ("aria2.unpauseAll", { _ in [] }),
+                        ("aria2.saveSession", { _ in [] }),
+                        ("system.listNotifications", { _ in [] }),
+                    ]
+                    for (method, params) in calls {
+                        let theirs = try await reference.result(method, params(gids[0]))
+                        let ours = try await haul.result(method, params(gids[1]))
+                        #expect(Self.shape(ours) == Self.shape(theirs), "\(method): Haul \(ours), aria2 \(theirs)")
+                    }
+                    // Errors too: a GID neither has.
+                    let theirs = try await reference.call("aria2.tellStatus", ["0123456789abcdef"])
+                    let ours = try await haul.call("aria2.tellStatus", ["0123456789abcdef"])
+                    #expect(ours == theirs)
+                }
+            }
+        }
+    }
+}
