@@ -175,6 +175,7 @@ public final class DaemonService: Service, Sendable {
         )
         let unixServer = Application(
             router: Routes.router(core: core, token: nil, rpc: rpc),
+            server: rpc.webSocketServer,
             configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "haul"),
             onServerRunning: { _ in
                 // The directory is 0700 already; the socket itself is for its owner only too.
@@ -190,6 +191,7 @@ public final class DaemonService: Service, Sendable {
             let token = try DaemonService.loadOrCreateToken(paths.token)
             let tcpServer = Application(
                 router: Routes.router(core: core, token: token, rpc: rpc),
+                server: rpc.webSocketServer,
                 configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: "haul"),
                 onServerRunning: { channel in
                     let port = channel.localAddress?.port ?? listen.port

@@ -2,12 +2,20 @@ import AsyncHTTPClient
 import Foundation
 import HaulClient
 import HaulTesting
+import HummingbirdWSClient
+import Logging
 import NIOCore
 import NIOFoundationCompat
+import Synchronization
 import Testing
 
 @testable import Haul
 @testable import HaulDaemon
+
+/// What a WebSocket client received, in order.
+private final class Inbox: Sendable {
+    let messages = Mutex<[JSONValue]>([])
+}
 
 /// aria2's JSON-RPC on the daemon's TCP listener, driven over HTTP as aria2's clients do, and
 /// compared with a real `aria2c --enable-rpc` answering the same calls.
@@ -242,6 +250,94 @@ struct Aria2RPCTests {
                 "method=aria2.getVersion&params=\(params)&jsoncallback=alert(1)"
             )
             #expect(hostileStatus == 400 && String(decoding: hostile, as: UTF8.self).contains("-32600"))
+        }
+    }
+
+    @Test(
+        "over WebSocket: answers to calls, and aria2's notifications in order — start, complete, pause, stop, error"
+    )
+    func webSocketNotifications() async throws {
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 1 << 20, seed: 7))
+            server.set("/slow.bin", .init(size: 8 << 20, seed: 8, bytesPerSecond: 1 << 20))
+            try await Self.withHaul { haul, out in
+                let inbox = Inbox()
+                func messages() -> [JSONValue] { inbox.messages.withLock { $0 } }
+                func notified(_ method: String, _ gid: String) -> Bool {
+                    messages().contains {
+                        $0.object?["method"] == .string(method) && $0.object?["params"] == [["gid": .string(gid)]]
+                    }
+                }
+                /// The result of the answer with this id, once it came.
+                func answer(_ id: String) async throws -> JSONValue? {
+                    var found: JSONValue?
+                    _ = try await waitUntil {
+                        found = messages().first { $0.object?["id"] == .string(id) }
+                        return found != nil
+                    }
+                    return found
+                }
+                func call(_ id: String, _ method: String, _ params: [JSONValue], secret: String = "s3cret") -> String {
+                    let request: JSONValue = [
+                        "jsonrpc": "2.0", "id": .string(id), "method": .string(method),
+                        "params": .array([.string("token:" + secret)] + params),
+                    ]
+                    return String(decoding: Aria2RPC.encode(request), as: UTF8.self)
+                }
+                let url = haul.url.replacingOccurrences(of: "http://", with: "ws://")
+                let outbox = AsyncStream<String>.makeStream()
+                let outgoing = outbox.stream
+                let client = Task { @Sendable in
+                    try await WebSocketClient.connect(url: url, logger: Logger(label: "ws.test")) {
+                        inbound,
+                        outbound,
+                        _ in
+                        try await withThrowingTaskGroup(of: Void.self) { group in
+                            group.addTask {
+                                for await text in outgoing { try await outbound.write(.text(text)) }
+                                try await outbound.close(.normalClosure, reason: nil)
+                            }
+                            for try await message in inbound.messages(maxSize: 1 << 20) {
+                                guard case .text(let text) = message else { continue }
+                                let value = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+                                inbox.messages.withLock { $0.append(value) }
+                            }
+                            group.cancelAll()
+                        }
+                    }
+                }
+                defer { client.cancel() }
+
+                outbox.continuation.yield(call("bad", "aria2.getVersion", [], secret: "nope"))
+                #expect(try await answer("bad")?.object?["error"] == ["code": 1, "message": "Unauthorized"])
+
+                outbox.continuation.yield(call("a", "aria2.addUri", [[.string(server.url("/a.bin").absoluteString)]]))
+                let gid = try #require(try await answer("a")?.object?["result"]?.string)
+                #expect(try await waitUntil { notified("aria2.onDownloadComplete", gid) })
+                #expect(notified("aria2.onDownloadStart", gid))
+                let order = messages().compactMap { message -> String? in
+                    guard message.object?["params"] == [["gid": .string(gid)]] else { return nil }
+                    return message.object?["method"]?.string
+                }
+                #expect(order == ["aria2.onDownloadStart", "aria2.onDownloadComplete"])
+                #expect(sha256(file: out + "/a.bin") == server.sha256("/a.bin"))
+
+                outbox.continuation.yield(
+                    call("s", "aria2.addUri", [[.string(server.url("/slow.bin").absoluteString)]])
+                )
+                let slow = try #require(try await answer("s")?.object?["result"]?.string)
+                #expect(try await waitUntil { notified("aria2.onDownloadStart", slow) })
+                outbox.continuation.yield(call("p", "aria2.pause", [.string(slow)]))
+                #expect(try await waitUntil { notified("aria2.onDownloadPause", slow) })
+                outbox.continuation.yield(call("r", "aria2.remove", [.string(slow)]))
+                #expect(try await waitUntil { notified("aria2.onDownloadStop", slow) })
+
+                outbox.continuation.yield(call("e", "aria2.addUri", [[.string(server.url("/missing").absoluteString)]]))
+                let missing = try #require(try await answer("e")?.object?["result"]?.string)
+                #expect(try await waitUntil { notified("aria2.onDownloadError", missing) })
+                outbox.continuation.finish()
+                _ = try await client.value
+            }
         }
     }
 

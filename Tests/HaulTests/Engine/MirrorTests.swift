@@ -344,7 +344,9 @@ struct MirrorTests {
         }
     }
 
-    @Test("a mirror that cuts every response short (a reset loop) is dropped after its retries; the file is whole")
+    @Test(
+        "a mirror that cuts every response short (a reset loop): the file is whole; the mirror dropped after its retries"
+    )
     func mirrorResetLoop() async throws {
         try await TestServer.withServer { a in
             try await TestServer.withServer { b in
@@ -365,12 +367,19 @@ struct MirrorTests {
                     #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
                     let record = try await Self.task(downloader, task.id)
                     #expect(record.sources.reduce(0) { $0 + $1.bytes } == Int64(2 * Self.size))
-                    // Dropped once a connection to it failed its retries in a row; what it
-                    // wrote before is kept (its bytes are the file's), the rest came from the URL.
-                    let reason = try #require(record.sources[1].dropped)
-                    #expect(reason.contains("ended early") && reason.contains("after 5 retries"), "\(reason)")
+                    // What it wrote before each cut is kept (its bytes are the file's), the rest
+                    // came from the URL. Dropped once a connection to it failed its retries in a
+                    // row — unless the URL finished the file first (on a loaded machine it may).
+                    if let reason = record.sources[1].dropped {
+                        #expect(reason.contains("ended early") && reason.contains("after 5 retries"), "\(reason)")
+                        #expect(
+                            b.requests(for: "/f.bin").count >= 1 + 1 + 5,
+                            "its check, then a segment asked 1 + 5 times"
+                        )
+                    } else {
+                        #expect(b.requests(for: "/f.bin").count >= 2, "asked again after a cut")
+                    }
                     #expect(record.sources[0].dropped == nil)
-                    #expect(b.requests(for: "/f.bin").count >= 1 + 1 + 5, "its check, then a segment asked 1 + 5 times")
                 }
             }
         }
