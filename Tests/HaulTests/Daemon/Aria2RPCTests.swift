@@ -341,6 +341,64 @@ struct Aria2RPCTests {
         }
     }
 
+    /// The Python with aria2p that `.ci/run` installs (`.build/test-python`), when there.
+    static var aria2pPython: String? {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().path
+        let python = root + "/.build/test-python/bin/python3"
+        return FileManager.default.isExecutableFile(atPath: python) ? python : nil
+    }
+
+    @Test(
+        "aria2p, a real aria2 client, drives Haul: its add, show, pause, resume, purge, its API and its notifications"
+    )
+    func aria2p() async throws {
+        guard let python = Self.aria2pPython else {
+            if ExternalServer.isCI {
+                Issue.record("aria2p is not installed in .build/test-python (.ci/run installs it)")
+            }
+            return
+        }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("aria2p/drive.py").path
+        try await TestServer.withServer { server in
+            server.set("/fast.bin", .init(size: 2 << 20, seed: 11))
+            server.set("/slow.bin", .init(size: 16 << 20, seed: 12, bytesPerSecond: 1 << 20))
+            server.set("/notify.bin", .init(size: 1 << 20, seed: 13))
+            try await Self.withHaul { haul, out in
+                let port = try #require(URL(string: haul.url)?.port)
+                let (status, output) = try await Command.run(
+                    python,
+                    [
+                        script, String(port), haul.secret, server.url("/fast.bin").absoluteString,
+                        server.url("/slow.bin").absoluteString, server.url("/notify.bin").absoluteString,
+                    ]
+                )
+                #expect(status == 0, "\(output)")
+                var steps: [String: [String: JSONValue]] = [:]
+                for line in output.split(separator: "\n") where line.hasPrefix("{") {
+                    let value = try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8))
+                    if let step = value.object?["step"]?.string { steps[step] = value.object }
+                }
+                // The command line added the file, and showed it.
+                #expect(steps["cli add"]?["code"] == 0, "\(output)")
+                #expect(sha256(file: out + "/fast.bin") == server.sha256("/fast.bin"))
+                let fastGID = try #require(steps["cli show"]?["gid"]?.string, "\(output)")
+                #expect(steps["cli show"]?["out"]?.string?.contains(fastGID) == true, "\(output)")
+                // Paused, resumed, removed: Haul's task went through those states.
+                #expect(steps["paused"]?["ok"] == .bool(true), "\(output)")
+                #expect(steps["resumed"]?["ok"] == .bool(true), "\(output)")
+                #expect(steps["removed"]?["ok"] == .bool(true), "\(output)")
+                // The notification arrived for the download it added, whose file is right.
+                #expect(steps["notification"]?["heard"] == .bool(true), "\(output)")
+                #expect(sha256(file: out + "/notify.bin") == server.sha256("/notify.bin"))
+                // Purged: nothing finished or removed is listed any more.
+                #expect(steps["cli purge"]?["code"] == 0, "\(output)")
+                #expect(steps["after purge"]?["gids"] == [], "\(output)")
+            }
+        }
+    }
+
     @Test("each method's answer has the shape of aria2c's own (keys and types), for the same calls")
     func shapesMatchAria2() async throws {
         guard ExternalServer.aria2c != nil else {
