@@ -80,6 +80,13 @@ extension HaulCommand {
             )
             var rpcSecret: String?
 
+            @Flag(
+                name: .customLong("rpc-allow-origin-all"),
+                help:
+                    "Let web pages of any origin call /jsonrpc (Access-Control-Allow-Origin: *); the secret is still required."
+            )
+            var rpcAllowOriginAll = false
+
             @Option(
                 name: .customLong("dir"),
                 help: "Where downloads added by aria2 clients go when they name no dir (default: ~/Downloads, else ~)."
@@ -203,6 +210,7 @@ extension HaulCommand {
                 )
                 configuration.rpcSecret = rpcSecret ?? ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
                 configuration.rpcDirectory = directory
+                configuration.rpcAllowsAllOrigins = rpcAllowOriginAll
                 configuration.retriesPerRun = retries
                 configuration.connectTimeout = timing.connect
                 configuration.readTimeout = timing.read
@@ -248,6 +256,7 @@ extension HaulCommand {
                 if let retryFirstDelay { arguments += ["--retry-first-delay", "\(retryFirstDelay)"] }
                 if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
                 if let directory { arguments += ["--dir", directory] }
+                if rpcAllowOriginAll { arguments.append("--rpc-allow-origin-all") }
                 let client = HaulClient(home: home)
                 do {
                     // The secret through the environment: arguments are visible to every user.

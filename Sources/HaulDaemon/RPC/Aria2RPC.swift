@@ -15,6 +15,9 @@ struct Aria2RPC: Sendable {
     let secret: String
     /// Where a download goes when its `dir` option names none.
     let defaultDirectory: String
+    /// Whether answers carry `Access-Control-Allow-Origin: *`, so a web page of any origin can
+    /// call (aria2's `--rpc-allow-origin-all`; the secret is still checked on every call).
+    var allowsAllOrigins = false
 
     /// The most requests one batch (or `system.multicall`) may hold.
     static let maxBatch = 1_000

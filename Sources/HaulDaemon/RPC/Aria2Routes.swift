@@ -18,11 +18,13 @@ struct Aria2Routes {
             do {
                 body = try await request.collectBody(upTo: APIFailure.maxBodySize)
             } catch is NIOTooManyBytesError {
-                return Self.json(
-                    Aria2RPC.answer(Aria2RPC.response(id: .null, failure: .failed("The request is too large")))
+                return cors(
+                    Self.json(
+                        Aria2RPC.answer(Aria2RPC.response(id: .null, failure: .failed("The request is too large")))
+                    )
                 )
             }
-            return Self.json(await rpc.respond(to: Data(buffer: body)))
+            return cors(Self.json(await rpc.respond(to: Data(buffer: body))))
         }
         router.get("/jsonrpc") { request, _ in
             let query = request.uri.queryParameters
@@ -31,20 +33,36 @@ struct Aria2Routes {
                 id: query.get("id").map { String($0) },
                 params: query.get("params").map { String($0) }
             )
-            guard let callback = query.get("jsoncallback").map({ String($0) }) else { return Self.json(answer) }
+            guard let callback = query.get("jsoncallback").map({ String($0) }) else { return cors(Self.json(answer)) }
             // JSONP: the response as the argument of the page's function, named safely.
             guard Self.isCallbackName(callback) else {
-                return Self.json(Aria2RPC.answer(Aria2RPC.response(id: .null, failure: .invalidRequest)))
+                return cors(Self.json(Aria2RPC.answer(Aria2RPC.response(id: .null, failure: .invalidRequest))))
             }
             var buffer = ByteBuffer(string: callback + "(")
             buffer.writeBytes(answer.body)
             buffer.writeString(")")
-            return Response(
-                status: .ok,
-                headers: [.contentType: "text/javascript"],
-                body: .init(byteBuffer: buffer)
+            return cors(
+                Response(status: .ok, headers: [.contentType: "text/javascript"], body: .init(byteBuffer: buffer))
             )
         }
+        // A browser's preflight before a cross-origin POST: allowed only with --rpc-allow-origin-all.
+        router.on("/jsonrpc", method: .options) { request, _ in
+            guard rpc.allowsAllOrigins else { return Response(status: .forbidden) }
+            var response = cors(Response(status: .ok))
+            response.headers[.accessControlAllowMethods] = "POST, GET, OPTIONS"
+            response.headers[.accessControlAllowHeaders] =
+                request.headers[.accessControlRequestHeaders].map { String($0.prefix(200)) } ?? "Content-Type"
+            response.headers[.accessControlMaxAge] = "1728000"
+            return response
+        }
+    }
+
+    /// `response` with `Access-Control-Allow-Origin: *` when all origins are allowed.
+    private func cors(_ response: Response) -> Response {
+        guard rpc.allowsAllOrigins else { return response }
+        var response = response
+        response.headers[.accessControlAllowOrigin] = "*"
+        return response
     }
 
     static func json(_ answer: Aria2RPC.Answer) -> Response {

@@ -68,6 +68,9 @@ public final class DaemonService: Service, Sendable {
         /// Where downloads added over `/jsonrpc` go when they name no `dir`; nil: the user's
         /// `~/Downloads` when it exists, else the home directory.
         public var rpcDirectory: String?
+        /// Answers on `/jsonrpc` carry `Access-Control-Allow-Origin: *` (aria2's
+        /// `--rpc-allow-origin-all`), for web UIs served from another origin.
+        public var rpcAllowsAllOrigins = false
         public var logger: Logger
 
         public init(
@@ -168,11 +171,12 @@ public final class DaemonService: Service, Sendable {
         let socketPath = paths.socket
         // aria2's clients authenticate with the secret as the first parameter of every call,
         // on the socket as on TCP.
-        let rpc = Aria2RPC(
+        var rpc = Aria2RPC(
             core: core,
             secret: try configuration.rpcSecret ?? DaemonService.loadOrCreateToken(paths.token),
             defaultDirectory: configuration.rpcDirectory ?? DaemonService.downloadsDirectory()
         )
+        rpc.allowsAllOrigins = configuration.rpcAllowsAllOrigins
         let unixServer = Application(
             router: Routes.router(core: core, token: nil, rpc: rpc),
             server: rpc.webSocketServer,

@@ -73,11 +73,16 @@ struct Aria2RPCTests {
     }
 
     /// Runs a daemon listening on loopback TCP with `--rpc-secret`, and its `/jsonrpc`.
-    static func withHaul(_ body: (Endpoint, String) async throws -> Void) async throws {
+    static func withHaul(allowsAllOrigins: Bool = false, _ body: (Endpoint, String) async throws -> Void) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
-        try await withDaemon(home: temp.file("home"), listen: ("127.0.0.1", 0), rpcSecret: "s3cret", rpcDirectory: out)
-        {
+        try await withDaemon(
+            home: temp.file("home"),
+            listen: ("127.0.0.1", 0),
+            rpcSecret: "s3cret",
+            rpcDirectory: out,
+            rpcAllowsAllOrigins: allowsAllOrigins
+        ) {
             client,
             _ in
             let listen = try #require(try await client.status().listen)
@@ -395,6 +400,31 @@ struct Aria2RPCTests {
                 // Purged: nothing finished or removed is listed any more.
                 #expect(steps["cli purge"]?["code"] == 0, "\(output)")
                 #expect(steps["after purge"]?["gids"] == [], "\(output)")
+            }
+        }
+    }
+
+    @Test("CORS only with --rpc-allow-origin-all: the header on answers, and the preflight allowed")
+    func crossOrigin() async throws {
+        for allowed in [false, true] {
+            try await Self.withHaul(allowsAllOrigins: allowed) { haul, _ in
+                var post = HTTPClientRequest(url: haul.url)
+                post.method = .POST
+                post.headers.add(name: "Origin", value: "http://ui.example")
+                post.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}"#))
+                let answer = try await HTTPClient.shared.execute(post, timeout: .seconds(30))
+                #expect(answer.headers["Access-Control-Allow-Origin"] == (allowed ? ["*"] : []))
+                var preflight = HTTPClientRequest(url: haul.url)
+                preflight.method = .OPTIONS
+                preflight.headers.add(name: "Origin", value: "http://ui.example")
+                preflight.headers.add(name: "Access-Control-Request-Method", value: "POST")
+                preflight.headers.add(name: "Access-Control-Request-Headers", value: "content-type")
+                let checked = try await HTTPClient.shared.execute(preflight, timeout: .seconds(30))
+                #expect(checked.status.code == (allowed ? 200 : 403))
+                if allowed {
+                    #expect(checked.headers["Access-Control-Allow-Methods"] == ["POST, GET, OPTIONS"])
+                    #expect(checked.headers["Access-Control-Allow-Headers"] == ["content-type"])
+                }
             }
         }
     }

@@ -15,6 +15,7 @@ func withDaemon(
     listen: (host: String, port: Int)? = nil,
     rpcSecret: String? = nil,
     rpcDirectory: String? = nil,
+    rpcAllowsAllOrigins: Bool = false,
     _ body: (HaulClient, DaemonService) async throws -> Void
 ) async throws {
     var logger = Logger(label: "haul.daemon.test")
@@ -28,6 +29,7 @@ func withDaemon(
     )
     configuration.rpcSecret = rpcSecret
     configuration.rpcDirectory = rpcDirectory
+    configuration.rpcAllowsAllOrigins = rpcAllowsAllOrigins
     let daemon = DaemonService(configuration: configuration)
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await daemon.run() }
