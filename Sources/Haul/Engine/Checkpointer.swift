@@ -45,10 +45,12 @@ struct Checkpointer: Sendable {
     func checkpoint() async throws {
         let pending = take()
         let part = part
+        let started = ContinuousClock.now
         try await uncancellable {
             try await FileIO.run { try part.sync() }
             try await commit(pending)
         }
+        HaulMetrics.checkpoint(ContinuousClock.now - started)
     }
 
     /// What a checkpoint records, taken before the sync that makes it true.

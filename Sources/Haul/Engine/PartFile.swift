@@ -322,7 +322,9 @@ final class PartFile: Sendable {
 
     /// Makes written data durable (data, and the size when it grew).
     func sync() throws {
+        let started = ContinuousClock.now
         guard fdatasync(descriptor) == 0 else { throw HaulError.fileSystem("sync", path: path, errno: errno) }
+        HaulMetrics.fsync(ContinuousClock.now - started)
     }
 
     /// Sets the file's modification time (its access time is left alone); false when the

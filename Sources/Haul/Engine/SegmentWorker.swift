@@ -58,6 +58,8 @@ struct SegmentWorker: Sendable {
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
     func run(first: SegmentResponse?) async throws {
+        HaulMetrics.connection(open: true)
+        defer { HaulMetrics.connection(open: false) }
         if let sources {
             try await run(over: sources, first: first)
             return

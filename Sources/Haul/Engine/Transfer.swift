@@ -306,6 +306,7 @@ final class Transfer {
                     throw environment.retry.givenUp(error)
                 }
                 let delay = try environment.retry.delay(retrying: error, attempt: failures)
+                HaulMetrics.retry(error.code)
                 logger.notice(
                     "retrying",
                     metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]

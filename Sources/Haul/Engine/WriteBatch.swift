@@ -39,6 +39,7 @@ struct WriteBatch {
             try await FileIO.run { try part.write(buffers, at: offset) }
         }
         if evenIfStopped { try await uncancellable(write) } else { try await write() }
+        HaulMetrics.received(count)
         self.offset += Int64(count)
         self.buffers.removeAll(keepingCapacity: true)
         count = 0

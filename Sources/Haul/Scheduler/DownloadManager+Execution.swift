@@ -13,6 +13,7 @@ extension DownloadManager {
                 throw HaulError(.store, "Task \(id) vanished from the store")
             }
             task = record
+            HaulMetrics.queueWait(Date().timeIntervalSince(record.queuedAt))
             let committed = segments.reduce(0) { $0 + ($1.committed - $1.start) }
             if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
             handles.limiter.setInitialRate(record.rateLimit)

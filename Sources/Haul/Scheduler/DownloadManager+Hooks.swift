@@ -24,7 +24,9 @@ extension DownloadManager {
     func ended(_ id: UUID, _ ending: Ending, mayHaveHooks: Bool = true) {
         switch ending {
         case .completed(let result): hub.publish(.completed(id: id, result: result))
-        case .failed(let error): hub.publish(.failed(id: id, error: error))
+        case .failed(let error):
+            HaulMetrics.failure(error.code)
+            hub.publish(.failed(id: id, error: error))
         }
         if mayHaveHooks || hooks != .none { hookSink.yield((id, ending)) }
     }

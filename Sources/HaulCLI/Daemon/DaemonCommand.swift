@@ -211,6 +211,8 @@ extension HaulCommand {
                 configuration.rpcSecret = rpcSecret ?? ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
                 configuration.rpcDirectory = directory
                 configuration.rpcAllowsAllOrigins = rpcAllowOriginAll
+                DaemonMetrics.bootstrap()
+                configuration.metrics = DaemonMetrics.registry
                 configuration.retriesPerRun = retries
                 configuration.connectTimeout = timing.connect
                 configuration.readTimeout = timing.read

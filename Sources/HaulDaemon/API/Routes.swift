@@ -3,6 +3,7 @@ import HTTPTypes
 import Haul
 import HaulWire
 import Hummingbird
+import Prometheus
 
 extension HTTPField.Name {
     static let lastEventID = HTTPField.Name("Last-Event-ID")!
@@ -15,11 +16,17 @@ extension HTTPField.Name {
 /// Handlers return values (encoded as JSON by ``APIContext``) or throw; a ``HaulError``
 /// answers with its status and sentence, anything else through ``APIErrorMiddleware``.
 enum Routes {
-    static func router(core: DaemonCore, token: String?, rpc: Aria2RPC? = nil) -> Router<APIContext> {
+    static func router(
+        core: DaemonCore,
+        token: String?,
+        rpc: Aria2RPC? = nil,
+        metrics: PrometheusCollectorRegistry? = nil
+    ) -> Router<APIContext> {
         let router = Router(context: APIContext.self)
         // aria2's clients carry their secret in each call (Aria2RPC), not in a header.
         if let token { router.add(middleware: TokenMiddleware(token: token, exempt: rpc == nil ? [] : ["/jsonrpc"])) }
         if let rpc { Aria2Routes(rpc: rpc).register(on: router) }
+        if let metrics { MetricsRoutes(core: core, registry: metrics).register(on: router) }
         let v1 = APIRoutes(prefix: "v1")
         TaskRoutes(core: core).register(on: v1)
         SessionRoutes(core: core).register(on: v1)

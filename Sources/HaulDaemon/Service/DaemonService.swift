@@ -4,6 +4,7 @@ import HaulWire
 import Hummingbird
 import Logging
 import NIOCore
+import Prometheus
 import ServiceLifecycle
 import Synchronization
 
@@ -71,6 +72,9 @@ public final class DaemonService: Service, Sendable {
         /// Answers on `/jsonrpc` carry `Access-Control-Allow-Origin: *` (aria2's
         /// `--rpc-allow-origin-all`), for web UIs served from another origin.
         public var rpcAllowsAllOrigins = false
+        /// Where `GET /metrics` reads the metrics from: ``DaemonMetrics/registry`` once the
+        /// program bootstrapped swift-metrics with it; nil serves no `/metrics`.
+        public var metrics: PrometheusCollectorRegistry?
         public var logger: Logger
 
         public init(
@@ -178,7 +182,7 @@ public final class DaemonService: Service, Sendable {
         )
         rpc.allowsAllOrigins = configuration.rpcAllowsAllOrigins
         let unixServer = Application(
-            router: Routes.router(core: core, token: nil, rpc: rpc),
+            router: Routes.router(core: core, token: nil, rpc: rpc, metrics: configuration.metrics),
             server: rpc.webSocketServer,
             configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "haul"),
             onServerRunning: { _ in
@@ -194,7 +198,7 @@ public final class DaemonService: Service, Sendable {
         if let listen = configuration.listen {
             let token = try DaemonService.loadOrCreateToken(paths.token)
             let tcpServer = Application(
-                router: Routes.router(core: core, token: token, rpc: rpc),
+                router: Routes.router(core: core, token: token, rpc: rpc, metrics: configuration.metrics),
                 server: rpc.webSocketServer,
                 configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: "haul"),
                 onServerRunning: { channel in

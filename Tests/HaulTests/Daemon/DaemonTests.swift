@@ -30,6 +30,9 @@ func withDaemon(
     configuration.rpcSecret = rpcSecret
     configuration.rpcDirectory = rpcDirectory
     configuration.rpcAllowsAllOrigins = rpcAllowsAllOrigins
+    // The test process's one bootstrap of swift-metrics: every daemon here reports into it.
+    DaemonMetrics.bootstrap()
+    configuration.metrics = DaemonMetrics.registry
     let daemon = DaemonService(configuration: configuration)
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await daemon.run() }
