@@ -1,13 +1,15 @@
 import Foundation
 import Haul
 import HaulWire
+import NIOPosix
 
 // MARK: - aria2's methods over the download manager
 
 extension Aria2RPC {
     /// The methods Haul answers (`system.listMethods`); any other is "No such method".
     static let methods = [
-        "aria2.addUri", "aria2.addTorrent", "aria2.remove", "aria2.forceRemove", "aria2.pause", "aria2.pauseAll",
+        "aria2.addUri", "aria2.addTorrent", "aria2.addMetalink", "aria2.getPeers", "aria2.remove", "aria2.forceRemove",
+        "aria2.pause", "aria2.pauseAll",
         "aria2.forcePause", "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.tellStatus",
         "aria2.getUris", "aria2.getFiles", "aria2.getServers", "aria2.tellActive", "aria2.tellWaiting",
         "aria2.tellStopped", "aria2.changeOption", "aria2.getOption", "aria2.getGlobalOption",
@@ -36,6 +38,12 @@ extension Aria2RPC {
             return "OK"
         case "aria2.addUri":
             return try await addURI(params)
+        case "aria2.addMetalink":
+            return try await addMetalink(params)
+        case "aria2.getPeers":
+            // Peers are BitTorrent's; an HTTP download has none.
+            _ = try await task(try params.string(0))
+            return []
         case "aria2.addTorrent":
             throw Failure.failed("Haul does not download BitTorrent: add the files' HTTP(S) URLs with aria2.addUri")
         case "aria2.tellStatus":
@@ -207,6 +215,44 @@ extension Aria2RPC {
             _ = try? await core.apply(.pause, to: API.Selector(ids: [info.id]))
         }
         return .string(GID.of(info.id))
+    }
+
+    /// `aria2.addMetalink(metalink[, options[, position]])`: the files of a Metalink (Base64
+    /// of the document), each from its URLs at once, checked against its strongest hash and
+    /// its piece hashes, in `dir` (names kept inside it). Their GIDs, in the document's order.
+    private func addMetalink(_ params: Parameters) async throws -> JSONValue {
+        var text = try params.string(0).filter { !$0.isWhitespace }
+        while text.utf8.count % 4 != 0 { text += "=" }
+        guard text.utf8.count <= Metalink.maxDocumentBytes / 3 * 4 + 4, let data = Data(base64Encoded: text) else {
+            throw Failure.failed("The metalink is not Base64 of a Metalink document")
+        }
+        let metalink = try Metalink(parsing: data, source: "the Metalink given to aria2.addMetalink")
+        var options = try params.options(1)
+        options["out"] = nil  // Each file has its own name.
+        let directory = options["dir"]?.string ?? defaultDirectory
+        let requests = try metalink.files.map { file in
+            var request = try downloadRequest(uris: file.urls.map(\.absoluteString), options: options)
+            request.destination = try Destination.file(file.name, confinedTo: directory)
+            if let hash = file.hashes.first, options["checksum"] == nil { request.checksum = hash }
+            request.pieceHashes = file.pieces
+            request.followsMetalink = false
+            request.session = Self.session
+            return request
+        }
+        // Every name is known to stay inside dir: its subdirectories are made (blocking: on
+        // NIO's pool), then each request is checked whole.
+        let directories = Set(requests.map(\.destination.directory)).sorted()
+        try await NIOThreadPool.singleton.runIfActive {
+            for directory in directories {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            }
+        }
+        for request in requests { try request.validate() }
+        let infos = try await core.manager.download(requests)
+        if Self.flag(options["pause"]) {
+            _ = try? await core.apply(.pause, to: API.Selector(ids: infos.map(\.id)))
+        }
+        return .array(infos.map { .string(GID.of($0.id)) })
     }
 
     /// The request aria2's options describe, from the options Haul has.

@@ -181,6 +181,62 @@ struct Aria2RPCTests {
         }
     }
 
+    @Test("addMetalink: each file from its URLs, checked against its hash, in dir; a name leaving dir is refused")
+    func addMetalink() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                a.set("/one.bin", .init(size: 2 << 20, seed: 31))
+                b.set("/one.bin", .init(size: 2 << 20, seed: 31))
+                a.set("/two.bin", .init(size: 1 << 20, seed: 32))
+                func document(_ name: String) -> String {
+                    """
+                    <?xml version="1.0" encoding="UTF-8"?>
+                    <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+                      <file name="\(name)">
+                        <size>\(2 << 20)</size>
+                        <hash type="sha-256">\(a.sha256("/one.bin"))</hash>
+                        <url priority="1">\(a.url("/one.bin").absoluteString)</url>
+                        <url priority="2">\(b.url("/one.bin").absoluteString)</url>
+                      </file>
+                      <file name="sub/two.bin">
+                        <hash type="sha-256">\(a.sha256("/two.bin"))</hash>
+                        <url>\(a.url("/two.bin").absoluteString)</url>
+                      </file>
+                    </metalink>
+                    """
+                }
+                try await Self.withHaul { haul, out in
+                    let encoded = Data(document("one.bin").utf8).base64EncodedString()
+                    let gids = try await haul.result("aria2.addMetalink", [.string(encoded)]).array?.compactMap(
+                        \.string
+                    )
+                    #expect(gids?.count == 2)
+                    for gid in gids ?? [] {
+                        #expect(
+                            try await waitUntil {
+                                try await haul.result("aria2.tellStatus", [.string(gid), ["status"]]) == [
+                                    "status": "complete"
+                                ]
+                            }
+                        )
+                    }
+                    #expect(sha256(file: out + "/one.bin") == a.sha256("/one.bin"))
+                    #expect(sha256(file: out + "/sub/two.bin") == a.sha256("/two.bin"))
+                    let uris = try await haul.result("aria2.getUris", [.string(gids?.first ?? "")]).array?.count
+                    #expect(uris == 2, "the file's two URLs")
+                    #expect(try await haul.result("aria2.getPeers", [.string(gids?.first ?? "")]) == [])
+
+                    let escaping = Data(document("../escape.bin").utf8).base64EncodedString()
+                    let refused = try await haul.call("aria2.addMetalink", [.string(escaping)])
+                    #expect(refused["error"]?.object?["code"] == 1, "\(refused)")
+                    #expect(!FileManager.default.fileExists(atPath: out + "/../escape.bin"))
+                    let garbage = try await haul.call("aria2.addMetalink", ["not base64 !"])
+                    #expect(garbage["error"]?.object?["code"] == 1)
+                }
+            }
+        }
+    }
+
     @Test("pause and unpause: paused in tellWaiting, then active or complete; the file is right")
     func pauseAndUnpause() async throws {
         try await TestServer.withServer { server in
