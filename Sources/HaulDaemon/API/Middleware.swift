@@ -19,7 +19,7 @@ struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
     ) async throws -> Response {
         if exempt.contains(request.uri.path) { return try await next(request, context) }
         let given = request.headers[.authorization] ?? ""
-        guard TokenMiddleware.constantTimeEqual(given, "Bearer " + token) else {
+        guard Secret.matches(given, "Bearer " + token) else {
             return APIFailure.response(
                 API.Failure(error: "A valid token is required (Authorization: Bearer …)", code: "unauthorized"),
                 status: .unauthorized
@@ -28,7 +28,12 @@ struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
         return try await next(request, context)
     }
 
-    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+}
+
+/// Compares a secret someone gave with the one expected, in time that does not depend on
+/// where they differ (the API's token, aria2's `token:` parameter).
+enum Secret {
+    static func matches(_ a: String, _ b: String) -> Bool {
         let (x, y) = (Array(a.utf8), Array(b.utf8))
         guard x.count == y.count else { return false }
         return zip(x, y).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0

@@ -182,6 +182,7 @@ extension Aria2RPC {
         guard count >= 0 else { throw Failure.failed("The parameter at 1 must be 0 or more") }
         let keys = try params.keys(2)
         let tasks = try await core.manager.tasks().filter(include)
+        guard count > 0, !tasks.isEmpty else { return [] }
         let picked: [DownloadInfo]
         if offset >= 0 {
             let start = min(Int(clamping: offset), tasks.count)

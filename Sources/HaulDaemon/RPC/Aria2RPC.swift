@@ -131,7 +131,7 @@ struct Aria2RPC: Sendable {
     /// `params` without the secret, which must be its first: `"token:SECRET"`.
     private func authorised(_ params: [JSONValue]) throws -> [JSONValue] {
         guard let first = params.first?.string, first.hasPrefix("token:"),
-            Self.constantTimeEqual(String(first.dropFirst("token:".count)), secret)
+            Secret.matches(String(first.dropFirst("token:".count)), secret)
         else { throw Failure.unauthorized }
         return Array(params.dropFirst())
     }
@@ -164,12 +164,6 @@ struct Aria2RPC: Sendable {
             }
         }
         return .array(results)
-    }
-
-    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let (x, y) = (Array(a.utf8), Array(b.utf8))
-        guard x.count == y.count else { return false }
-        return zip(x, y).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
     /// The notifications aria2 defines (sent over WebSocket).

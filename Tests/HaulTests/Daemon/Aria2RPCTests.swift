@@ -175,6 +175,13 @@ struct Aria2RPCTests {
                 #expect(some == ["gid": .string(gid), "status": "complete"])
                 let stopped = try await haul.result("aria2.tellStopped", [0, 10, ["gid"]])
                 #expect(stopped == [["gid": .string(gid)]])
+                // aria2's windows: none asked, a negative offset from the end, far out of range.
+                #expect(try await haul.result("aria2.tellStopped", [0, 0]) == [])
+                #expect(try await haul.result("aria2.tellStopped", [-1, 5, ["gid"]]) == [["gid": .string(gid)]])
+                #expect(try await haul.result("aria2.tellStopped", [-9_000_000_000_000, 5]) == [])
+                #expect(try await haul.result("aria2.tellStopped", [9_000_000_000_000, 5]) == [])
+                let negative = try await haul.call("aria2.tellStopped", [0, -1])
+                #expect(negative["error"]?.object?["code"] == 1)
                 #expect(try await haul.result("aria2.removeDownloadResult", [.string(gid)]) == "OK")
                 #expect(try await haul.result("aria2.tellStopped", [0, 10]) == [])
             }
