@@ -467,6 +467,45 @@ struct Aria2RPCTests {
         }
     }
 
+    @Test("a raw WebSocket client (Python's websockets): Unauthorized, multicall, and every notification")
+    func pythonWebSocketClient() async throws {
+        guard let python = Self.aria2pPython else {
+            if ExternalServer.isCI {
+                Issue.record("websockets is not installed in .build/test-python (.ci/run installs it)")
+            }
+            return
+        }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("aria2p/websocket_check.py").path
+        try await TestServer.withServer { server in
+            server.set("/fast.bin", .init(size: 1 << 20, seed: 41))
+            server.set("/slow.bin", .init(size: 16 << 20, seed: 42, bytesPerSecond: 1 << 20))
+            try await Self.withHaul { haul, out in
+                let port = try #require(URL(string: haul.url)?.port)
+                let (status, output) = try await Command.run(
+                    python,
+                    [
+                        script, String(port), haul.secret, server.url("/fast.bin").absoluteString,
+                        server.url("/slow.bin").absoluteString, server.url("/missing.bin").absoluteString,
+                    ]
+                )
+                #expect(status == 0, "\(output)")
+                let line = try #require(output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(output)")
+                let report = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8)).object)
+                let unauthorized: JSONValue = ["code": 1, "message": "Unauthorized"]
+                #expect(report["missing"]?.object?["error"] == unauthorized, "\(output)")
+                #expect(report["wrong"]?.object?["error"] == unauthorized, "\(output)")
+                let calls = report["multicall"]?.object?["result"]?.array
+                #expect(calls?.first?.array?.first?.object?["version"] == .string(HaulVersion.current), "\(output)")
+                #expect(calls?.last == unauthorized, "\(output)")
+                for step in ["fast start", "fast complete", "slow start", "slow pause", "slow stop", "error"] {
+                    #expect(report[step] == .bool(true), "\(step): \(output)")
+                }
+                #expect(sha256(file: out + "/fast.bin") == server.sha256("/fast.bin"))
+            }
+        }
+    }
+
     @Test("CORS only with --rpc-allow-origin-all: the header on answers, and the preflight allowed")
     func crossOrigin() async throws {
         for allowed in [false, true] {
