@@ -70,8 +70,25 @@ report(step="removed", ok=removed)
 
 # Notifications over WebSocket: a download's completion arrives as onDownloadComplete.
 completed = []
-api.listen_to_notifications(threaded=True, on_download_complete=lambda api_, gid: completed.append(gid), timeout=1)
-time.sleep(0.5)  # aria2p connects in its thread; nothing tells when it listens
+paused_heard = []
+api.listen_to_notifications(
+    threaded=True,
+    on_download_complete=lambda api_, gid: completed.append(gid),
+    on_download_pause=lambda api_, gid: paused_heard.append(gid),
+    timeout=1,
+)
+# aria2p connects in its thread and says nothing when it listens: pause a slow probe download
+# again and again until its pause is heard, then the listener is certainly connected.
+probe = api.add_uris([slow_url], options={"pause": "true"})
+listening = False
+deadline = time.monotonic() + 60
+while not listening and time.monotonic() < deadline:
+    api.client.unpause(probe.gid)
+    wait(lambda: api.get_download(probe.gid).status != "paused", 5)
+    api.client.pause(probe.gid)
+    listening = wait(lambda: probe.gid in paused_heard, 1)
+report(step="listening", ok=listening)
+api.client.remove(probe.gid)
 notify = api.add_uris([notify_url])
 heard = wait(lambda: notify.gid in completed)
 api.stop_listening()

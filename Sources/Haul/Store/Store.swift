@@ -416,15 +416,8 @@ public final class Store: Sendable {
             if recordingRunning {
                 try Store.setState(db, task.id, .running, error: nil, code: nil, forgettingPart: false)
             }
-            var claimed = false
-            if let part, try !Store.isPartPathTaken(db, part.path, byOtherThan: task.id) {
-                try db.cachedStatement(
-                    sql: "UPDATE task SET partPath = ?, partIdentity = ? WHERE id = ?"
-                ).execute(
-                    arguments: [part.path, part.identity, task.id]
-                )
-                claimed = true
-            }
+            let claimed =
+                try part.map { try Store.claimPart(db, task.id, path: $0.path, identity: $0.identity) } ?? false
             try db.cachedStatement(
                 sql: """
                     UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,
@@ -508,15 +501,18 @@ public final class Store: Sendable {
     /// Records `path` as the part file of task `id` unless another task records it: false
     /// then, and nothing changes. The check and the record are one transaction.
     func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
-        try await write { db in
-            if try Store.isPartPathTaken(db, path, byOtherThan: id) { return false }
-            try db.cachedStatement(
-                sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
-            ).execute(
-                arguments: [path, identity, StoreDate.now, id]
-            )
-            return true
-        }
+        try await write { db in try Store.claimPart(db, id, path: path, identity: identity) }
+    }
+
+    /// ``claimPart(_:path:identity:)`` within a transaction already open.
+    private static func claimPart(_ db: Database, _ id: UUID, path: String, identity: String?) throws -> Bool {
+        if try isPartPathTaken(db, path, byOtherThan: id) { return false }
+        try db.cachedStatement(
+            sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
+        ).execute(
+            arguments: [path, identity, StoreDate.now, id]
+        )
+        return true
     }
 
     /// Records the rate limit of tasks.

@@ -195,25 +195,24 @@ struct Aria2RPCTests {
                 a.set("/one.bin", .init(size: 2 << 20, seed: 31))
                 b.set("/one.bin", .init(size: 2 << 20, seed: 31))
                 a.set("/two.bin", .init(size: 1 << 20, seed: 32))
-                func document(_ name: String) -> String {
-                    """
-                    <?xml version="1.0" encoding="UTF-8"?>
-                    <metalink xmlns="urn:ietf:params:xml:ns:metalink">
-                      <file name="\(name)">
-                        <size>\(2 << 20)</size>
-                        <hash type="sha-256">\(a.sha256("/one.bin"))</hash>
-                        <url priority="1">\(a.url("/one.bin").absoluteString)</url>
-                        <url priority="2">\(b.url("/one.bin").absoluteString)</url>
-                      </file>
-                      <file name="sub/two.bin">
-                        <hash type="sha-256">\(a.sha256("/two.bin"))</hash>
-                        <url>\(a.url("/two.bin").absoluteString)</url>
-                      </file>
-                    </metalink>
-                    """
+                func document(_ name: String) -> Data {
+                    MetalinkTests.v4(
+                        """
+                          <file name="\(name)">
+                            <size>\(2 << 20)</size>
+                            <hash type="sha-256">\(a.sha256("/one.bin"))</hash>
+                            <url priority="1">\(a.url("/one.bin").absoluteString)</url>
+                            <url priority="2">\(b.url("/one.bin").absoluteString)</url>
+                          </file>
+                          <file name="sub/two.bin">
+                            <hash type="sha-256">\(a.sha256("/two.bin"))</hash>
+                            <url>\(a.url("/two.bin").absoluteString)</url>
+                          </file>
+                        """
+                    )
                 }
                 try await Self.withHaul { haul, out in
-                    let encoded = Data(document("one.bin").utf8).base64EncodedString()
+                    let encoded = document("one.bin").base64EncodedString()
                     let gids = try await haul.result("aria2.addMetalink", [.string(encoded)]).array?.compactMap(
                         \.string
                     )
@@ -233,7 +232,7 @@ struct Aria2RPCTests {
                     #expect(uris == 2, "the file's two URLs")
                     #expect(try await haul.result("aria2.getPeers", [.string(gids?.first ?? "")]) == [])
 
-                    let escaping = Data(document("../escape.bin").utf8).base64EncodedString()
+                    let escaping = document("../escape.bin").base64EncodedString()
                     let refused = try await haul.call("aria2.addMetalink", [.string(escaping)])
                     #expect(refused["error"]?.object?["code"] == 1, "\(refused)")
                     #expect(!FileManager.default.fileExists(atPath: out + "/../escape.bin"))
@@ -417,31 +416,38 @@ struct Aria2RPCTests {
         return FileManager.default.isExecutableFile(atPath: python) ? python : nil
     }
 
+    /// Runs `Tests/aria2p/<script>` with that Python against `haul` (its port and secret, then
+    /// `urls`); nil — a failure in CI — when the Python is not installed.
+    static func runScript(
+        _ script: String,
+        against haul: Endpoint,
+        _ urls: [URL]
+    ) async throws -> (
+        status: Int32, output: String
+    )? {
+        guard let python = aria2pPython else {
+            if ExternalServer.isCI {
+                Issue.record("The test Python is not in .build/test-python (.ci/run installs it)")
+            }
+            return nil
+        }
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("aria2p/" + script).path
+        let port = try #require(URL(string: haul.url)?.port)
+        return try await Command.run(python, [path, String(port), haul.secret] + urls.map(\.absoluteString))
+    }
+
     @Test(
         "aria2p, a real aria2 client, drives Haul: its add, show, pause, resume, purge, its API and its notifications"
     )
     func aria2p() async throws {
-        guard let python = Self.aria2pPython else {
-            if ExternalServer.isCI {
-                Issue.record("aria2p is not installed in .build/test-python (.ci/run installs it)")
-            }
-            return
-        }
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("aria2p/drive.py").path
         try await TestServer.withServer { server in
             server.set("/fast.bin", .init(size: 2 << 20, seed: 11))
             server.set("/slow.bin", .init(size: 16 << 20, seed: 12, bytesPerSecond: 1 << 20))
             server.set("/notify.bin", .init(size: 1 << 20, seed: 13))
             try await Self.withHaul { haul, out in
-                let port = try #require(URL(string: haul.url)?.port)
-                let (status, output) = try await Command.run(
-                    python,
-                    [
-                        script, String(port), haul.secret, server.url("/fast.bin").absoluteString,
-                        server.url("/slow.bin").absoluteString, server.url("/notify.bin").absoluteString,
-                    ]
-                )
+                let urls = ["/fast.bin", "/slow.bin", "/notify.bin"].map { server.url($0) }
+                guard let (status, output) = try await Self.runScript("drive.py", against: haul, urls) else { return }
                 #expect(status == 0, "\(output)")
                 var steps: [String: [String: JSONValue]] = [:]
                 for line in output.split(separator: "\n") where line.hasPrefix("{") {
@@ -457,7 +463,9 @@ struct Aria2RPCTests {
                 #expect(steps["paused"]?["ok"] == .bool(true), "\(output)")
                 #expect(steps["resumed"]?["ok"] == .bool(true), "\(output)")
                 #expect(steps["removed"]?["ok"] == .bool(true), "\(output)")
-                // The notification arrived for the download it added, whose file is right.
+                // Once its listener was known to be connected (a pause it heard), the notification
+                // arrived for the download it added, whose file is right.
+                #expect(steps["listening"]?["ok"] == .bool(true), "\(output)")
                 #expect(steps["notification"]?["heard"] == .bool(true), "\(output)")
                 #expect(sha256(file: out + "/notify.bin") == server.sha256("/notify.bin"))
                 // Purged: nothing finished or removed is listed any more.
@@ -469,26 +477,13 @@ struct Aria2RPCTests {
 
     @Test("a raw WebSocket client (Python's websockets): Unauthorized, multicall, and every notification")
     func pythonWebSocketClient() async throws {
-        guard let python = Self.aria2pPython else {
-            if ExternalServer.isCI {
-                Issue.record("websockets is not installed in .build/test-python (.ci/run installs it)")
-            }
-            return
-        }
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("aria2p/websocket_check.py").path
         try await TestServer.withServer { server in
             server.set("/fast.bin", .init(size: 1 << 20, seed: 41))
             server.set("/slow.bin", .init(size: 16 << 20, seed: 42, bytesPerSecond: 1 << 20))
             try await Self.withHaul { haul, out in
-                let port = try #require(URL(string: haul.url)?.port)
-                let (status, output) = try await Command.run(
-                    python,
-                    [
-                        script, String(port), haul.secret, server.url("/fast.bin").absoluteString,
-                        server.url("/slow.bin").absoluteString, server.url("/missing.bin").absoluteString,
-                    ]
-                )
+                let urls = ["/fast.bin", "/slow.bin", "/missing.bin"].map { server.url($0) }
+                guard let (status, output) = try await Self.runScript("websocket_check.py", against: haul, urls)
+                else { return }
                 #expect(status == 0, "\(output)")
                 let line = try #require(output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(output)")
                 let report = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8)).object)
