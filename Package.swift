@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 let package = Package(
@@ -30,6 +30,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        // Tests only: reads and validates the daemon's OpenAPI document (the parser
+        // swift-openapi-generator uses). Without its default trait, which loads external
+        // references and builds notably slower.
+        .package(url: "https://github.com/mattpolzin/OpenAPIKit", from: "6.4.0", traits: []),
     ],
     targets: [
         .target(name: "CHaulSystem"),
@@ -80,8 +84,15 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
-            ]
+            ],
+            // The dashboard (HTML, CSS, JavaScript) and the OpenAPI document, embedded in the
+            // binary by the EmbedAssets plugin.
+            exclude: ["Assets"],
+            plugins: ["EmbedAssets"]
         ),
+        // Writes a folder of files into a Swift source file (run by EmbedAssets at build time).
+        .executableTarget(name: "haul-embed"),
+        .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["haul-embed"]),
         .target(
             name: "HaulCLI",
             dependencies: [
@@ -113,6 +124,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "OpenAPIKit", package: "OpenAPIKit"),
             ]
         ),
     ],

@@ -17,7 +17,7 @@ public struct HaulCommand: AsyncParsableCommand {
         version: HaulVersion.current,
         subcommands: [
             Get.self, Add.self, List.self, Pause.self, Resume.self, Cancel.self, Remove.self, SetLimits.self,
-            Watch.self, Events.self, Wait.self, Status.self, Daemon.self, Config.self, Completions.self,
+            Watch.self, Events.self, Wait.self, Status.self, UI.self, Daemon.self, Config.self, Completions.self,
         ],
         defaultSubcommand: nil
     )

@@ -157,6 +157,11 @@ public final class HaulClient: Sendable {
         )
     }
 
+    /// A one-time link that logs a browser into the daemon's dashboard (needs its TCP listener).
+    public func loginLink() async throws -> API.LoginLink {
+        try await call("POST", "/login-links")
+    }
+
     /// Sessions with tasks or unacknowledged events.
     public func sessions() async throws -> [API.Session] {
         try await call("GET", "/sessions")

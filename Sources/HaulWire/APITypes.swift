@@ -272,6 +272,8 @@ public enum API {
         public var store: String
         /// `127.0.0.1:PORT` when a TCP listener runs.
         public var listen: String?
+        /// Where downloads go when a client names no directory (`haul daemon --dir`).
+        public var directory: String?
         /// Background tasks by state.
         public var tasks: [String: Int]
         public var running: Int
@@ -332,6 +334,7 @@ public enum API {
             socket: String,
             store: String,
             listen: String?,
+            directory: String? = nil,
             tasks: [String: Int],
             running: Int,
             waiting: Int,
@@ -350,6 +353,7 @@ public enum API {
             self.socket = socket
             self.store = store
             self.listen = listen
+            self.directory = directory
             self.tasks = tasks
             self.running = running
             self.waiting = waiting
@@ -357,6 +361,18 @@ public enum API {
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.eventStreams = eventStreams
+        }
+    }
+
+    /// `POST /v1/login-links`: a one-time link that logs a browser into the dashboard.
+    public struct LoginLink: Codable, Sendable, Equatable {
+        /// `http://HOST:PORT/login?code=…`; it works once.
+        public var url: String
+        public var expiresAt: Date
+
+        public init(url: String, expiresAt: Date) {
+            self.url = url
+            self.expiresAt = expiresAt
         }
     }
 

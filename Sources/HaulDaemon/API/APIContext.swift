@@ -90,3 +90,4 @@ extension API.Status: ResponseEncodable {}
 extension API.Settings: ResponseEncodable {}
 extension API.Acknowledgement: ResponseEncodable {}
 extension API.Stopping: ResponseEncodable {}
+extension API.LoginLink: ResponseEncodable {}

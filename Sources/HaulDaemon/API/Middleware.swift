@@ -6,11 +6,16 @@ import Hummingbird
 import Logging
 import NIOCore
 
-/// Requires `Authorization: Bearer TOKEN` on every request (the TCP listener).
+/// Requires `Authorization: Bearer TOKEN` on every request (the TCP listener), or the
+/// dashboard's session cookie (``DashboardLogins``); a change asked with the cookie must
+/// also carry `X-Haul-Dashboard`, which no page of another site can send.
 struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
     let token: String
-    /// Paths that check their callers themselves (aria2's `/jsonrpc`).
+    /// Paths that check their callers themselves (aria2's `/jsonrpc`) or hold no data (the
+    /// dashboard's page).
     var exempt: Set<String> = []
+    /// The dashboard's sessions, when it is served.
+    var logins: DashboardLogins? = nil
 
     func handle(
         _ request: Request,
@@ -19,15 +24,27 @@ struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
     ) async throws -> Response {
         if exempt.contains(request.uri.path) { return try await next(request, context) }
         let given = request.headers[.authorization] ?? ""
-        guard Secret.matches(given, "Bearer " + token) else {
-            return APIFailure.response(
-                API.Failure(error: "A valid token is required (Authorization: Bearer …)", code: "unauthorized"),
-                status: .unauthorized
-            )
+        if Secret.matches(given, "Bearer " + token) { return try await next(request, context) }
+        if let logins, let cookie = request.headers[.cookie],
+            let session = DashboardLogins.session(inCookieHeader: cookie), logins.isSession(session)
+        {
+            let safe = request.method == .get || request.method == .head
+            guard safe || request.headers[.haulDashboard] != nil else {
+                return APIFailure.response(
+                    API.Failure(
+                        error: "A change from the dashboard must carry X-Haul-Dashboard; reload the page",
+                        code: "forbidden"
+                    ),
+                    status: .forbidden
+                )
+            }
+            return try await next(request, context)
         }
-        return try await next(request, context)
+        return APIFailure.response(
+            API.Failure(error: "A valid token is required (Authorization: Bearer …)", code: "unauthorized"),
+            status: .unauthorized
+        )
     }
-
 }
 
 /// Compares a secret someone gave with the one expected, in time that does not depend on
@@ -62,10 +79,17 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
 
     private func unknownEndpoint(_ request: Request) -> Response {
         let path = request.uri.path.split(separator: "/")
-        let allowed = endpoints.filter { endpoint in
+        let matching = endpoints.filter { endpoint in
             endpoint.segments.count == path.count
                 && zip(endpoint.segments, path).allSatisfy { $0.hasPrefix(":") || $0 == $1 }
-        }.map(\.method)
+        }
+        // The most literal patterns only, as the router picks them: `/v1/tasks/pause` is
+        // the pause endpoint's path (POST), not a task id for `GET /v1/tasks/:id`.
+        let literal = { (endpoint: (method: HTTPRequest.Method, segments: [Substring])) in
+            endpoint.segments.filter { !$0.hasPrefix(":") }.count
+        }
+        let mostLiteral = matching.map(literal).max()
+        let allowed = matching.filter { literal($0) == mostLiteral }.map(\.method)
         guard !allowed.isEmpty else {
             return APIFailure.response(
                 API.Failure(

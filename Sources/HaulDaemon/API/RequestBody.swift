@@ -39,29 +39,56 @@ enum RequestBody {
     }
 
     /// The first field of `data` that decoding `T` did not use, found by encoding what was
-    /// decoded and looking for each given field (other than null ones) in the result.
+    /// decoded and looking for each given field in the result. A field given as null (the
+    /// same as leaving it out) is looked for among the properties of the decoded value
+    /// instead, so `{"deleteFiles": null}` is fine and `{"": null}` is not.
     static func unknownField<T: Decodable>(in data: Data, decodedAs value: T) -> String? {
         guard let encodable = value as? any Encodable,
             let encoded = try? HaulJSON.encoder().encode(encodable),
             let given = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]),
             let used = try? JSONSerialization.jsonObject(with: encoded, options: [.fragmentsAllowed])
         else { return nil }
-        func walk(_ given: Any, _ used: Any, _ path: String) -> String? {
+        func walk(_ given: Any, _ used: Any, _ decoded: Any?, _ path: String) -> String? {
             if let given = given as? [String: Any] {
                 let used = used as? [String: Any] ?? [:]
-                for key in given.keys.sorted() where !(given[key] is NSNull) {
+                for key in given.keys.sorted() {
                     let field = path.isEmpty ? key : path + "." + key
+                    if given[key] is NSNull {
+                        if used[key] == nil && !properties(of: decoded).contains(key) { return field }
+                        continue
+                    }
                     guard let inner = used[key] else { return field }
-                    if let unknown = walk(given[key]!, inner, field) { return unknown }
+                    if let unknown = walk(given[key]!, inner, property(key, of: decoded), field) { return unknown }
                 }
             } else if let given = given as? [Any], let used = used as? [Any] {
+                let elements = unwrapped(decoded).map { Mirror(reflecting: $0).children.map(\.value) } ?? []
                 for (index, element) in given.enumerated() where index < used.count {
-                    if let unknown = walk(element, used[index], path + "[\(index)]") { return unknown }
+                    let decodedElement = index < elements.count ? elements[index] : nil
+                    if let unknown = walk(element, used[index], decodedElement, path + "[\(index)]") { return unknown }
                 }
             }
             return nil
         }
-        return walk(given, used, "")
+        return walk(given, used, value, "")
+    }
+
+    /// `value` without its Optional wrapping; nil for nil.
+    private static func unwrapped(_ value: Any?) -> Any? {
+        guard let value else { return nil }
+        let mirror = Mirror(reflecting: value)
+        guard mirror.displayStyle == .optional else { return value }
+        return unwrapped(mirror.children.first?.value)
+    }
+
+    /// The stored properties of a decoded value (the API's bodies use their names as keys).
+    private static func properties(of value: Any?) -> Set<String> {
+        guard let value = unwrapped(value) else { return [] }
+        return Set(Mirror(reflecting: value).children.compactMap(\.label))
+    }
+
+    private static func property(_ name: String, of value: Any?) -> Any? {
+        guard let value = unwrapped(value) else { return nil }
+        return Mirror(reflecting: value).children.first { $0.label == name }?.value
     }
 
     /// A decoding failure as a sentence naming the field, e.g. `field 'downloads[0].url' is missing`.

@@ -23,17 +23,31 @@ enum Routes {
         metrics: PrometheusCollectorRegistry? = nil
     ) -> Router<APIContext> {
         let router = Router(context: APIContext.self)
-        // aria2's clients carry their secret in each call (Aria2RPC), not in a header.
-        if let token { router.add(middleware: TokenMiddleware(token: token, exempt: rpc == nil ? [] : ["/jsonrpc"])) }
+        if let token {
+            // aria2's clients carry their secret in each call (Aria2RPC), not in a header; the
+            // dashboard's page holds no data, what it shows needs its login.
+            let exempt = DashboardRoutes.publicPaths.union(rpc == nil ? [] : ["/jsonrpc"])
+            router.add(middleware: TokenMiddleware(token: token, exempt: exempt, logins: core.logins))
+            // A browser reaches the daemon over TCP only.
+            DashboardRoutes(logins: core.logins).register(on: router)
+        }
         if let rpc { Aria2Routes(rpc: rpc).register(on: router) }
         if let metrics { MetricsRoutes(core: core, registry: metrics).register(on: router) }
+        let v1 = v1Routes(core: core)
+        router.add(middleware: APIErrorMiddleware(endpoints: v1.endpoints))
+        router.addRoutes(v1.collection, atPath: "/v1")
+        return router
+    }
+}
+
+extension Routes {
+    /// The `/v1` API's endpoints (also what the OpenAPI document must describe).
+    static func v1Routes(core: DaemonCore) -> APIRoutes {
         let v1 = APIRoutes(prefix: "v1")
         TaskRoutes(core: core).register(on: v1)
         SessionRoutes(core: core).register(on: v1)
         DaemonRoutes(core: core).register(on: v1)
-        router.add(middleware: APIErrorMiddleware(endpoints: v1.endpoints))
-        router.addRoutes(v1.collection, atPath: "/v1")
-        return router
+        return v1
     }
 }
 
@@ -202,7 +216,8 @@ struct SessionRoutes {
     }
 }
 
-/// `/v1/status`, `/v1/settings` and `/v1/shutdown`: the daemon itself.
+/// `/v1/status`, `/v1/settings`, `/v1/shutdown`, `/v1/login-links` and `/v1/openapi.json`:
+/// the daemon itself.
 struct DaemonRoutes {
     let core: DaemonCore
 
@@ -223,6 +238,26 @@ struct DaemonRoutes {
             )
             return await core.settings()
         }
+        routes.post("login-links") { _, _ in
+            guard let listen = core.listen else {
+                throw HaulError(
+                    .busy,
+                    "The daemon has no TCP listener for a browser to reach",
+                    hint: "Start it with: haul daemon --listen 127.0.0.1:7800"
+                )
+            }
+            let link = core.logins.issueLink()
+            return API.LoginLink(
+                url: "http://\(Self.browserAddress(listen))/login?code=\(link.code)",
+                expiresAt: link.expires
+            )
+        }
+        routes.get("openapi.json") { _, _ in
+            guard let file = EmbeddedAssets.file("openapi.json") else {
+                throw HaulError(.store, "This build of the daemon lacks its OpenAPI document")
+            }
+            return Response(status: .ok, headers: [.contentType: file.contentType], body: .init(byteBuffer: file.body))
+        }
         routes.post("shutdown") { _, _ in
             Task {
                 // Answer first, then stop.
@@ -231,5 +266,17 @@ struct DaemonRoutes {
             }
             return API.Stopping(stopping: true)
         }
+    }
+
+    /// The listener's `HOST:PORT` as a browser on this machine reaches it: a wildcard
+    /// address becomes loopback, an IPv6 address goes in brackets.
+    static func browserAddress(_ listen: String) -> String {
+        guard let colon = listen.lastIndex(of: ":") else { return listen }
+        var host = String(listen[..<colon])
+        let port = listen[listen.index(after: colon)...]
+        if host == "0.0.0.0" || host.isEmpty { host = "127.0.0.1" }
+        if host == "::" { host = "::1" }
+        if host.contains(":") && !host.hasPrefix("[") { host = "[\(host)]" }
+        return "\(host):\(port)"
     }
 }

@@ -13,6 +13,10 @@ final class DaemonCore: Sendable {
     /// This run of the daemon (aria2's `getSessionInfo`).
     let runID = UUID()
     let logger: Logger
+    /// Where downloads go when a client names no directory (`haul daemon --dir`).
+    let defaultDirectory: String
+    /// The dashboard's one-time links and browser sessions.
+    let logins = DashboardLogins()
     private let listenAddress = Mutex<String?>(nil)
     private let shutdownTrigger = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Clients attached with "pause my session when I disconnect", per session.
@@ -25,7 +29,14 @@ final class DaemonCore: Sendable {
     /// Acknowledgements, written together.
     private let acknowledgements: Acknowledgements
 
-    init(manager: DownloadManager, eventLog: EventLog, paths: DaemonPaths, logger: Logger) {
+    init(
+        manager: DownloadManager,
+        eventLog: EventLog,
+        paths: DaemonPaths,
+        logger: Logger,
+        defaultDirectory: String = DaemonService.downloadsDirectory()
+    ) {
+        self.defaultDirectory = defaultDirectory
         self.manager = manager
         self.eventLog = eventLog
         self.paths = paths
@@ -100,6 +111,7 @@ final class DaemonCore: Sendable {
             socket: paths.socket,
             store: paths.home.storePath,
             listen: listen,
+            directory: defaultDirectory,
             tasks: counts,
             running: overall.running,
             waiting: overall.waiting,

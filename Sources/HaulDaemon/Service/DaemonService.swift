@@ -166,7 +166,14 @@ public final class DaemonService: Service, Sendable {
         managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
         let manager = try DownloadManager(configuration: managerConfiguration)
         let eventLog = EventLog(store: manager.store, limitPerSession: configuration.eventsPerSession, logger: logger)
-        let core = DaemonCore(manager: manager, eventLog: eventLog, paths: paths, logger: logger)
+        let directory = configuration.rpcDirectory ?? DaemonService.downloadsDirectory()
+        let core = DaemonCore(
+            manager: manager,
+            eventLog: eventLog,
+            paths: paths,
+            logger: logger,
+            defaultDirectory: directory
+        )
         // Subscribe before anything runs, so the log misses nothing.
         let events = manager.events()
 
@@ -178,7 +185,7 @@ public final class DaemonService: Service, Sendable {
         var rpc = Aria2RPC(
             core: core,
             secret: try configuration.rpcSecret ?? DaemonService.loadOrCreateToken(paths.token),
-            defaultDirectory: configuration.rpcDirectory ?? DaemonService.downloadsDirectory()
+            defaultDirectory: directory
         )
         rpc.allowsAllOrigins = configuration.rpcAllowsAllOrigins
         let unixServer = Application(

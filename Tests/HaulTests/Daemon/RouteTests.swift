@@ -21,6 +21,14 @@ struct RouteTests {
         token: String? = nil,
         _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
+        try await Self.withAPI(token: token) { client, _ in try await body(client) }
+    }
+
+    /// The same, with the daemon's core as well.
+    static func withAPI(
+        token: String? = nil,
+        _ body: @escaping @Sendable (any TestClientProtocol, DaemonCore) async throws -> Void
+    ) async throws {
         let temp = try TemporaryDirectory()
         let home = HaulHome(path: temp.file("home"))
         try FileManager.default.createDirectory(atPath: home.path, withIntermediateDirectories: true)
@@ -39,7 +47,7 @@ struct RouteTests {
                 logger: logger
             )
             let app = Application(router: Routes.router(core: core, token: token), logger: logger)
-            try await app.test(.router, body)
+            try await app.test(.router) { client in try await body(client, core) }
         }
     }
 

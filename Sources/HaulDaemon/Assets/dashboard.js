@@ -1,0 +1,404 @@
+// Haul's dashboard: everything it shows comes from the daemon's /v1 API, kept live by the
+// daemon's event stream (/v1/events). No framework, no build step.
+"use strict";
+
+const GRAPH_SECONDS = 300;
+const ENDED = new Set(["completed", "failed", "cancelled"]);
+const tasks = new Map(); // id → task, as /v1/tasks gives it, plus live progress
+const live = new Map(); // id → {bytesPerSecond, etaSeconds, received, total}
+const speeds = []; // overall bytes per second, one sample a second, oldest first
+let events = null;
+let refreshing = null;
+
+const $ = (id) => document.getElementById(id);
+
+// MARK: The API
+
+class APIError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+async function api(method, path, body) {
+  const options = { method, headers: { "Accept": "application/json" }, credentials: "same-origin" };
+  if (method !== "GET") options.headers["X-Haul-Dashboard"] = "1";
+  if (body !== undefined) {
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  const response = await fetch("/v1" + path, options);
+  const text = await response.text();
+  let value = null;
+  try { value = text ? JSON.parse(text) : null; } catch { value = null; }
+  if (!response.ok) {
+    if (response.status === 401) showLogin();
+    throw new APIError(response.status, (value && value.error) || `The daemon answered ${response.status}`);
+  }
+  return value;
+}
+
+function showLogin() {
+  $("login").hidden = false;
+  $("app").hidden = true;
+  setLive(false, "Not logged in");
+  if (events) { events.close(); events = null; }
+}
+
+function say(text, kind) {
+  const box = $("message");
+  box.textContent = text;
+  box.className = "message" + (kind === "info" ? " info" : "");
+  box.hidden = !text;
+}
+
+async function attempt(action) {
+  try {
+    await action();
+  } catch (error) {
+    if (!(error instanceof APIError && error.status === 401)) say(error.message || String(error));
+  }
+}
+
+// MARK: Formatting
+
+function bytes(n) {
+  if (n === undefined || n === null) return "?";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = n, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return (unit === 0 ? value.toFixed(0) : value.toFixed(value < 10 ? 2 : 1)) + " " + units[unit];
+}
+
+const speed = (n) => bytes(Math.max(0, Math.round(n || 0))) + "/s";
+
+function duration(seconds) {
+  if (seconds === undefined || seconds === null || !isFinite(seconds)) return "";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+  return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+}
+
+function fileName(task) {
+  if (task.path) return task.path.split("/").pop();
+  try {
+    const last = new URL(task.url).pathname.split("/").filter(Boolean).pop();
+    return last ? decodeURIComponent(last) : task.url;
+  } catch { return task.url; }
+}
+
+function stateLabel(state) {
+  return state === "waitingForNetwork" ? "offline" : state;
+}
+
+// MARK: Rendering
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function render() {
+  const sessions = new Map();
+  for (const task of tasks.values()) {
+    if (!sessions.has(task.session)) sessions.set(task.session, []);
+    sessions.get(task.session).push(task);
+  }
+  const container = $("sessions");
+  const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
+  container.replaceChildren();
+  for (const name of [...sessions.keys()].sort()) {
+    const section = element("section", "session");
+    section.setAttribute("aria-label", "Session " + name);
+    const list = sessions.get(name);
+    section.append(element("h3", "", `${name} · ${list.length} ${list.length === 1 ? "download" : "downloads"}`));
+    const ul = element("ul", "task-list");
+    for (const task of list) ul.append(renderTask(task));
+    section.append(ul);
+    container.append(section);
+  }
+  $("empty").hidden = tasks.size > 0;
+  // Keep the keyboard where it was across a redraw.
+  if (focused) {
+    const again = container.querySelector(`[data-key="${CSS.escape(focused)}"]`);
+    if (again) again.focus();
+  }
+}
+
+function renderTask(task) {
+  const item = element("li", "task");
+  item.dataset.id = task.id;
+  item.dataset.state = task.state;
+  const name = fileName(task);
+  const top = element("div", "task-top");
+  top.append(element("span", "task-name", name));
+  top.append(element("span", "state state-" + task.state, stateLabel(task.state)));
+  item.append(top);
+
+  const progress = live.get(task.id) || {};
+  const total = progress.total ?? task.totalBytes;
+  let received = task.state === "completed" ? (total ?? task.bytesCommitted) : Math.max(progress.received ?? 0, task.bytesCommitted);
+  const bar = element("progress");
+  bar.max = 100;
+  const percent = total ? Math.min(100, Math.floor((received / total) * 100)) : (task.state === "completed" ? 100 : 0);
+  if (total || task.state === "completed") bar.value = percent; else bar.removeAttribute("value");
+  bar.setAttribute("aria-label", `${name}: ${total ? percent + " %" : bytes(received)}`);
+  bar.dataset.percent = String(percent);
+  item.append(bar);
+
+  const facts = element("p", "task-facts");
+  facts.append(element("span", "task-bytes", total ? `${bytes(received)} of ${bytes(total)} (${percent} %)` : bytes(received)));
+  if (task.state === "running") {
+    facts.append(element("span", "task-speed", speed(progress.bytesPerSecond)));
+    if (progress.etaSeconds !== undefined && progress.etaSeconds !== null) {
+      facts.append(element("span", "task-eta", duration(progress.etaSeconds) + " left"));
+    }
+  }
+  if (task.rateLimit) facts.append(element("span", "", "limit " + speed(task.rateLimit)));
+  if (task.state === "retrying" && task.nextTryAt) {
+    facts.append(element("span", "", "next try " + new Date(task.nextTryAt).toLocaleTimeString()));
+  }
+  item.append(facts);
+
+  const sources = task.sources && task.sources.length ? task.sources.map((s) => s.url + (s.dropped ? ` (dropped: ${s.dropped})` : "")) : [task.url];
+  item.append(element("p", "task-source", sources.join(" · ")));
+  if (task.errorMessage && (task.state === "failed" || task.state === "retrying")) {
+    item.append(element("p", "task-error", task.errorMessage));
+  }
+
+  const actions = element("div", "task-actions");
+  actions.setAttribute("role", "group");
+  actions.setAttribute("aria-label", "Actions for " + name);
+  const add = (operation, label, applies) => {
+    if (!applies) return;
+    const button = element("button", "", label);
+    button.type = "button";
+    button.dataset.operation = operation;
+    button.dataset.key = task.id + ":" + operation;
+    button.setAttribute("aria-label", `${label} ${name}`);
+    button.addEventListener("click", () => attempt(() => operate(operation, { ids: [task.id] })));
+    actions.append(button);
+  };
+  add("pause", "Pause", task.state === "queued" || task.state === "running" || task.state === "retrying" || task.state === "waitingForNetwork");
+  add("resume", "Resume", task.state === "paused" || task.state === "failed");
+  add("cancel", "Cancel", !ENDED.has(task.state));
+  add("remove", "Remove", true);
+  item.append(actions);
+  return item;
+}
+
+function renderSummary(status) {
+  $("speed-now").textContent = speed(status.bytesPerSecond);
+  $("counts").textContent = `${status.running} running · ${status.waiting} waiting`;
+}
+
+// MARK: The speed graph
+
+function drawGraph() {
+  const canvas = $("graph");
+  const ratio = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth || 600, height = canvas.clientHeight || 120;
+  if (canvas.width !== Math.round(width * ratio)) { canvas.width = Math.round(width * ratio); canvas.height = Math.round(height * ratio); }
+  const context = canvas.getContext("2d");
+  context.setTransform(ratio, 0, 0, ratio, 0, 0);
+  context.clearRect(0, 0, width, height);
+  const peak = Math.max(1, ...speeds);
+  const style = getComputedStyle(document.documentElement);
+  const accent = style.getPropertyValue("--accent").trim() || "#1f6feb";
+  const step = width / (GRAPH_SECONDS - 1);
+  const x0 = width - (speeds.length - 1) * step;
+  context.beginPath();
+  speeds.forEach((value, index) => {
+    const x = x0 + index * step, y = height - 4 - (value / peak) * (height - 12);
+    if (index === 0) context.moveTo(x, y); else context.lineTo(x, y);
+  });
+  context.strokeStyle = accent;
+  context.lineWidth = 2;
+  context.stroke();
+  if (speeds.length > 1) {
+    context.lineTo(width, height);
+    context.lineTo(x0, height);
+    context.closePath();
+    context.globalAlpha = 0.15;
+    context.fillStyle = accent;
+    context.fill();
+    context.globalAlpha = 1;
+  }
+  $("graph-peak").textContent = "peak " + speed(Math.max(0, ...speeds));
+  canvas.setAttribute("aria-label", `Overall speed over the last five minutes: now ${speed(speeds[speeds.length - 1] || 0)}, peak ${speed(Math.max(0, ...speeds))}`);
+}
+
+// MARK: Loading and live updates
+
+async function refreshAll() {
+  if (refreshing) return refreshing;
+  refreshing = (async () => {
+    try {
+      const list = await api("GET", "/tasks");
+      tasks.clear();
+      for (const task of list) tasks.set(task.id, task);
+      for (const id of [...live.keys()]) if (!tasks.has(id)) live.delete(id);
+      render();
+    } finally {
+      refreshing = null;
+    }
+  })();
+  return refreshing;
+}
+
+const pending = new Set();
+let pendingTimer = null;
+function refreshTask(id) {
+  pending.add(id);
+  if (pendingTimer) return;
+  pendingTimer = setTimeout(async () => {
+    const ids = [...pending];
+    pending.clear();
+    pendingTimer = null;
+    for (const one of ids) {
+      try {
+        tasks.set(one, await api("GET", "/tasks/" + one));
+      } catch (error) {
+        if (error instanceof APIError && error.status === 404) { tasks.delete(one); live.delete(one); }
+      }
+    }
+    render();
+  }, 100);
+}
+
+function setLive(on, text) {
+  const node = $("live");
+  node.textContent = text;
+  node.className = "live " + (on ? "on" : "off");
+}
+
+function listen() {
+  if (events) events.close();
+  events = new EventSource("/v1/events");
+  events.addEventListener("open", () => { setLive(true, "Live"); attempt(refreshAll); });
+  events.addEventListener("error", () => setLive(false, "Reconnecting…"));
+  events.addEventListener("progress", (message) => {
+    const record = JSON.parse(message.data);
+    live.set(record.id, { received: record.received, total: record.total, bytesPerSecond: record.bytesPerSecond, etaSeconds: record.etaSeconds });
+    const task = tasks.get(record.id);
+    if (!task) { refreshTask(record.id); return; }
+    if (task.state !== "running") { refreshTask(record.id); return; }
+    const old = document.querySelector(`li.task[data-id="${CSS.escape(record.id)}"]`);
+    if (old && !old.contains(document.activeElement)) old.replaceWith(renderTask(task)); else render();
+  });
+  for (const kind of ["added", "state", "resumed", "completed", "failed"]) {
+    events.addEventListener(kind, (message) => {
+      const record = JSON.parse(message.data);
+      if (record.id) refreshTask(record.id);
+    });
+  }
+}
+
+async function sample() {
+  try {
+    const status = await api("GET", "/status");
+    speeds.push(status.bytesPerSecond);
+    if (speeds.length > GRAPH_SECONDS) speeds.shift();
+    renderSummary(status);
+    drawGraph();
+  } catch (error) {
+    if (!(error instanceof APIError)) setLive(false, "The daemon does not answer");
+  }
+}
+
+// MARK: Actions
+
+async function operate(operation, selector) {
+  const changed = await api("POST", "/tasks/" + operation, selector);
+  for (const task of changed) {
+    if (operation === "remove") { tasks.delete(task.id); live.delete(task.id); } else tasks.set(task.id, task);
+  }
+  say("");
+  render();
+}
+
+function numberField(id) {
+  const text = $(id).value.trim();
+  if (text === "") return undefined;
+  const value = Number(text);
+  if (!Number.isSafeInteger(value) || value < 0) throw new Error(`${$(id).closest("label").firstChild.textContent.trim()}: give a whole number`);
+  return value;
+}
+
+async function addDownloads(event) {
+  event.preventDefault();
+  const urls = $("add-urls").value.split(/\s+/).map((u) => u.trim()).filter(Boolean);
+  if (urls.length === 0) { say("Give at least one URL."); return; }
+  const name = $("add-name").value.trim();
+  if (name && urls.length > 1) { say("A file name fits one URL; leave it empty to add several."); return; }
+  const common = { directory: $("add-directory").value.trim() };
+  const checksum = $("add-checksum").value.trim();
+  if (checksum) common.checksum = checksum;
+  const connections = numberField("add-connections");
+  if (connections !== undefined) common.connections = connections;
+  const limit = numberField("add-limit");
+  if (limit) common.rateLimit = limit * 1024;
+  const downloads = urls.map((url) => Object.assign({ url }, common, name ? { fileName: name } : {}));
+  const added = await api("POST", "/tasks", { downloads });
+  for (const task of added) tasks.set(task.id, task);
+  render();
+  $("add-urls").value = "";
+  $("add-name").value = "";
+  $("add-checksum").value = "";
+  say(added.length === 1 ? "Added 1 download." : `Added ${added.length} downloads.`, "info");
+}
+
+async function applyLimits(event) {
+  event.preventDefault();
+  const change = {};
+  const concurrent = numberField("limit-concurrent");
+  if (concurrent !== undefined) change.maxConcurrentDownloads = concurrent;
+  const perHost = numberField("limit-per-host");
+  if (perHost !== undefined) change.maxConnectionsPerHost = perHost;
+  const rate = numberField("limit-rate");
+  if (rate !== undefined) change.overallRateLimit = rate * 1024;
+  showSettings(await api("PUT", "/settings", change));
+  say("Limits applied.", "info");
+}
+
+function showSettings(settings) {
+  if (settings.maxConcurrentDownloads !== undefined) $("limit-concurrent").value = settings.maxConcurrentDownloads;
+  if (settings.maxConnectionsPerHost !== undefined) $("limit-per-host").value = settings.maxConnectionsPerHost;
+  $("limit-rate").value = settings.overallRateLimit ? Math.round(settings.overallRateLimit / 1024) : 0;
+}
+
+// MARK: Start
+
+async function start() {
+  $("add").addEventListener("submit", (event) => attempt(() => addDownloads(event)));
+  $("limits").addEventListener("submit", (event) => attempt(() => applyLimits(event)));
+  $("pause-all").addEventListener("click", () => attempt(() => operate("pause", { all: true })));
+  $("resume-all").addEventListener("click", () => attempt(() => operate("resume", { all: true })));
+  $("clear-finished").addEventListener("click", () => attempt(async () => {
+    const ids = [...tasks.values()].filter((t) => ENDED.has(t.state)).map((t) => t.id);
+    if (ids.length) await operate("remove", { ids });
+  }));
+  window.addEventListener("resize", drawGraph);
+  try {
+    const status = await api("GET", "/status");
+    $("add-directory").value = status.directory || "";
+    renderSummary(status);
+    showSettings(await api("GET", "/settings"));
+  } catch (error) {
+    if (!(error instanceof APIError && error.status === 401)) {
+      say(error.message || String(error));
+      setLive(false, "The daemon does not answer");
+    }
+    if (error instanceof APIError && error.status === 401) return;
+  }
+  $("app").hidden = false;
+  await attempt(refreshAll);
+  listen();
+  drawGraph();
+  setInterval(sample, 1000);
+  // A reconcile now and then: a task removed by another client sends no event.
+  setInterval(() => attempt(refreshAll), 15000);
+}
+
+document.addEventListener("DOMContentLoaded", start);
