@@ -1,0 +1,105 @@
+import Foundation
+import HaulClient
+import HaulTesting
+import HaulWire
+import Testing
+
+@testable import Haul
+@testable import HaulDaemon
+
+/// The dashboard in a real browser: headless Chromium (Debian's), driven by Selenium (PyPI)
+/// through Tests/dashboard/drive.py against a daemon on TCP and nginx. The script logs in
+/// with the link `haul ui` prints, adds a download, watches its bar move, pauses and resumes
+/// it, adds another with the keyboard only and changes the global limits; this test judges
+/// what the script saw against what the daemon did and what nginx served. Screenshots go to
+/// .build/test-artifacts/dashboard.
+@Suite("Dashboard in a browser", .serialized)
+struct DashboardBrowserTests {
+    static let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first {
+        FileManager.default.isExecutableFile(atPath: $0)
+    }
+    static let chromedriver = ExternalServer.findExecutable("chromedriver")
+
+    static var artifacts: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent(".build/test-artifacts/dashboard").path
+    }
+
+    @Test("log in, add, watch it move, pause, resume to 100 %, add by keyboard, change the limits; no console errors")
+    func drive() async throws {
+        guard let python = Aria2RPCTests.aria2pPython, let chromium = Self.chromium,
+            let chromedriver = Self.chromedriver, ExternalServer.nginx != nil
+        else {
+            if ExternalServer.isCI {
+                Issue.record(
+                    "Chromium, chromedriver, nginx and selenium (.build/test-python) are needed; .ci/run installs them"
+                )
+            }
+            return
+        }
+        try FileManager.default.createDirectory(atPath: Self.artifacts, withIntermediateDirectories: true)
+        for name in ["progress", "paused", "completed", "dashboard", "phone", "failure"] {
+            try? FileManager.default.removeItem(atPath: "\(Self.artifacts)/\(name).png")
+        }
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        // 6 MiB at 1 MiB/s: seconds of progress to watch, pause and resume.
+        try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: "1m")) { nginx in
+            let big = TestContent.bytes(count: 6 << 20, seed: 61)
+            let small = TestContent.bytes(count: 300_000, seed: 62)
+            try Data(big).write(to: URL(fileURLWithPath: nginx.root + "/big.bin"))
+            try Data(small).write(to: URL(fileURLWithPath: nginx.root + "/small.bin"))
+            try await withDaemon(home: temp.file("home"), listen: ("127.0.0.1", 0)) { client, _ in
+                let link = try await client.loginLink()
+                let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                    .deletingLastPathComponent().appendingPathComponent("dashboard/drive.py").path
+                let (status, output) = try await Command.run(
+                    python,
+                    [
+                        script, link.url, nginx.url("/slow/big.bin").absoluteString,
+                        nginx.url("/small.bin").absoluteString, out, Self.artifacts, chromium, chromedriver,
+                    ]
+                )
+                #expect(status == 0, "\(output.suffix(4000))")
+                let line = try #require(output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(output)")
+                let seen = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+
+                // Logged in: the link led to the page, which knew the daemon's directory.
+                #expect((seen["landed"] as? String)?.hasSuffix("/") == true)
+                #expect(seen["prefilledDirectory"] as? String == (try await client.status().directory))
+                // The bar moved through values between 0 and 100 before it reached 100.
+                let percents = seen["percents"] as? [Int] ?? []
+                #expect(percents.filter { $0 > 0 && $0 < 100 }.count >= 2, "\(percents)")
+                #expect(percents.last == 100, "\(percents)")
+                let states = seen["states"] as? [String] ?? []
+                #expect(states.first == "running" || states.first == "queued", "\(states)")
+                #expect(states.contains("paused") && states.last == "completed", "\(states)")
+                let pausedAt = try #require(seen["pausedAt"] as? Int)
+                #expect(pausedAt > 0 && pausedAt < 100)
+                #expect(seen["keyboardReachedURLs"] as? Bool == true)
+                #expect(seen["keyboardReachedAdd"] as? Bool == true)
+                #expect(seen["limitsShown"] as? [String] == ["2", "512"])
+                #expect(seen["phoneOverflow"] as? Bool == false, "the page is wider than a phone")
+                let console = seen["console"] as? [Any] ?? ["not read"]
+                #expect(console.isEmpty, "the page's console: \(console)")
+
+                // What the daemon did: both files whole, and the limits changed.
+                let tasks = try await client.tasks()
+                #expect(tasks.count == 2 && tasks.allSatisfy { $0.state == .completed })
+                #expect(sha256(file: out + "/big.bin") == TestContent.sha256(big))
+                #expect(sha256(file: out + "/small.bin") == TestContent.sha256(small))
+                let settings = try await client.settings()
+                #expect(settings.maxConcurrentDownloads == 2)
+                #expect(settings.overallRateLimit == Int64(512 * 1024))
+                // The resume continued: a ranged request from where the pause left it.
+                let ranges = nginx.accessLog().filter { $0.first == "/slow/big.bin" }.map { $0[2] }
+                #expect(ranges.contains { $0.hasPrefix("bytes=") && !$0.hasPrefix("bytes=0-") }, "\(ranges)")
+                for name in ["progress", "paused", "completed", "dashboard", "phone"] {
+                    let size = try FileManager.default.attributesOfItem(atPath: "\(Self.artifacts)/\(name).png")[.size]
+                    #expect((size as? Int ?? 0) > 10_000, "\(name).png")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+"""Drives Haul's dashboard in headless Chromium through Selenium, as a person would: log in
+with the link from `haul ui`, add a download, watch its progress bar move, pause it, resume
+it, see it reach 100 %, add another with the keyboard only, change the global limits.
+Screenshots go to ARTIFACTS; what was seen is printed as JSON for the Swift test to judge.
+
+    drive.py LOGIN_URL SLOW_URL SMALL_URL DIRECTORY ARTIFACTS CHROMIUM CHROMEDRIVER
+"""
+import json
+import sys
+import time
+
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+login, slow_url, small_url, directory, artifacts, chromium, chromedriver = sys.argv[1:8]
+
+options = Options()
+for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,1100", "--no-first-run", "--disable-extensions"]:
+    options.add_argument(argument)
+options.binary_location = chromium
+options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+# The driver named, so Selenium never looks for one on the internet.
+driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+wait = WebDriverWait(driver, 120, poll_frequency=0.05)
+seen = {"percents": [], "states": [], "steps": []}
+
+
+def tasks():
+    """[(state, percent, name)] of every task on the page, read in one go (the list redraws)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('li.task')].map(t => [t.dataset.state,"
+        " Number(t.querySelector('progress').dataset.percent), t.querySelector('.task-name').textContent])")
+
+
+def first():
+    current = tasks()
+    if current:
+        state, percent, _ = current[0]
+        if not seen["states"] or seen["states"][-1] != state:
+            seen["states"].append(state)
+        if not seen["percents"] or seen["percents"][-1] != percent:
+            seen["percents"].append(percent)
+        return state, percent
+    return None, None
+
+
+def click(selector):
+    """Clicks what `selector` finds, again if the list redrew under the click."""
+    for _ in range(50):
+        try:
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.02)
+    raise RuntimeError("could not click " + selector)
+
+
+def shot(name):
+    driver.save_screenshot(f"{artifacts}/{name}.png")
+    seen["steps"].append(name)
+
+
+try:
+    driver.get(login)
+    wait.until(lambda d: d.find_element(By.ID, "app").is_displayed())
+    seen["landed"] = driver.current_url
+    seen["prefilledDirectory"] = driver.find_element(By.ID, "add-directory").get_attribute("value")
+    wait.until(lambda d: "on" in d.find_element(By.ID, "live").get_attribute("class"))
+
+    # Add the slow download from the form.
+    driver.find_element(By.ID, "add-urls").send_keys(slow_url)
+    field = driver.find_element(By.ID, "add-directory")
+    field.clear()
+    field.send_keys(directory)
+    driver.find_element(By.ID, "add-submit").click()
+
+    # The bar moves: a value between 0 and 100, then a larger one.
+    wait.until(lambda d: (lambda s: s[0] == "running" and 0 < s[1] < 100)(first()))
+    moving_from = seen["percents"][-1]
+    wait.until(lambda d: (lambda s: s[1] is not None and s[1] > moving_from)(first()))
+    shot("progress")
+
+    click("li.task button[data-operation=pause]")
+    wait.until(lambda d: first()[0] == "paused")
+    seen["pausedAt"] = first()[1]
+    shot("paused")
+
+    click("li.task button[data-operation=resume]")
+    wait.until(lambda d: first() == ("completed", 100))
+    shot("completed")
+
+    # Keyboard only: Tab to the URL box, type, Tab to Add, Enter.
+    driver.find_element(By.TAG_NAME, "body").click()
+    for _ in range(80):
+        if driver.switch_to.active_element.get_attribute("id") == "add-urls":
+            break
+        driver.switch_to.active_element.send_keys(Keys.TAB)
+    seen["keyboardReachedURLs"] = driver.switch_to.active_element.get_attribute("id") == "add-urls"
+    driver.switch_to.active_element.send_keys(small_url)
+    for _ in range(20):
+        if driver.switch_to.active_element.get_attribute("id") == "add-submit":
+            break
+        driver.switch_to.active_element.send_keys(Keys.TAB)
+    seen["keyboardReachedAdd"] = driver.switch_to.active_element.get_attribute("id") == "add-submit"
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    wait.until(lambda d: len(tasks()) == 2 and all(t[0] == "completed" for t in tasks()))
+    seen["tasks"] = tasks()
+
+    # The global limits, live.
+    for field_id, value in [("limit-concurrent", "2"), ("limit-rate", "512")]:
+        field = driver.find_element(By.ID, field_id)
+        field.clear()
+        field.send_keys(value)
+    driver.find_element(By.ID, "limits-apply").click()
+    wait.until(lambda d: d.find_element(By.ID, "message").text == "Limits applied.")
+    seen["limitsShown"] = [driver.find_element(By.ID, i).get_attribute("value") for i in ["limit-concurrent", "limit-rate"]]
+    # A few seconds of the speed graph behind the screenshot of the whole page.
+    shot("dashboard")
+
+    driver.set_window_size(390, 844)
+    wait.until(lambda d: d.execute_script("return window.innerWidth") <= 400)
+    seen["phoneOverflow"] = driver.execute_script(
+        "return document.documentElement.scrollWidth > window.innerWidth")
+    shot("phone")
+
+    seen["console"] = [entry for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
+    print(json.dumps(seen))
+except (WebDriverException, RuntimeError) as error:
+    seen["error"] = str(error).splitlines()[0] if str(error) else type(error).__name__
+    seen["page"] = tasks() if driver else None
+    try:
+        shot("failure")
+        seen["console"] = driver.get_log("browser")
+    except WebDriverException:
+        pass
+    print(json.dumps(seen))
+    sys.exit(1)
+finally:
+    driver.quit()
