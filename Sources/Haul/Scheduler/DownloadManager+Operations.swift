@@ -200,6 +200,21 @@ extension DownloadManager {
         return try await info(id)
     }
 
+    /// Puts tasks in this order in the waiting line: they take the places in the queue they
+    /// hold between them (others keep theirs), so among tasks of one priority they start
+    /// in this order. aria2's `changePosition`.
+    /// - Throws: ``HaulError/Code/notFound`` for an unknown task; nothing changes then.
+    public func reorder(_ ids: [UUID]) async throws {
+        guard Set(ids).count == ids.count else { throw HaulError(.invalidArgument, "A task is named twice") }
+        let orders = try await store.reorder(ids)
+        for (id, order) in orders {
+            guard var entry = known[id]?.entry else { continue }
+            entry.queueOrder = order
+            known[id]?.entry = entry
+            if scheduler.isWaiting(id) { scheduler.enqueue(entry) }
+        }
+    }
+
     /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
     public func cancel(_ id: UUID) async throws {
         let state = try currentState(id)

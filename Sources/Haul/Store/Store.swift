@@ -275,6 +275,26 @@ public final class Store: Sendable {
         }
     }
 
+    /// Gives `ids` the places in the queue they hold between them, in the order given
+    /// (their queue orders, sorted, handed out again); returns each one's new order.
+    func reorder(_ ids: [UUID]) async throws -> [UUID: Int64] {
+        try await write { db in
+            var orders: [Int64] = []
+            for id in ids {
+                guard
+                    let order = try Int64.fetchOne(db, sql: "SELECT queueOrder FROM task WHERE id = ?", arguments: [id])
+                else { throw HaulError(.notFound, "No task \(id)") }
+                orders.append(order)
+            }
+            var result: [UUID: Int64] = [:]
+            for (id, order) in zip(ids, orders.sorted()) {
+                try db.execute(sql: "UPDATE task SET queueOrder = ? WHERE id = ?", arguments: [order, id])
+                result[id] = order
+            }
+            return result
+        }
+    }
+
     func setPriority(_ id: UUID, _ priority: Int) async throws {
         try await write { db in
             try db.execute(sql: "UPDATE task SET priority = ? WHERE id = ?", arguments: [priority, id])

@@ -12,7 +12,7 @@ extension Aria2RPC {
         "aria2.pause", "aria2.pauseAll",
         "aria2.forcePause", "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.tellStatus",
         "aria2.getUris", "aria2.getFiles", "aria2.getServers", "aria2.tellActive", "aria2.tellWaiting",
-        "aria2.tellStopped", "aria2.changeOption", "aria2.getOption", "aria2.getGlobalOption",
+        "aria2.tellStopped", "aria2.changePosition", "aria2.changeOption", "aria2.getOption", "aria2.getGlobalOption",
         "aria2.changeGlobalOption", "aria2.getGlobalStat", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
         "aria2.getVersion", "aria2.getSessionInfo", "aria2.shutdown", "aria2.forceShutdown", "aria2.saveSession",
         "system.multicall", "system.listMethods", "system.listNotifications",
@@ -69,9 +69,11 @@ extension Aria2RPC {
         case "aria2.tellActive":
             return try await list(keys: try params.keys(0)) { $0.state == .running }
         case "aria2.tellWaiting":
-            return try await window(params) { [.queued, .retrying, .waitingForNetwork, .paused].contains($0.state) }
+            return try await window(params) { Self.isWaiting($0.state) }
         case "aria2.tellStopped":
             return try await window(params) { [.completed, .failed, .cancelled].contains($0.state) }
+        case "aria2.changePosition":
+            return try await changePosition(params)
         case "aria2.pause", "aria2.forcePause":
             return try await apply(.pause, to: try params.string(0))
         case "aria2.unpause":
@@ -201,6 +203,51 @@ extension Aria2RPC {
         return .array(statuses)
     }
 
+    /// Whether aria2 lists a task in this state among the waiting (`tellWaiting`): queued
+    /// and paused ones, and those waiting to try again or for the network.
+    static func isWaiting(_ state: TaskState) -> Bool {
+        [.queued, .retrying, .waitingForNetwork, .paused].contains(state)
+    }
+
+    /// `aria2.changePosition(gid, pos, how)`: moves a waiting or paused download in the
+    /// waiting list — to `pos` (`POS_SET`), by `pos` (`POS_CUR`), or to `pos` from the end
+    /// (`POS_END`, 0 the last), kept within the list. Its new position.
+    private func changePosition(_ params: Parameters) async throws -> JSONValue {
+        let info = try await task(try params.string(0))
+        let pos = try params.integer(1)
+        let how = try params.string(2)
+        var waiting = try await core.manager.tasks().filter { Self.isWaiting($0.state) }
+        guard let current = waiting.firstIndex(where: { $0.id == info.id }) else {
+            throw Failure.failed("GID#\(GID.of(info.id)) not found in the waiting queue.")
+        }
+        let base: Int64
+        switch how {
+        case "POS_SET": base = 0
+        case "POS_CUR": base = Int64(current)
+        case "POS_END": base = Int64(waiting.count - 1)
+        default: throw Failure.failed("Illegal argument: how must be POS_SET, POS_CUR or POS_END.")
+        }
+        let (sum, overflow) = base.addingReportingOverflow(pos)
+        let wanted = overflow ? (pos > 0 ? Int64.max : Int64.min) : sum
+        let target = Int(max(0, min(Int64(waiting.count - 1), wanted)))
+        waiting.insert(waiting.remove(at: current), at: target)
+        try await core.manager.reorder(waiting.map(\.id))
+        return .int(Int64(target))
+    }
+
+    /// Puts new downloads at `position` in the waiting list (aria2's `position` of addUri
+    /// and addMetalink): past the end, or absent, they stay at the end.
+    private func place(_ ids: [UUID], at position: JSONValue?) async throws {
+        guard let position else { return }
+        guard let index = position.integer, index >= 0 else {
+            throw Failure.failed("position must be an integer, 0 or more.")
+        }
+        var order = try await core.manager.tasks().filter { Self.isWaiting($0.state) && !ids.contains($0.id) }.map(\.id)
+        guard index < order.count else { return }
+        order.insert(contentsOf: ids, at: Int(index))
+        try await core.manager.reorder(order)
+    }
+
     /// `aria2.addUri(uris[, options[, position]])`: one file from its URIs (the first the
     /// URL, the others its mirrors).
     private func addURI(_ params: Parameters) async throws -> JSONValue {
@@ -211,7 +258,11 @@ extension Aria2RPC {
         var request = try downloadRequest(uris: uris, options: options)
         request.session = Self.session
         try request.validate()
+        if let position = params.optional(2), position.integer.map({ $0 < 0 }) ?? true {
+            throw Failure.failed("position must be an integer, 0 or more.")
+        }
         let info = try await core.manager.download([request])[0]
+        try await place([info.id], at: params.optional(2))
         if Self.flag(options["pause"]) {
             _ = try? await core.apply(.pause, to: API.Selector(ids: [info.id]))
         }
@@ -249,7 +300,11 @@ extension Aria2RPC {
             }
         }
         for request in requests { try request.validate() }
+        if let position = params.optional(2), position.integer.map({ $0 < 0 }) ?? true {
+            throw Failure.failed("position must be an integer, 0 or more.")
+        }
         let infos = try await core.manager.download(requests)
+        try await place(infos.map(\.id), at: params.optional(2))
         if Self.flag(options["pause"]) {
             _ = try? await core.apply(.pause, to: API.Selector(ids: infos.map(\.id)))
         }

@@ -278,6 +278,79 @@ struct Aria2RPCTests {
         }
     }
 
+    @Test("changePosition and addUri's position order the waiting list, and the next to start is the first of it")
+    func positions() async throws {
+        try await TestServer.withServer { server in
+            server.set("/blocker.bin", .init(size: 4 << 20, seed: 7, bytesPerSecond: 256 << 10))
+            for name in ["a", "b", "c", "d"] { server.set("/\(name).bin", .init(size: 100_000, seed: 8)) }
+            try await Self.withHaul { haul, _ in
+                #expect(try await haul.result("aria2.changeGlobalOption", [["max-concurrent-downloads": "1"]]) == "OK")
+                func add(_ name: String, _ position: JSONValue? = nil) async throws -> String {
+                    var params: [JSONValue] = [[.string(server.url("/\(name).bin").absoluteString)], [:]]
+                    if let position { params.append(position) }
+                    return try #require(try await haul.result("aria2.addUri", params).string)
+                }
+                let blocker = try await add("blocker")
+                #expect(
+                    try await waitUntil {
+                        try await haul.result("aria2.tellStatus", [.string(blocker), ["status"]]) == [
+                            "status": "active"
+                        ]
+                    }
+                )
+                let (a, b, c) = (try await add("a"), try await add("b"), try await add("c"))
+                func waiting() async throws -> [String] {
+                    try await haul.result("aria2.tellWaiting", [0, 10, ["gid"]]).array?.compactMap {
+                        $0.object?["gid"]?.string
+                    } ?? []
+                }
+                #expect(try await waiting() == [a, b, c])
+                #expect(try await haul.result("aria2.changePosition", [.string(c), 0, "POS_SET"]) == .int(0))
+                #expect(try await waiting() == [c, a, b])
+                #expect(try await haul.result("aria2.changePosition", [.string(c), 1, "POS_CUR"]) == .int(1))
+                #expect(try await waiting() == [a, c, b])
+                #expect(try await haul.result("aria2.changePosition", [.string(a), 0, "POS_END"]) == .int(2))
+                #expect(try await waiting() == [c, b, a])
+                // Beyond either end: kept within the list.
+                #expect(
+                    try await haul.result("aria2.changePosition", [.string(b), .int(-1 << 62), "POS_CUR"]) == .int(0)
+                )
+                #expect(
+                    try await haul.result("aria2.changePosition", [.string(b), .int(Int64.max), "POS_END"]) == .int(2)
+                )
+                #expect(try await waiting() == [c, a, b])
+                let d = try await add("d", 1)
+                #expect(try await waiting() == [c, d, a, b])
+                let past = try await add("d", 99)
+                #expect(past == d, "the same download again is the same task")
+
+                // Refused: a running download, an unknown how, a negative position.
+                let running = try await haul.call("aria2.changePosition", [.string(blocker), 0, "POS_SET"])
+                #expect(
+                    running["error"]?.object?["message"]?.string?.contains("not found in the waiting queue") == true
+                )
+                let how = try await haul.call("aria2.changePosition", [.string(a), 0, "POS_MIDDLE"])
+                #expect(how["error"]?.object?["code"] == .int(1))
+                let negative = try await haul.call(
+                    "aria2.addUri",
+                    [[.string(server.url("/e.bin").absoluteString)], [:], .int(-1)]
+                )
+                #expect(negative["error"]?.object?["message"] == "position must be an integer, 0 or more.")
+                #expect(try await waiting() == [c, d, a, b], "a refused call changed nothing")
+
+                // The scheduler follows the list: with the blocker paused, c starts next.
+                #expect(try await haul.result("aria2.pause", [.string(blocker)]) == .string(blocker))
+                #expect(
+                    try await waitUntil {
+                        let active = try await haul.result("aria2.tellActive", [["gid"]]).array ?? []
+                        let stopped = try await haul.result("aria2.tellStopped", [0, 10, ["gid"]]).array ?? []
+                        return (active + stopped).first?.object?["gid"]?.string == c
+                    }
+                )
+            }
+        }
+    }
+
     @Test("a batch, system.multicall, and a GET with Base64 params and a JSONP callback")
     func batchesAndGet() async throws {
         try await Self.withHaul { haul, _ in
@@ -510,6 +583,7 @@ struct Aria2RPCTests {
                 post.headers.add(name: "Origin", value: "http://ui.example")
                 post.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}"#))
                 let answer = try await HTTPClient.shared.execute(post, timeout: .seconds(30))
+                _ = try await answer.body.collect(upTo: 1 << 20)
                 #expect(answer.headers["Access-Control-Allow-Origin"] == (allowed ? ["*"] : []))
                 var preflight = HTTPClientRequest(url: haul.url)
                 preflight.method = .OPTIONS
@@ -517,6 +591,7 @@ struct Aria2RPCTests {
                 preflight.headers.add(name: "Access-Control-Request-Method", value: "POST")
                 preflight.headers.add(name: "Access-Control-Request-Headers", value: "content-type")
                 let checked = try await HTTPClient.shared.execute(preflight, timeout: .seconds(30))
+                _ = try await checked.body.collect(upTo: 1 << 20)
                 #expect(checked.status.code == (allowed ? 200 : 403))
                 if allowed {
                     #expect(checked.headers["Access-Control-Allow-Methods"] == ["POST, GET, OPTIONS"])
