@@ -218,6 +218,8 @@ public final class TestServer: Sendable {
     private let state = Mutex(State())
     private let channel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>, Never>
     private let runner = Mutex<Task<Void, Never>?>(nil)
+    /// Finished when the accept loop has taken every connection the listener accepted.
+    private let acceptEnded = AsyncStream<Void>.makeStream()
 
     private init(channel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>, Never>) {
         self.channel = channel
@@ -254,8 +256,14 @@ public final class TestServer: Sendable {
     }
 
     /// Stops listening and closes every connection.
+    ///
+    /// The listener closes first and the accept loop takes what it had already accepted;
+    /// only then is the loop cancelled, with its connections. Cancelled earlier, a
+    /// connection accepted in that moment would be dropped without its writer finished,
+    /// which NIO traps on (swift-nio#2637).
     public func shutdown() async {
         try? await channel.channel.close()
+        for await _ in acceptEnded.stream {}
         let task = runner.withLock { $0 }
         task?.cancel()
         await task?.value
@@ -352,8 +360,11 @@ public final class TestServer: Sendable {
     // MARK: Serving
 
     private func acceptLoop() async {
+        // Also when the listener fails before the loop starts: shutdown waits for this.
+        defer { acceptEnded.continuation.finish() }
         try? await withThrowingDiscardingTaskGroup { group in
             try await channel.executeThenClose { inbound in
+                defer { acceptEnded.continuation.finish() }
                 for try await connection in inbound {
                     group.addTask { await self.serve(connection) }
                 }

@@ -1,6 +1,7 @@
 """Drives Haul's dashboard in headless Chromium through Selenium, as a person would: log in
 with the link from `haul ui`, add a download, watch its progress bar move, pause it, resume
-it, see it reach 100 %, add another with the keyboard only, change the global limits.
+it, see it reach 100 %, add another with the keyboard only, change the global limits,
+remove all.
 Screenshots go to ARTIFACTS; what was seen is printed as JSON for the Swift test to judge.
 
     drive.py LOGIN_URL SLOW_URL SMALL_URL DIRECTORY ARTIFACTS CHROMIUM CHROMEDRIVER
@@ -128,6 +129,12 @@ try:
     seen["phoneOverflow"] = driver.execute_script(
         "return document.documentElement.scrollWidth > window.innerWidth")
     shot("phone")
+
+    # Remove all, after the page's confirmation: the list empties, the files stay.
+    click("#remove-all")
+    WebDriverWait(driver, 10).until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: len(tasks()) == 0 and d.find_element(By.ID, "empty").is_displayed())
+    seen["afterRemoveAll"] = len(tasks())
 
     seen["console"] = [entry for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
     print(json.dumps(seen))

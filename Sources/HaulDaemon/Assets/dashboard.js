@@ -375,6 +375,12 @@ async function start() {
   $("limits").addEventListener("submit", (event) => attempt(() => applyLimits(event)));
   $("pause-all").addEventListener("click", () => attempt(() => operate("pause", { all: true })));
   $("resume-all").addEventListener("click", () => attempt(() => operate("resume", { all: true })));
+  $("cancel-all").addEventListener("click", () => attempt(async () => {
+    if (window.confirm("Cancel every unfinished download and delete its partial data?")) await operate("cancel", { all: true });
+  }));
+  $("remove-all").addEventListener("click", () => attempt(async () => {
+    if (window.confirm("Remove every download from the list? Unfinished ones are cancelled; finished files stay on disk.")) await operate("remove", { all: true });
+  }));
   $("clear-finished").addEventListener("click", () => attempt(async () => {
     const ids = [...tasks.values()].filter((t) => ENDED.has(t.state)).map((t) => t.id);
     if (ids.length) await operate("remove", { ids });

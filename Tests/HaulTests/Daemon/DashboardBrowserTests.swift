@@ -10,7 +10,7 @@ import Testing
 /// The dashboard in a real browser: headless Chromium (Debian's), driven by Selenium (PyPI)
 /// through Tests/dashboard/drive.py against a daemon on TCP and nginx. The script logs in
 /// with the link `haul ui` prints, adds a download, watches its bar move, pauses and resumes
-/// it, adds another with the keyboard only and changes the global limits; this test judges
+/// it, adds another with the keyboard only, changes the global limits and removes all; this test judges
 /// what the script saw against what the daemon did and what nginx served. Screenshots go to
 /// .build/test-artifacts/dashboard.
 @Suite("Dashboard in a browser", .serialized)
@@ -26,7 +26,9 @@ struct DashboardBrowserTests {
             .appendingPathComponent(".build/test-artifacts/dashboard").path
     }
 
-    @Test("log in, add, watch it move, pause, resume to 100 %, add by keyboard, change the limits; no console errors")
+    @Test(
+        "log in, add, watch it move, pause, resume to 100 %, add by keyboard, change the limits, remove all; no console errors"
+    )
     func drive() async throws {
         guard let python = Aria2RPCTests.aria2pPython, let chromium = Self.chromium,
             let chromedriver = Self.chromedriver, ExternalServer.nginx != nil
@@ -84,9 +86,12 @@ struct DashboardBrowserTests {
                 let console = seen["console"] as? [Any] ?? ["not read"]
                 #expect(console.isEmpty, "the page's console: \(console)")
 
-                // What the daemon did: both files whole, and the limits changed.
-                let tasks = try await client.tasks()
-                #expect(tasks.count == 2 && tasks.allSatisfy { $0.state == .completed })
+                // What the daemon did: both downloads completed and then removed with "Remove
+                // all", the files whole and kept, and the limits changed.
+                let shown = seen["tasks"] as? [[Any]] ?? []
+                #expect(shown.count == 2 && shown.allSatisfy { $0.first as? String == "completed" }, "\(shown)")
+                #expect(seen["afterRemoveAll"] as? Int == 0)
+                #expect(try await client.tasks().isEmpty)
                 #expect(sha256(file: out + "/big.bin") == TestContent.sha256(big))
                 #expect(sha256(file: out + "/small.bin") == TestContent.sha256(small))
                 let settings = try await client.settings()
