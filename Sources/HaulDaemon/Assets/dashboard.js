@@ -3,6 +3,7 @@
 "use strict";
 
 const GRAPH_SECONDS = 300;
+const SHOWN_PER_SESSION = 200;
 const ENDED = new Set(["completed", "failed", "cancelled"]);
 const tasks = new Map(); // id → task, as /v1/tasks gives it, plus live progress
 const live = new Map(); // id → {bytesPerSecond, etaSeconds, received, total}
@@ -114,8 +115,16 @@ function render() {
     const list = sessions.get(name);
     section.append(element("h3", "", `${name} · ${list.length} ${list.length === 1 ? "download" : "downloads"}`));
     const ul = element("ul", "task-list");
-    for (const task of list) ul.append(renderTask(task));
+    // A queue of thousands stays quick: the unfinished first (in queue order), then the
+    // finished, at most SHOWN_PER_SESSION of them.
+    const shown = list.filter((t) => !ENDED.has(t.state)).concat(list.filter((t) => ENDED.has(t.state)))
+      .slice(0, SHOWN_PER_SESSION);
+    for (const task of shown) ul.append(renderTask(task));
     section.append(ul);
+    if (list.length > shown.length) {
+      section.append(element("p", "empty",
+        `Showing ${shown.length} of ${list.length}; the rest with haul list --session ${name}.`));
+    }
     container.append(section);
   }
   $("empty").hidden = tasks.size > 0;
@@ -285,7 +294,14 @@ function listen() {
     if (!task) { refreshTask(record.id); return; }
     if (task.state !== "running") { refreshTask(record.id); return; }
     const old = document.querySelector(`li.task[data-id="${CSS.escape(record.id)}"]`);
-    if (old && !old.contains(document.activeElement)) old.replaceWith(renderTask(task)); else render();
+    if (!old) return; // Not among those shown.
+    const focused = old.contains(document.activeElement) ? document.activeElement.dataset.key : null;
+    const fresh = renderTask(task);
+    old.replaceWith(fresh);
+    if (focused) {
+      const again = fresh.querySelector(`[data-key="${CSS.escape(focused)}"]`);
+      if (again) again.focus();
+    }
   });
   for (const kind of ["added", "state", "resumed", "completed", "failed"]) {
     events.addEventListener(kind, (message) => {
