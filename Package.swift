@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         // Tests only: reads and validates the daemon's OpenAPI document (the parser
         // swift-openapi-generator uses). Without its default trait, which loads external
         // references and builds notably slower.
@@ -90,6 +91,17 @@ let package = Package(
             exclude: ["Assets"],
             plugins: ["EmbedAssets"]
         ),
+        // Fleet mode: several daemons share one queue in PostgreSQL (leases with fencing).
+        // Its own target, so that `haul get` and library users who never use it do not
+        // link postgres-nio.
+        .target(
+            name: "HaulPostgres",
+            dependencies: [
+                "Haul",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // Writes a folder of files into a Swift source file (run by EmbedAssets at build time).
         .executableTarget(name: "haul-embed"),
         .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["haul-embed"]),
@@ -118,13 +130,14 @@ let package = Package(
         .testTarget(
             name: "HaulTests",
             dependencies: [
-                "Haul", "HaulWire", "HaulClient", "HaulCLI", "HaulDaemon", "HaulTesting", "haul",
+                "Haul", "HaulWire", "HaulClient", "HaulCLI", "HaulDaemon", "HaulTesting", "HaulPostgres", "haul",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "OpenAPIKit", package: "OpenAPIKit"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ]
         ),
     ],

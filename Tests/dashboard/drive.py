@@ -62,6 +62,28 @@ def click(selector):
     raise RuntimeError("could not click " + selector)
 
 
+def active_id():
+    """The id of the focused element (the list may redraw it away under Selenium's reference:
+    the page puts the focus back on the new one, so ask again)."""
+    for _ in range(50):
+        try:
+            return driver.switch_to.active_element.get_attribute("id")
+        except StaleElementReferenceException:
+            time.sleep(0.02)
+    raise RuntimeError("the focused element kept going stale")
+
+
+def press(keys):
+    """Sends keys to whatever has the focus, again if it was redrawn before they went."""
+    for _ in range(50):
+        try:
+            driver.switch_to.active_element.send_keys(keys)
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.02)
+    raise RuntimeError("the focused element kept going stale")
+
+
 def shot(name):
     driver.save_screenshot(f"{artifacts}/{name}.png")
     seen["steps"].append(name)
@@ -99,17 +121,17 @@ try:
     # Keyboard only: Tab to the URL box, type, Tab to Add, Enter.
     driver.find_element(By.TAG_NAME, "body").click()
     for _ in range(80):
-        if driver.switch_to.active_element.get_attribute("id") == "add-urls":
+        if active_id() == "add-urls":
             break
-        driver.switch_to.active_element.send_keys(Keys.TAB)
-    seen["keyboardReachedURLs"] = driver.switch_to.active_element.get_attribute("id") == "add-urls"
-    driver.switch_to.active_element.send_keys(small_url)
+        press(Keys.TAB)
+    seen["keyboardReachedURLs"] = active_id() == "add-urls"
+    press(small_url)
     for _ in range(20):
-        if driver.switch_to.active_element.get_attribute("id") == "add-submit":
+        if active_id() == "add-submit":
             break
-        driver.switch_to.active_element.send_keys(Keys.TAB)
-    seen["keyboardReachedAdd"] = driver.switch_to.active_element.get_attribute("id") == "add-submit"
-    driver.switch_to.active_element.send_keys(Keys.ENTER)
+        press(Keys.TAB)
+    seen["keyboardReachedAdd"] = active_id() == "add-submit"
+    press(Keys.ENTER)
     wait.until(lambda d: len(tasks()) == 2 and all(t[0] == "completed" for t in tasks()))
     seen["tasks"] = tasks()
 

@@ -27,7 +27,11 @@ struct KeepTryingTests {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
         let out = try temp.directory("out")
-        let port = try ExternalServer.freePort()
+        // Held (bound, not listening: connections are refused) until the server comes back,
+        // so no other test's socket takes the port meanwhile.
+        let (reserved, port) = try ExternalServer.boundLoopbackSocket()
+        var reservation: Int32? = reserved
+        defer { if let reservation { close(reservation) } }
         try await Self.startDaemon(home: home)
         let client = HaulClient(home: HaulHome(path: home))
         defer { Task { try? await client.shutdown() } }
@@ -64,6 +68,8 @@ struct KeepTryingTests {
         #expect(kept.first?.state == .retrying || kept.first?.state == .queued, "\(kept)")
 
         // The server comes back on the same port; `haul wait` starts the daemon again.
+        close(reserved)
+        reservation = nil
         let server = try await TestServer.start(port: port)
         server.set("/f.bin", .init(size: 500_000, seed: 12))
         let waited = try await HaulProcess.run(["wait", "--session", "s"], home: home)
@@ -118,7 +124,9 @@ struct KeepTryingTests {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
         let out = try temp.directory("out")
-        let port = try ExternalServer.freePort()
+        // Held (bound, not listening: connections are refused), so no other test takes it.
+        let (reserved, port) = try ExternalServer.boundLoopbackSocket()
+        defer { close(reserved) }
         try await Self.startDaemon(home: home)
         let set = try await HaulProcess.run(["set", "--give-up-after", "3s"], home: home)
         #expect(set.status == 0, "\(set.stderr)")

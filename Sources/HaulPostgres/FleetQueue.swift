@@ -1,0 +1,375 @@
+import Foundation
+import Haul
+import Logging
+import PostgresNIO
+
+/// The fleet's queue in PostgreSQL: which daemon (node) runs which task, by leases with
+/// fencing tokens (issue 17's second part; the manager runs on it in a later step).
+///
+/// - A node runs a task only while it holds the task's **lease**: taken in queue order
+///   (priority, then the order queued: the seeds' oldest-first rule, fleet-wide), renewed
+///   by a heartbeat, expiring after a set time. Times are the database's (`now()`), so the
+///   nodes' clocks do not matter.
+/// - Each acquisition increments the task's **fence**. Every write a node makes about a
+///   task (a checkpoint, its end, a renewal) names the fence it holds and counts only while
+///   that is still the task's fence and its lease has not expired: a node stopped past its
+///   lease (SIGSTOP, a long pause, a partition from the database) can write nothing once
+///   another has taken over, and learns so from the answer.
+/// - Admission is serialised by a transaction-scoped advisory lock, so the fleet-wide limit
+///   and the per-host cap hold however many nodes ask at once; the candidate rows are read
+///   `FOR UPDATE SKIP LOCKED`, so a row another transaction is writing (a checkpoint) is
+///   passed over, not waited for.
+public final class FleetQueue: Sendable {
+    /// A node's hold on a task.
+    public struct Lease: Sendable, Hashable {
+        public let task: UUID
+        /// The task's fencing token when this lease was taken.
+        public let fence: Int64
+        /// When it runs out, by the database's clock.
+        public let expires: Date
+    }
+
+    /// A task as the fleet sees it.
+    public struct Entry: Sendable, Equatable {
+        public var id: UUID
+        /// `host:port`, for the per-host cap.
+        public var host: String
+        public var priority: Int
+        public var state: String
+        public var owner: String?
+        public var fence: Int64
+        public var committed: Int64
+    }
+
+    let client: PostgresClient
+    /// This daemon's name (`--node`, default the host name).
+    public let node: String
+    let logger: Logger
+
+    /// The advisory lock keys: migrations, and admission.
+    static let migrationLock: Int64 = 0x4841_554c_0001
+    static let admissionLock: Int64 = 0x4841_554c_0002
+
+    public init(client: PostgresClient, node: String, logger: Logger) {
+        self.client = client
+        self.node = node
+        self.logger = logger
+    }
+
+    // MARK: Schema
+
+    /// The migrations, in order, each a list of statements run in one transaction, once.
+    static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE fleet_task (
+                id uuid PRIMARY KEY,
+                host text NOT NULL,
+                priority integer NOT NULL DEFAULT 0,
+                queue_order bigserial NOT NULL,
+                state text NOT NULL DEFAULT 'queued'
+                    CHECK (state IN ('queued', 'running', 'paused', 'completed', 'failed', 'cancelled')),
+                owner text,
+                lease_expires timestamptz,
+                fence bigint NOT NULL DEFAULT 0,
+                committed bigint NOT NULL DEFAULT 0 CHECK (committed >= 0)
+            )
+            """,
+            "CREATE INDEX fleet_task_queue ON fleet_task (priority DESC, queue_order) WHERE state = 'queued'",
+            "CREATE INDEX fleet_task_leased ON fleet_task (lease_expires) WHERE state = 'running'",
+            """
+            CREATE TABLE fleet_node (
+                name text PRIMARY KEY,
+                started_at timestamptz NOT NULL DEFAULT now(),
+                heartbeat_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+        ]
+    ]
+
+    /// Creates or upgrades the schema. Several nodes may start at once: one migrates while
+    /// the others wait on an advisory lock, then find nothing left to do.
+    /// - Throws: ``HaulError/Code/store`` when the database has a newer schema than this
+    ///   Haul knows, or cannot be changed.
+    public func migrate() async throws {
+        try await store("migrate the fleet's tables") {
+            try await self.client.withConnection { connection in
+                _ = try await connection.query("SELECT pg_advisory_lock(\(Self.migrationLock))", logger: self.logger)
+                do {
+                    try await self.runMigrations(connection)
+                    _ = try await connection.query(
+                        "SELECT pg_advisory_unlock(\(Self.migrationLock))",
+                        logger: self.logger
+                    )
+                } catch {
+                    _ = try? await connection.query(
+                        "SELECT pg_advisory_unlock(\(Self.migrationLock))",
+                        logger: self.logger
+                    )
+                    throw error
+                }
+            }
+        }
+    }
+
+    private func runMigrations(_ connection: PostgresConnection) async throws {
+        _ = try await connection.query(
+            """
+            CREATE TABLE IF NOT EXISTS haul_migration (
+                version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
+            """,
+            logger: logger
+        )
+        var applied = 0
+        for try await version in try await connection.query(
+            "SELECT COALESCE(MAX(version), 0) FROM haul_migration",
+            logger: logger
+        ).decode(Int.self) {
+            applied = version
+        }
+        guard applied <= Self.migrations.count else {
+            throw HaulError(
+                .store,
+                "The fleet's database was set up by a newer Haul (schema \(applied), this one knows \(Self.migrations.count))",
+                hint: "Run the same version of Haul on every node"
+            )
+        }
+        for (index, statements) in Self.migrations.enumerated() where index + 1 > applied {
+            let version = index + 1
+            try await connection.withTransaction(logger: logger) { connection in
+                for sql in statements {
+                    _ = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: self.logger)
+                }
+                _ = try await connection.query(
+                    "INSERT INTO haul_migration (version) VALUES (\(version))",
+                    logger: self.logger
+                )
+            }
+        }
+    }
+
+    // MARK: The queue
+
+    /// Puts tasks in the fleet's queue, in this order (a task already there stays as it is).
+    public func enqueue(_ tasks: [(id: UUID, host: String, priority: Int)]) async throws {
+        guard !tasks.isEmpty else { return }
+        try await store("add tasks to the fleet's queue") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                for task in tasks {
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO fleet_task (id, host, priority) VALUES (\(task.id), \(task.host), \(task.priority))
+                        ON CONFLICT (id) DO NOTHING
+                        """,
+                        logger: self.logger
+                    )
+                }
+            }
+        }
+    }
+
+    /// Takes leases for this node on the next tasks of the queue, as many as the limits
+    /// leave room for: at most `maxRunning` leased in the whole fleet, at most `perHost` per
+    /// host, and at most `wanted` for this node. A lease that ran out is counted as free
+    /// (its task is first in line again, at its old place).
+    public func acquire(wanted: Int, maxRunning: Int, perHost: Int, duration: Duration) async throws -> [Lease] {
+        guard wanted > 0, maxRunning > 0, perHost > 0 else { return [] }
+        let seconds = Self.seconds(duration)
+        return try await store("take leases in the fleet's queue") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                _ = try await connection.query(
+                    "SELECT pg_advisory_xact_lock(\(Self.admissionLock))",
+                    logger: self.logger
+                )
+                // Leases that ran out give their tasks back to the queue, at their places.
+                _ = try await connection.query(
+                    """
+                    UPDATE fleet_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                    WHERE state = 'running' AND lease_expires <= now()
+                    """,
+                    logger: self.logger
+                )
+                var running: [String: Int] = [:]
+                for try await (host, count) in try await connection.query(
+                    "SELECT host, count(*) FROM fleet_task WHERE state = 'running' GROUP BY host",
+                    logger: self.logger
+                ).decode((String, Int).self) {
+                    running[host] = count
+                }
+                var room = min(wanted, maxRunning - running.values.reduce(0, +))
+                guard room > 0 else { return [] }
+                // A window of the line, enough to look past hosts at their cap.
+                let window = max(room * 8, 256)
+                var picked: [UUID] = []
+                for try await (id, host) in try await connection.query(
+                    """
+                    SELECT id, host FROM fleet_task WHERE state = 'queued'
+                    ORDER BY priority DESC, queue_order LIMIT \(window) FOR UPDATE SKIP LOCKED
+                    """,
+                    logger: self.logger
+                ).decode((UUID, String).self) {
+                    guard room > 0 else { continue }
+                    guard running[host, default: 0] < perHost else { continue }
+                    running[host, default: 0] += 1
+                    picked.append(id)
+                    room -= 1
+                }
+                guard !picked.isEmpty else { return [] }
+                var leases: [Lease] = []
+                for try await (id, fence, expires) in try await connection.query(
+                    """
+                    UPDATE fleet_task SET state = 'running', owner = \(self.node),
+                        lease_expires = now() + make_interval(secs => \(seconds)), fence = fence + 1
+                    WHERE id = ANY(\(picked))
+                    RETURNING id, fence, lease_expires
+                    """,
+                    logger: self.logger
+                ).decode((UUID, Int64, Date).self) {
+                    leases.append(Lease(task: id, fence: fence, expires: expires))
+                }
+                // In queue order, as picked.
+                let order = Dictionary(uniqueKeysWithValues: picked.enumerated().map { ($1, $0) })
+                return leases.sorted { order[$0.task]! < order[$1.task]! }
+            }
+        }
+    }
+
+    /// Extends leases this node still holds; answers those it still holds (a lease missing
+    /// from the answer is lost: stop that transfer, write nothing more about it).
+    public func renew(_ leases: [Lease], duration: Duration) async throws -> [Lease] {
+        guard !leases.isEmpty else { return [] }
+        let seconds = Self.seconds(duration)
+        let ids = leases.map(\.task)
+        let fences = leases.map(\.fence)
+        return try await store("renew leases") {
+            var held: [Lease] = []
+            for try await (id, fence, expires) in try await self.client.query(
+                """
+                UPDATE fleet_task AS t SET lease_expires = now() + make_interval(secs => \(seconds))
+                FROM unnest(\(ids)::uuid[], \(fences)::bigint[]) AS l(id, fence)
+                WHERE t.id = l.id AND t.fence = l.fence AND t.owner = \(self.node)
+                    AND t.state = 'running' AND t.lease_expires > now()
+                RETURNING t.id, t.fence, t.lease_expires
+                """,
+                logger: self.logger
+            ).decode((UUID, Int64, Date).self) {
+                held.append(Lease(task: id, fence: fence, expires: expires))
+            }
+            return held
+        }
+    }
+
+    /// Records a task's committed bytes, if `lease` still holds it; false when it does not
+    /// (another node took over, or the lease ran out): nothing was written.
+    public func checkpoint(_ lease: Lease, committed: Int64) async throws -> Bool {
+        guard committed >= 0 else { throw HaulError(.invalidArgument, "A checkpoint cannot be negative") }
+        return try await fenced(
+            lease,
+            "record a checkpoint",
+            set: "committed = GREATEST(committed, \(committed))"
+        )
+    }
+
+    /// Ends a task (`completed`, `failed`, `paused`, `cancelled`), if `lease` still holds
+    /// it; false when it does not: nothing was written.
+    public func finish(_ lease: Lease, as state: TaskState) async throws -> Bool {
+        let name: String
+        switch state {
+        case .completed, .failed, .paused, .cancelled: name = state.rawValue
+        default:
+            throw HaulError(.invalidArgument, "A task leaves the fleet's queue completed, failed, paused or cancelled")
+        }
+        return try await fenced(lease, "end a task", set: "state = '\(name)', owner = NULL, lease_expires = NULL")
+    }
+
+    /// Gives a task back to the queue at its place (a node stopping cleanly), if `lease`
+    /// still holds it.
+    public func release(_ lease: Lease) async throws -> Bool {
+        try await fenced(lease, "give a lease back", set: "state = 'queued', owner = NULL, lease_expires = NULL")
+    }
+
+    private func fenced(_ lease: Lease, _ what: String, set assignments: String) async throws -> Bool {
+        try await store(what) {
+            // `assignments` is built here from fixed text and numbers, never from input.
+            let sql = """
+                UPDATE fleet_task SET \(assignments)
+                WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running' AND lease_expires > now()
+                RETURNING id
+                """
+            var binds = PostgresBindings()
+            binds.append(lease.task)
+            binds.append(lease.fence)
+            binds.append(self.node)
+            let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+            for try await _ in rows { return true }
+            self.logger.warning(
+                "lost the lease: another node holds the task, or the lease ran out; nothing written",
+                metadata: ["task": "\(lease.task)", "fence": "\(lease.fence)", "node": "\(self.node)"]
+            )
+            return false
+        }
+    }
+
+    /// Every task, in queue order.
+    public func entries() async throws -> [Entry] {
+        try await store("read the fleet's queue") {
+            var entries: [Entry] = []
+            for try await (id, host, priority, state, owner, fence, committed) in try await self.client.query(
+                "SELECT id, host, priority, state, owner, fence, committed FROM fleet_task ORDER BY queue_order",
+                logger: self.logger
+            ).decode((UUID, String, Int, String, String?, Int64, Int64).self) {
+                entries.append(
+                    Entry(
+                        id: id,
+                        host: host,
+                        priority: priority,
+                        state: state,
+                        owner: owner,
+                        fence: fence,
+                        committed: committed
+                    )
+                )
+            }
+            return entries
+        }
+    }
+
+    // MARK: Support
+
+    static func seconds(_ duration: Duration) -> Double {
+        let parts = duration.components
+        return max(0.001, Double(parts.seconds) + Double(parts.attoseconds) / 1e18)
+    }
+
+    /// Runs a database operation; a failure is one sentence naming what was being done.
+    private func store<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch {
+            if let error = error as? HaulError { throw error }
+            throw HaulError(.store, "Cannot \(what) in PostgreSQL: \(Self.reason(error))")
+        }
+    }
+
+    /// What went wrong, in the server's words when it said any; never a type dump.
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? PostgresTransactionError {
+            for inner in [error.closureError, error.beginError, error.commitError, error.rollbackError] {
+                if let inner { return reason(inner) }
+            }
+        }
+        if let error = error as? HaulError { return error.message }
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] { return message }
+            switch error.code {
+            case .connectionError, .serverClosedConnection, .uncleanShutdown:
+                return "the connection to the database failed or was closed"
+            case .queryCancelled: return "the query was cancelled"
+            case .tooManyParameters: return "too many values in one query"
+            default: return "the database client failed (\(error.code))"
+            }
+        }
+        if error is CancellationError { return "it was cancelled" }
+        return "the database client failed"
+    }
+}

@@ -1,0 +1,163 @@
+import Foundation
+import Haul
+import Logging
+import PostgresNIO
+import Testing
+
+/// A real PostgreSQL server (Debian's `postgresql`) for a test: `initdb` into a temporary
+/// directory as an unprivileged user (PostgreSQL refuses to run as root), listening on a
+/// free loopback port only, with durability switched off (tests throw the data away), and
+/// stopped by its process id afterwards.
+final class PostgresServer: Sendable {
+    let port: Int
+    private let directory: TemporaryDirectory
+    private let process: ChildProcess
+    static let user = "haul"
+
+    /// The newest PostgreSQL's programs, or nil when none is installed.
+    static var binaries: String? {
+        let root = "/usr/lib/postgresql"
+        let versions = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [])
+            .compactMap(Int.init).sorted()
+        return versions.reversed().map { "\(root)/\($0)/bin" }
+            .first { FileManager.default.isExecutableFile(atPath: "\($0)/initdb") }
+    }
+
+    /// Who runs the server when the tests run as root: Debian's `postgres` account, else `nobody`.
+    private static var account: String? {
+        guard getuid() == 0 else { return nil }
+        return getpwnam("postgres") != nil ? "postgres" : "nobody"
+    }
+
+    private init(port: Int, directory: TemporaryDirectory, process: ChildProcess) {
+        self.port = port
+        self.directory = directory
+        self.process = process
+    }
+
+    /// Starts a server; nil (a recorded failure in CI) when PostgreSQL is not installed.
+    static func start() async throws -> PostgresServer? {
+        guard let bin = binaries else {
+            if ExternalServer.isCI { Issue.record("PostgreSQL is not installed (.ci/run installs postgresql)") }
+            return nil
+        }
+        let directory = try TemporaryDirectory()
+        chmod(directory.path, 0o755)
+        let data = directory.file("data")
+        let run = directory.file("run")
+        for path in [data, run] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            if let account, let entry = getpwnam(account) { chown(path, entry.pointee.pw_uid, entry.pointee.pw_gid) }
+        }
+        let prefix = account.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? []
+        func command(_ arguments: [String]) -> (String, [String]) {
+            let all = prefix + arguments
+            return (all[0], Array(all.dropFirst()))
+        }
+        let (initdb, initArguments) = command([
+            "\(bin)/initdb", "-D", data, "-U", user, "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions",
+        ])
+        let (status, output) = try await Command.run(initdb, initArguments)
+        guard status == 0 else { throw HaulError(.store, "initdb failed: \(output.suffix(2000))") }
+
+        // A free port can be taken by another test between the check and the bind: then
+        // the server exits at once, and another port is tried.
+        for _ in 1...3 {
+            if let server = try await launch(bin: bin, data: data, run: run, directory: directory, command: command) {
+                return server
+            }
+        }
+        let log = (try? String(contentsOfFile: directory.file("server.log"), encoding: .utf8)) ?? ""
+        throw HaulError(.store, "PostgreSQL did not start: \(log.suffix(2000))")
+    }
+
+    /// Starts the server on a free port; nil when it exited before it was ready.
+    private static func launch(
+        bin: String,
+        data: String,
+        run: String,
+        directory: TemporaryDirectory,
+        command: ([String]) -> (String, [String])
+    ) async throws -> PostgresServer? {
+        let port = try ExternalServer.freePort()
+        let (postgres, arguments) = command([
+            "\(bin)/postgres", "-D", data, "-p", "\(port)", "-k", run, "-c", "listen_addresses=127.0.0.1",
+            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+            "-c", "max_connections=200",
+        ])
+        let process = try ChildProcess(
+            postgres,
+            arguments: arguments,
+            standardOutput: .file(directory.file("server.log"), append: true),
+            standardError: .file(directory.file("server.log"), append: true)
+        )
+        let server = PostgresServer(port: port, directory: directory, process: process)
+        // Ready when pg_isready says it accepts connections (not merely that it listens).
+        let ready = try await waitUntil(timeout: .seconds(60), every: .milliseconds(50)) {
+            guard process.isRunning else { return true }
+            return try await Command.run("\(bin)/pg_isready", ["-q", "-h", "127.0.0.1", "-p", "\(port)"]).status == 0
+        }
+        guard ready, process.isRunning else {
+            await server.stop()
+            return nil
+        }
+        return server
+    }
+
+    /// Runs `body` with a started server (skipped when there is none, outside CI), then stops it.
+    static func with(_ body: (PostgresServer) async throws -> Void) async throws {
+        guard let server = try await start() else { return }
+        do {
+            try await body(server)
+            await server.stop()
+        } catch {
+            await server.stop()
+            throw error
+        }
+    }
+
+    /// A fast shutdown (SIGINT to the postmaster, whose id its pid file holds), waited for.
+    func stop() async {
+        guard process.isRunning else { return }
+        let pidFile = directory.file("data/postmaster.pid")
+        if let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+            let pid = text.split(separator: "\n").first.flatMap({ Int32($0) }), pid > 0
+        {
+            kill(pid, SIGINT)
+        } else {
+            process.signal(SIGINT)
+        }
+        if await process.exited(within: .seconds(30)) == nil {
+            process.signal(SIGKILL)
+            _ = await process.exited()
+        }
+    }
+
+    /// Creates a database and runs `body` with a client of it (its pool running meanwhile).
+    func withDatabase(_ name: String, _ body: (PostgresClient) async throws -> Void) async throws {
+        try await withClient(database: "postgres") { admin in
+            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \"\(name)\""))
+        }
+        try await withClient(database: name, body)
+    }
+
+    /// A client of `database`, its pool running while `body` runs.
+    func withClient(database: String, _ body: (PostgresClient) async throws -> Void) async throws {
+        let configuration = PostgresClient.Configuration(
+            host: "127.0.0.1",
+            port: port,
+            username: Self.user,
+            password: nil,
+            database: database,
+            tls: .disable
+        )
+        var logger = Logger(label: "haul.postgres.test")
+        logger.logLevel = .error
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            try await body(client)
+        }
+    }
+}
