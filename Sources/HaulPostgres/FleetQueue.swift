@@ -50,10 +50,25 @@ public final class FleetQueue: Sendable {
     static let migrationLock: Int64 = 0x4841_554c_0001
     static let admissionLock: Int64 = 0x4841_554c_0002
 
-    public init(client: PostgresClient, node: String, logger: Logger) {
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a node name that is not 1 to 64
+    ///   letters, digits, `.`, `_` or `-` (a host name is one).
+    public init(client: PostgresClient, node: String, logger: Logger) throws {
+        try Self.validateNodeName(node)
         self.client = client
         self.node = node
         self.logger = logger
+    }
+
+    /// Checks a node's name (`--node`): 1 to 64 letters, digits, `.`, `_` or `-`.
+    public static func validateNodeName(_ name: String) throws {
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        guard (1...64).contains(name.count), name.allSatisfy({ allowed.contains($0) }) else {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid node name '\(name.prefix(80))'",
+                hint: "Use 1 to 64 letters, digits, '.', '_' or '-'"
+            )
+        }
     }
 
     // MARK: Schema
@@ -84,7 +99,12 @@ public final class FleetQueue: Sendable {
                 heartbeat_at timestamptz NOT NULL DEFAULT now()
             )
             """,
-        ]
+        ],
+        [
+            "ALTER TABLE fleet_node ADD COLUMN bytes_per_second double precision NOT NULL DEFAULT 0",
+            "ALTER TABLE fleet_node ADD COLUMN stopped_at timestamptz",
+            "CREATE INDEX fleet_task_owner ON fleet_task (owner) WHERE state = 'running'",
+        ],
     ]
 
     /// Creates or upgrades the schema. Several nodes may start at once: one migrates while
@@ -307,6 +327,108 @@ public final class FleetQueue: Sendable {
                 metadata: ["task": "\(lease.task)", "fence": "\(lease.fence)", "node": "\(self.node)"]
             )
             return false
+        }
+    }
+
+    // MARK: Nodes
+
+    /// A daemon of the fleet, as `haul status` shows it.
+    public struct Node: Sendable, Equatable {
+        public var name: String
+        public var startedAt: Date
+        public var heartbeatAt: Date
+        /// Its downloads' speed at its last heartbeat.
+        public var bytesPerSecond: Double
+        /// Tasks it holds unexpired leases on.
+        public var leases: Int
+        /// When it left the fleet cleanly; nil while it runs (or if it died).
+        public var stoppedAt: Date?
+    }
+
+    /// Says this node is alive, with its speed, and renews every lease it holds in one
+    /// statement (one round trip a beat, however many it runs). Answers the leases it
+    /// still holds: a task missing from the answer was lost — stop it, write nothing more.
+    public func heartbeat(bytesPerSecond: Double, duration: Duration) async throws -> [Lease] {
+        let seconds = Self.seconds(duration)
+        let speed = bytesPerSecond.isFinite ? max(0, bytesPerSecond) : 0
+        return try await store("renew this node's leases") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                _ = try await connection.query(
+                    """
+                    INSERT INTO fleet_node (name, bytes_per_second) VALUES (\(self.node), \(speed))
+                    ON CONFLICT (name) DO UPDATE SET heartbeat_at = now(), bytes_per_second = \(speed),
+                        stopped_at = NULL
+                    """,
+                    logger: self.logger
+                )
+                var held: [Lease] = []
+                for try await (id, fence, expires) in try await connection.query(
+                    """
+                    UPDATE fleet_task SET lease_expires = now() + make_interval(secs => \(seconds))
+                    WHERE owner = \(self.node) AND state = 'running' AND lease_expires > now()
+                    RETURNING id, fence, lease_expires
+                    """,
+                    logger: self.logger
+                ).decode((UUID, Int64, Date).self) {
+                    held.append(Lease(task: id, fence: fence, expires: expires))
+                }
+                return held.sorted { $0.task.uuidString < $1.task.uuidString }
+            }
+        }
+    }
+
+    /// Leaves the fleet cleanly: every lease this node holds goes back to the queue at once
+    /// (at its place, its checkpoint kept), so other nodes continue those tasks without
+    /// waiting for the leases to run out. Answers how many were given back.
+    @discardableResult
+    public func leave() async throws -> Int {
+        try await store("give this node's leases back") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                var released = 0
+                for try await _ in try await connection.query(
+                    """
+                    UPDATE fleet_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                    WHERE owner = \(self.node) AND state = 'running'
+                    RETURNING id
+                    """,
+                    logger: self.logger
+                ) {
+                    released += 1
+                }
+                _ = try await connection.query(
+                    "UPDATE fleet_node SET stopped_at = now(), bytes_per_second = 0 WHERE name = \(self.node)",
+                    logger: self.logger
+                )
+                return released
+            }
+        }
+    }
+
+    /// The fleet's nodes, by name, with the leases each holds now.
+    public func nodes() async throws -> [Node] {
+        try await store("read the fleet's nodes") {
+            var nodes: [Node] = []
+            for try await (name, started, beat, speed, stopped, leases) in try await self.client.query(
+                """
+                SELECT n.name, n.started_at, n.heartbeat_at, n.bytes_per_second, n.stopped_at,
+                    (SELECT count(*) FROM fleet_task t
+                     WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now())
+                FROM fleet_node n ORDER BY n.name
+                """,
+                logger: self.logger
+            ).decode((String, Date, Date, Double, Date?, Int).self) {
+                nodes.append(
+                    Node(
+                        name: name,
+                        startedAt: started,
+                        heartbeatAt: beat,
+                        bytesPerSecond: speed,
+                        leases: leases,
+                        stoppedAt: stopped
+                    )
+                )
+            }
+            return nodes
         }
     }
 

@@ -14,7 +14,8 @@ struct FleetQueueTests {
     static func queue(_ client: PostgresClient, node: String) -> FleetQueue {
         var logger = Logger(label: "haul.fleet.test")
         logger.logLevel = .critical
-        return FleetQueue(client: client, node: node, logger: logger)
+        // Test names are valid.
+        return try! FleetQueue(client: client, node: node, logger: logger)
     }
 
     @Test("three nodes migrating at once: one migrates, the others find it done; a newer schema is refused")
@@ -36,6 +37,82 @@ struct FleetQueueTests {
                 } throws: { error in
                     (error as? HaulError)?.message.contains("set up by a newer Haul (schema 99") == true
                 }
+            }
+        }
+    }
+
+    @Test("a database at the first schema is brought to the last, keeping its tasks")
+    func upgrade() async throws {
+        try await PostgresServer.with { server in
+            try await server.withDatabase("upgrade") { client in
+                try await client.query(
+                    "CREATE TABLE haul_migration (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                for sql in FleetQueue.migrations[0] { try await client.query(PostgresQuery(unsafeSQL: sql)) }
+                try await client.query("INSERT INTO haul_migration (version) VALUES (1)")
+                let id = UUID()
+                try await client.query("INSERT INTO fleet_task (id, host) VALUES (\(id), 'h:80')")
+                let queue = Self.queue(client, node: "a")
+                try await queue.migrate()
+                let versions = try await client.query("SELECT version FROM haul_migration ORDER BY version")
+                    .decode(Int.self).all()
+                #expect(versions == Array(1...FleetQueue.migrations.count))
+                #expect(try await queue.entries().map(\.id) == [id])
+                _ = try await queue.heartbeat(bytesPerSecond: 5, duration: .seconds(10))
+                #expect(try await queue.nodes().map(\.bytesPerSecond) == [5])
+            }
+        }
+    }
+
+    @Test("node names: 1 to 64 letters, digits, '.', '_' or '-'")
+    func nodeNames() throws {
+        for name in ["a", "worker-7.example.org", String(repeating: "n", count: 64)] {
+            try FleetQueue.validateNodeName(name)
+        }
+        for name in ["", "has space", "semi;colon", String(repeating: "n", count: 65), "ünïcode"] {
+            #expect(throws: HaulError.self) { try FleetQueue.validateNodeName(name) }
+        }
+    }
+
+    @Test(
+        "heartbeats renew every lease a node holds in one go and list the nodes; leaving gives its leases back at once"
+    )
+    func heartbeatsAndLeaving() async throws {
+        try await PostgresServer.with { server in
+            try await server.withDatabase("nodes") { client in
+                let (a, b) = (Self.queue(client, node: "a"), Self.queue(client, node: "b"))
+                try await a.migrate()
+                let ids = (0..<4).map { _ in UUID() }
+                try await a.enqueue(ids.map { ($0, "h:80", 0) })
+                let mine = try await a.acquire(wanted: 2, maxRunning: 3, perHost: 3, duration: .seconds(30))
+                let theirs = try await b.acquire(wanted: 2, maxRunning: 3, perHost: 3, duration: .seconds(60))
+                #expect(mine.count == 2 && theirs.count == 1)
+                let renewed = try await a.heartbeat(bytesPerSecond: 1000, duration: .seconds(60))
+                #expect(Set(renewed.map(\.task)) == Set(mine.map(\.task)))
+                #expect(
+                    zip(
+                        renewed.sorted { $0.task.uuidString < $1.task.uuidString },
+                        mine.sorted { $0.task.uuidString < $1.task.uuidString }
+                    )
+                    .allSatisfy { $0.fence == $1.fence && $0.expires > $1.expires }
+                )
+                var nodes = try await a.nodes()
+                #expect(nodes.map(\.name) == ["a"], "b has not beaten yet")
+                #expect(nodes.first?.leases == 2 && nodes.first?.bytesPerSecond == 1000)
+                _ = try await b.heartbeat(bytesPerSecond: 0, duration: .seconds(60))
+                nodes = try await a.nodes()
+                #expect(nodes.map(\.name) == ["a", "b"] && nodes.map(\.leases) == [2, 1])
+
+                // a leaves: its two tasks are free at once, for b, with the next fence.
+                #expect(try await a.leave() == 2)
+                let taken = try await b.acquire(wanted: 3, maxRunning: 3, perHost: 3, duration: .seconds(60))
+                #expect(Set(taken.map(\.task)) == Set(mine.map(\.task)))
+                #expect(taken.allSatisfy { $0.fence == 2 })
+                // What a still holds after leaving: nothing, and its old leases write nothing.
+                #expect(try await a.checkpoint(mine[0], committed: 10) == false)
+                nodes = try await a.nodes()
+                #expect(nodes.first { $0.name == "a" }?.stoppedAt != nil)
+                #expect(nodes.map(\.leases) == [0, 3])
             }
         }
     }
