@@ -101,6 +101,9 @@ try:
     field = driver.find_element(By.ID, "add-directory")
     field.clear()
     field.send_keys(directory)
+    # One connection: the server's limit per connection then holds the whole download to
+    # 1 MiB/s, seconds to watch, pause and resume (several would finish it in a moment).
+    driver.find_element(By.ID, "add-connections").send_keys("1")
     driver.find_element(By.ID, "add-submit").click()
 
     # The bar moves: a value between 0 and 100, then a larger one.

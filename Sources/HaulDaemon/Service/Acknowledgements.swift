@@ -23,7 +23,7 @@ final class Acknowledgements: Sendable {
         var transactions = 0
     }
 
-    private let store: Store
+    private let store: any EventLogStore
     /// Per session, the last event that may be deleted (attached streams still send the rest).
     private let floor: @Sendable (String) -> Int64?
     private let state = Mutex(State())
@@ -31,7 +31,7 @@ final class Acknowledgements: Sendable {
     /// How many transactions have recorded acknowledgements.
     var transactions: Int { state.withLock { $0.transactions } }
 
-    init(store: Store, floor: @escaping @Sendable (String) -> Int64?) {
+    init(store: any EventLogStore, floor: @escaping @Sendable (String) -> Int64?) {
         self.store = store
         self.floor = floor
     }

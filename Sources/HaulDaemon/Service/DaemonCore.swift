@@ -17,6 +17,8 @@ final class DaemonCore: Sendable {
     let defaultDirectory: String
     /// The dashboard's one-time links and browser sessions.
     let logins = DashboardLogins()
+    /// Where the sessions' event logs and acknowledgements are kept (the manager's store).
+    let sessionStore: any EventLogStore
     private let listenAddress = Mutex<String?>(nil)
     private let shutdownTrigger = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Clients attached with "pause my session when I disconnect", per session.
@@ -37,12 +39,15 @@ final class DaemonCore: Sendable {
         defaultDirectory: String = DaemonService.downloadsDirectory()
     ) {
         self.defaultDirectory = defaultDirectory
+        self.sessionStore = manager.store
         self.manager = manager
         self.eventLog = eventLog
         self.paths = paths
         self.startedAt = Date()
         self.logger = logger
-        self.acknowledgements = Acknowledgements(store: manager.store) { [readers] in readers.floor($0) }
+        self.acknowledgements = Acknowledgements(store: manager.store as any EventLogStore) { [readers] in
+            readers.floor($0)
+        }
     }
 
     /// The TCP listener's address, once it listens.
@@ -59,24 +64,24 @@ final class DaemonCore: Sendable {
 
     /// Every session with its tasks and the events its clients have yet to acknowledge.
     func sessions() async throws -> [API.Session] {
-        try await manager.store.sessionSummaries().map {
+        try await sessionStore.sessionSummaries().map {
             API.Session(name: $0.name, tasks: $0.tasks, pendingEvents: $0.pendingEvents)
         }
     }
 
     /// Logged events of a session (of all sessions with nil) after `after`, oldest first.
     func loggedEvents(session: String?, after: Int64, limit: Int = 1_000) async throws -> [EventRecord] {
-        try await manager.store.loggedEvents(session: session, after: after, limit: limit)
+        try await sessionStore.loggedEvents(session: session, after: after, limit: limit)
     }
 
     /// The last event a session's clients acknowledged.
     func acknowledgedEventID(session: String) async throws -> Int64 {
-        try await manager.store.acknowledgedEventID(session: session)
+        try await sessionStore.acknowledgedEventID(session: session)
     }
 
     /// The id of the newest event ever logged (0 before the first), acknowledged or not.
     func lastEventID() async throws -> Int64 {
-        try await manager.store.lastEventID()
+        try await sessionStore.lastEventID()
     }
 
     /// The limits in force, as `GET /v1/settings` shows them.
@@ -99,7 +104,7 @@ final class DaemonCore: Sendable {
     }
 
     func status() async throws -> API.Status {
-        let counts = try await manager.store.backgroundStateCounts()
+        let counts = try await sessionStore.backgroundStateCounts()
         let overall = await manager.overallProgress()
         let limits = await manager.limits
         return API.Status(
@@ -213,7 +218,7 @@ final class DaemonCore: Sendable {
         readers.detach(id)
         guard let session else { return }
         do {
-            try await manager.store.dropAcknowledgedEvents(session: session, keepingAfter: readers.floor(session))
+            try await sessionStore.dropAcknowledgedEvents(session: session, keepingAfter: readers.floor(session))
         } catch {
             logger.error("cannot drop acknowledged events", metadata: ["error": "\(error)"])
         }

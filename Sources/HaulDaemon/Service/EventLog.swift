@@ -35,7 +35,7 @@ enum LiveItem: Sendable {
 /// Listeners read logged events back from the store rather than from memory: a listener
 /// that falls behind loses nothing, since the log is the one source of what happened.
 final class EventLog: Sendable {
-    private let store: Store
+    private let store: any EventLogStore
     private let logger: Logger
     /// Events kept per session for clients that never acknowledge them.
     private let limitPerSession: Int
@@ -44,7 +44,7 @@ final class EventLog: Sendable {
     /// broadcast says where it continues from. Only ``append(_:)`` moves it, one at a time.
     private let lastLogged = Mutex<Int64>(0)
 
-    init(store: Store, limitPerSession: Int, logger: Logger) {
+    init(store: any EventLogStore, limitPerSession: Int, logger: Logger) {
         self.store = store
         self.limitPerSession = limitPerSession
         self.logger = logger

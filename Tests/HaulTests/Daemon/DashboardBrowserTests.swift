@@ -92,6 +92,9 @@ struct DashboardBrowserTests {
                 #expect(shown.count == 2 && shown.allSatisfy { $0.first as? String == "completed" }, "\(shown)")
                 #expect(seen["afterRemoveAll"] as? Int == 0)
                 #expect(try await client.tasks().isEmpty)
+                // The form's connections reached the daemon: one connection, so one request
+                // before the pause and one ranged request after it.
+                #expect(nginx.accessLog().filter { $0.first == "/slow/big.bin" }.count == 2)
                 #expect(sha256(file: out + "/big.bin") == TestContent.sha256(big))
                 #expect(sha256(file: out + "/small.bin") == TestContent.sha256(small))
                 let settings = try await client.settings()
