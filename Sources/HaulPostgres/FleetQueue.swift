@@ -61,8 +61,7 @@ public final class FleetQueue: Sendable {
 
     /// Checks a node's name (`--node`): 1 to 64 letters, digits, `.`, `_` or `-`.
     public static func validateNodeName(_ name: String) throws {
-        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-        guard (1...64).contains(name.count), name.allSatisfy({ allowed.contains($0) }) else {
+        guard DownloadRequest.isPlainName(name, maxLength: 64) else {
             throw HaulError(
                 .invalidArgument,
                 "Invalid node name '\(name.prefix(80))'",
@@ -218,8 +217,9 @@ public final class FleetQueue: Sendable {
                 }
                 var room = min(wanted, maxRunning - running.values.reduce(0, +))
                 guard room > 0 else { return [] }
-                // A window of the line, enough to look past hosts at their cap.
-                let window = max(room * 8, 256)
+                // A window of the line, enough to look past hosts at their cap (bounded:
+                // `wanted` and the limits come from outside).
+                let window = max(min(room, 10_000) * 8, 256)
                 var picked: [UUID] = []
                 for try await (id, host) in try await connection.query(
                     """
@@ -248,8 +248,8 @@ public final class FleetQueue: Sendable {
                     leases.append(Lease(task: id, fence: fence, expires: expires))
                 }
                 // In queue order, as picked.
-                let order = Dictionary(uniqueKeysWithValues: picked.enumerated().map { ($1, $0) })
-                return leases.sorted { order[$0.task]! < order[$1.task]! }
+                let place = Dictionary(uniqueKeysWithValues: picked.enumerated().map { ($1, $0) })
+                return leases.sorted { place[$0.task, default: .max] < place[$1.task, default: .max] }
             }
         }
     }

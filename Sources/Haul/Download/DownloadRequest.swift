@@ -292,11 +292,24 @@ public struct DownloadRequest: Sendable {
         mirrors.isEmpty ? [] : ([url] + mirrors).map { DownloadSource(url: $0) }
     }
 
+    /// Whether `name` is 1 to `maxLength` ASCII letters, digits, `.`, `_` or `-`: what a
+    /// session's name and a fleet node's name may be.
+    package static func isPlainName(_ name: String, maxLength: Int) -> Bool {
+        (1...maxLength).contains(name.utf8.count)
+            && name.utf8.allSatisfy { byte in
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                    UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                    true
+                default: false
+                }
+            }
+    }
+
     /// Checks a session name: 1 to 128 letters, digits, `.`, `_` or `-`.
     /// - Throws: ``HaulError/Code/invalidArgument`` for anything else.
     public static func validateSession(_ name: String) throws {
-        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-        guard (1...128).contains(name.count), name.allSatisfy({ allowed.contains($0) }) else {
+        guard isPlainName(name, maxLength: 128) else {
             throw HaulError(
                 .invalidArgument,
                 "Invalid session name '\(name)'",

@@ -35,7 +35,7 @@ extension HaulCommand {
                     // Not waited for: the browser lives on after this command.
                     _ = try ChildProcess(
                         browser.program,
-                        arguments: browser.arguments + [link.url],
+                        arguments: UI.arguments(browser.arguments, url: link.url),
                         standardOutput: .null,
                         standardError: .null,
                         newSession: true
@@ -45,6 +45,12 @@ extension HaulCommand {
                     Output.error("Could not start \(browser.program); open the link yourself.\n")
                 }
             }
+        }
+
+        /// The browser's arguments with the link: where one says `%s` (as `$BROWSER` may), else last.
+        static func arguments(_ arguments: [String], url: String) -> [String] {
+            guard arguments.contains(where: { $0.contains("%s") }) else { return arguments + [url] }
+            return arguments.map { $0.replacingOccurrences(of: "%s", with: url) }
         }
 
         /// `$BROWSER` (its first word a program), else xdg-open when there is a display; nil when neither.

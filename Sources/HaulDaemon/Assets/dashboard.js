@@ -128,11 +128,14 @@ function render() {
     container.append(section);
   }
   $("empty").hidden = tasks.size > 0;
-  // Keep the keyboard where it was across a redraw.
-  if (focused) {
-    const again = container.querySelector(`[data-key="${CSS.escape(focused)}"]`);
-    if (again) again.focus();
-  }
+  refocus(container, focused);
+}
+
+// Keeps the keyboard where it was across a redraw: the control with the same key.
+function refocus(within, key) {
+  if (!key) return;
+  const again = within.querySelector(`[data-key="${CSS.escape(key)}"]`);
+  if (again) again.focus();
 }
 
 function renderTask(task) {
@@ -298,10 +301,7 @@ function listen() {
     const focused = old.contains(document.activeElement) ? document.activeElement.dataset.key : null;
     const fresh = renderTask(task);
     old.replaceWith(fresh);
-    if (focused) {
-      const again = fresh.querySelector(`[data-key="${CSS.escape(focused)}"]`);
-      if (again) again.focus();
-    }
+    refocus(fresh, focused);
   });
   for (const kind of ["added", "state", "resumed", "completed", "failed"]) {
     events.addEventListener(kind, (message) => {

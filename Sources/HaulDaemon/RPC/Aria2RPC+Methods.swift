@@ -235,13 +235,19 @@ extension Aria2RPC {
         return .int(Int64(target))
     }
 
-    /// Puts new downloads at `position` in the waiting list (aria2's `position` of addUri
-    /// and addMetalink): past the end, or absent, they stay at the end.
-    private func place(_ ids: [UUID], at position: JSONValue?) async throws {
-        guard let position else { return }
-        guard let index = position.integer, index >= 0 else {
+    /// The `position` of addUri and addMetalink, read before anything is added: nil when absent.
+    private static func position(_ value: JSONValue?) throws -> Int64? {
+        guard let value else { return nil }
+        guard let index = value.integer, index >= 0 else {
             throw Failure.failed("position must be an integer, 0 or more.")
         }
+        return index
+    }
+
+    /// Puts new downloads at `index` in the waiting list: past the end, or with no index,
+    /// they stay at the end.
+    private func place(_ ids: [UUID], at index: Int64?) async throws {
+        guard let index else { return }
         var order = try await core.manager.tasks().filter { Self.isWaiting($0.state) && !ids.contains($0.id) }.map(\.id)
         guard index < order.count else { return }
         order.insert(contentsOf: ids, at: Int(index))
@@ -255,14 +261,12 @@ extension Aria2RPC {
             throw Failure.failed("No URI to download.")
         }
         let options = try params.options(1)
+        let position = try Self.position(params.optional(2))
         var request = try downloadRequest(uris: uris, options: options)
         request.session = Self.session
         try request.validate()
-        if let position = params.optional(2), position.integer.map({ $0 < 0 }) ?? true {
-            throw Failure.failed("position must be an integer, 0 or more.")
-        }
         let info = try await core.manager.download([request])[0]
-        try await place([info.id], at: params.optional(2))
+        try await place([info.id], at: position)
         if Self.flag(options["pause"]) {
             _ = try? await core.apply(.pause, to: API.Selector(ids: [info.id]))
         }
@@ -281,6 +285,7 @@ extension Aria2RPC {
         let metalink = try Metalink(parsing: data, source: "the Metalink given to aria2.addMetalink")
         var options = try params.options(1)
         options["out"] = nil  // Each file has its own name.
+        let position = try Self.position(params.optional(2))
         let directory = options["dir"]?.string ?? defaultDirectory
         let requests = try metalink.files.map { file in
             var request = try downloadRequest(uris: file.urls.map(\.absoluteString), options: options)
@@ -300,11 +305,8 @@ extension Aria2RPC {
             }
         }
         for request in requests { try request.validate() }
-        if let position = params.optional(2), position.integer.map({ $0 < 0 }) ?? true {
-            throw Failure.failed("position must be an integer, 0 or more.")
-        }
         let infos = try await core.manager.download(requests)
-        try await place(infos.map(\.id), at: params.optional(2))
+        try await place(infos.map(\.id), at: position)
         if Self.flag(options["pause"]) {
             _ = try? await core.apply(.pause, to: API.Selector(ids: infos.map(\.id)))
         }

@@ -7,9 +7,7 @@ import Testing
 /// progress, not by time).
 @Suite("scripts/demo", .tags(.process), .leftOutOfFastLoop)
 struct DemoScriptTests {
-    static let repository = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
+    static let repository = TestPaths.repository
 
     /// Runs `scripts/NAME` small against the built `haul`; its status and everything it printed.
     static func run(_ name: String) async throws -> (status: Int32, text: String) {

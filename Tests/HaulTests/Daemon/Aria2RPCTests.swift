@@ -481,14 +481,6 @@ struct Aria2RPCTests {
         }
     }
 
-    /// The Python with aria2p that `.ci/run` installs (`.build/test-python`), when there.
-    static var aria2pPython: String? {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent().path
-        let python = root + "/.build/test-python/bin/python3"
-        return FileManager.default.isExecutableFile(atPath: python) ? python : nil
-    }
-
     /// Runs `Tests/aria2p/<script>` with that Python against `haul` (its port and secret, then
     /// `urls`); nil — a failure in CI — when the Python is not installed.
     static func runScript(
@@ -498,14 +490,13 @@ struct Aria2RPCTests {
     ) async throws -> (
         status: Int32, output: String
     )? {
-        guard let python = aria2pPython else {
+        guard let python = TestPaths.python else {
             if ExternalServer.isCI {
                 Issue.record("The test Python is not in .build/test-python (.ci/run installs it)")
             }
             return nil
         }
-        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("aria2p/" + script).path
+        let path = TestPaths.file("Tests/aria2p/" + script)
         let port = try #require(URL(string: haul.url)?.port)
         return try await Command.run(python, [path, String(port), haul.secret] + urls.map(\.absoluteString))
     }

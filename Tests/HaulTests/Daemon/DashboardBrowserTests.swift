@@ -20,17 +20,13 @@ struct DashboardBrowserTests {
     }
     static let chromedriver = ExternalServer.findExecutable("chromedriver")
 
-    static var artifacts: String {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent(".build/test-artifacts/dashboard").path
-    }
+    static let artifacts = TestPaths.file(".build/test-artifacts/dashboard")
 
     @Test(
         "log in, add, watch it move, pause, resume to 100 %, add by keyboard, change the limits, remove all; no console errors"
     )
     func drive() async throws {
-        guard let python = Aria2RPCTests.aria2pPython, let chromium = Self.chromium,
+        guard let python = TestPaths.python, let chromium = Self.chromium,
             let chromedriver = Self.chromedriver, ExternalServer.nginx != nil
         else {
             if ExternalServer.isCI {
@@ -54,8 +50,7 @@ struct DashboardBrowserTests {
             try Data(small).write(to: URL(fileURLWithPath: nginx.root + "/small.bin"))
             try await withDaemon(home: temp.file("home"), listen: ("127.0.0.1", 0)) { client, _ in
                 let link = try await client.loginLink()
-                let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                    .deletingLastPathComponent().appendingPathComponent("dashboard/drive.py").path
+                let script = TestPaths.file("Tests/dashboard/drive.py")
                 let (status, output) = try await Command.run(
                     python,
                     [
@@ -83,6 +78,8 @@ struct DashboardBrowserTests {
                 #expect(seen["keyboardReachedAdd"] as? Bool == true)
                 #expect(seen["limitsShown"] as? [String] == ["2", "512"])
                 #expect(seen["phoneOverflow"] as? Bool == false, "the page is wider than a phone")
+                let peak = seen["graphPeak"] as? String ?? ""
+                #expect(peak.hasPrefix("peak ") && !peak.hasPrefix("peak 0 B/s"), "\(peak)")
                 let console = seen["console"] as? [Any] ?? ["not read"]
                 #expect(console.isEmpty, "the page's console: \(console)")
 

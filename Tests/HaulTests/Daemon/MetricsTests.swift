@@ -49,7 +49,7 @@ struct MetricsTests {
 
     @Test("after a download completed, one retried and one failed: the series Prometheus parses, with their counts")
     func metricsAfterDownloads() async throws {
-        guard let python = Aria2RPCTests.aria2pPython else {
+        guard let python = TestPaths.python else {
             if ExternalServer.isCI { Issue.record("prometheus_client is not installed in .build/test-python") }
             return
         }

@@ -16,7 +16,7 @@ import Testing
 struct SchemathesisTests {
     @Test("no 5xx and every answer as the document describes, over about 1,700 generated requests")
     func schemathesis() async throws {
-        guard let python = Aria2RPCTests.aria2pPython else {
+        guard let python = TestPaths.python else {
             if ExternalServer.isCI {
                 Issue.record("The test Python is not in .build/test-python (.ci/run installs it)")
             }
@@ -36,8 +36,7 @@ struct SchemathesisTests {
         let temp = try TemporaryDirectory()
         let document = try #require(EmbeddedAssets.file("openapi.json"))
         try Data(buffer: document.body).write(to: URL(fileURLWithPath: temp.file("openapi.json")))
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("openapi/schemathesis.sh").path
+        let script = TestPaths.file("Tests/openapi/schemathesis.sh")
         let (status, output) = try await Command.run(
             unshare,
             ["--net", "--", script, HaulProcess.executable, python, temp.path, temp.file("openapi.json")]
