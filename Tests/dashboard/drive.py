@@ -102,7 +102,7 @@ try:
     field.clear()
     field.send_keys(directory)
     # One connection: the server's limit per connection then holds the whole download to
-    # 1 MiB/s, seconds to watch, pause and resume (several would finish it in a moment).
+    # 512 KiB/s, seconds to watch, pause and resume (several would finish it in a moment).
     driver.find_element(By.ID, "add-connections").send_keys("1")
     driver.find_element(By.ID, "add-submit").click()
 

@@ -42,8 +42,9 @@ struct DashboardBrowserTests {
         }
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
-        // 6 MiB at 1 MiB/s: seconds of progress to watch, pause and resume.
-        try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: "1m")) { nginx in
+        // 6 MiB at 512 KiB/s over one connection: twelve seconds to watch, pause and resume,
+        // however slowly a loaded machine drives the browser.
+        try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: "512k")) { nginx in
             let big = TestContent.bytes(count: 6 << 20, seed: 61)
             let small = TestContent.bytes(count: 300_000, seed: 62)
             try Data(big).write(to: URL(fileURLWithPath: nginx.root + "/big.bin"))
@@ -73,7 +74,10 @@ struct DashboardBrowserTests {
                 #expect(states.first == "running" || states.first == "queued", "\(states)")
                 #expect(states.contains("paused") && states.last == "completed", "\(states)")
                 let pausedAt = try #require(seen["pausedAt"] as? Int)
-                #expect(pausedAt > 0 && pausedAt < 100)
+                // Paused with data on disk; on a loaded machine the click can land after the
+                // last byte and before the check and rename, which is a pause too (the resume
+                // then verifies without fetching the file again).
+                #expect(pausedAt > 0 && pausedAt <= 100)
                 #expect(seen["keyboardReachedURLs"] as? Bool == true)
                 #expect(seen["keyboardReachedAdd"] as? Bool == true)
                 #expect(seen["limitsShown"] as? [String] == ["2", "512"])
