@@ -99,7 +99,10 @@ let package = Package(
             dependencies: [
                 "Haul",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         // Writes a folder of files into a Swift source file (run by EmbedAssets at build time).

@@ -46,8 +46,7 @@ public final class FleetQueue: Sendable {
     public let node: String
     let logger: Logger
 
-    /// The advisory lock keys: migrations, and admission.
-    static let migrationLock: Int64 = 0x4841_554c_0001
+    /// The advisory lock key of admission (``PostgresSchema`` has the others).
     static let admissionLock: Int64 = 0x4841_554c_0002
 
     /// - Throws: ``HaulError/Code/invalidArgument`` for a node name that is not 1 to 64
@@ -72,99 +71,12 @@ public final class FleetQueue: Sendable {
 
     // MARK: Schema
 
-    /// The migrations, in order, each a list of statements run in one transaction, once.
-    static let migrations: [[String]] = [
-        [
-            """
-            CREATE TABLE fleet_task (
-                id uuid PRIMARY KEY,
-                host text NOT NULL,
-                priority integer NOT NULL DEFAULT 0,
-                queue_order bigserial NOT NULL,
-                state text NOT NULL DEFAULT 'queued'
-                    CHECK (state IN ('queued', 'running', 'paused', 'completed', 'failed', 'cancelled')),
-                owner text,
-                lease_expires timestamptz,
-                fence bigint NOT NULL DEFAULT 0,
-                committed bigint NOT NULL DEFAULT 0 CHECK (committed >= 0)
-            )
-            """,
-            "CREATE INDEX fleet_task_queue ON fleet_task (priority DESC, queue_order) WHERE state = 'queued'",
-            "CREATE INDEX fleet_task_leased ON fleet_task (lease_expires) WHERE state = 'running'",
-            """
-            CREATE TABLE fleet_node (
-                name text PRIMARY KEY,
-                started_at timestamptz NOT NULL DEFAULT now(),
-                heartbeat_at timestamptz NOT NULL DEFAULT now()
-            )
-            """,
-        ],
-        [
-            "ALTER TABLE fleet_node ADD COLUMN bytes_per_second double precision NOT NULL DEFAULT 0",
-            "ALTER TABLE fleet_node ADD COLUMN stopped_at timestamptz",
-            "CREATE INDEX fleet_task_owner ON fleet_task (owner) WHERE state = 'running'",
-        ],
-    ]
+    /// The schema's migrations (``PostgresSchema``), shared with ``PostgresStore``.
+    static var migrations: [[String]] { PostgresSchema.migrations }
 
-    /// Creates or upgrades the schema. Several nodes may start at once: one migrates while
-    /// the others wait on an advisory lock, then find nothing left to do.
-    /// - Throws: ``HaulError/Code/store`` when the database has a newer schema than this
-    ///   Haul knows, or cannot be changed.
+    /// Creates or upgrades the schema (``PostgresSchema/migrate(_:logger:)``).
     public func migrate() async throws {
-        try await store("migrate the fleet's tables") {
-            try await self.client.withConnection { connection in
-                _ = try await connection.query("SELECT pg_advisory_lock(\(Self.migrationLock))", logger: self.logger)
-                do {
-                    try await self.runMigrations(connection)
-                    _ = try await connection.query(
-                        "SELECT pg_advisory_unlock(\(Self.migrationLock))",
-                        logger: self.logger
-                    )
-                } catch {
-                    _ = try? await connection.query(
-                        "SELECT pg_advisory_unlock(\(Self.migrationLock))",
-                        logger: self.logger
-                    )
-                    throw error
-                }
-            }
-        }
-    }
-
-    private func runMigrations(_ connection: PostgresConnection) async throws {
-        _ = try await connection.query(
-            """
-            CREATE TABLE IF NOT EXISTS haul_migration (
-                version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
-            """,
-            logger: logger
-        )
-        var applied = 0
-        for try await version in try await connection.query(
-            "SELECT COALESCE(MAX(version), 0) FROM haul_migration",
-            logger: logger
-        ).decode(Int.self) {
-            applied = version
-        }
-        guard applied <= Self.migrations.count else {
-            throw HaulError(
-                .store,
-                "The fleet's database was set up by a newer Haul (schema \(applied), this one knows \(Self.migrations.count))",
-                hint: "Run the same version of Haul on every node"
-            )
-        }
-        for (index, statements) in Self.migrations.enumerated() where index + 1 > applied {
-            let version = index + 1
-            try await connection.withTransaction(logger: logger) { connection in
-                for sql in statements {
-                    _ = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: self.logger)
-                }
-                _ = try await connection.query(
-                    "INSERT INTO haul_migration (version) VALUES (\(version))",
-                    logger: self.logger
-                )
-            }
-        }
+        try await PostgresSchema.migrate(client, logger: logger)
     }
 
     // MARK: The queue
@@ -465,33 +377,6 @@ public final class FleetQueue: Sendable {
 
     /// Runs a database operation; a failure is one sentence naming what was being done.
     private func store<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch {
-            if let error = error as? HaulError { throw error }
-            throw HaulError(.store, "Cannot \(what) in PostgreSQL: \(Self.reason(error))")
-        }
-    }
-
-    /// What went wrong, in the server's words when it said any; never a type dump.
-    static func reason(_ error: any Error) -> String {
-        if let error = error as? PostgresTransactionError {
-            for inner in [error.closureError, error.beginError, error.commitError, error.rollbackError] {
-                if let inner { return reason(inner) }
-            }
-        }
-        if let error = error as? HaulError { return error.message }
-        if let error = error as? PSQLError {
-            if let message = error.serverInfo?[.message] { return message }
-            switch error.code {
-            case .connectionError, .serverClosedConnection, .uncleanShutdown:
-                return "the connection to the database failed or was closed"
-            case .queryCancelled: return "the query was cancelled"
-            case .tooManyParameters: return "too many values in one query"
-            default: return "the database client failed (\(error.code))"
-            }
-        }
-        if error is CancellationError { return "it was cancelled" }
-        return "the database client failed"
+        try await Postgres.run(what, body)
     }
 }

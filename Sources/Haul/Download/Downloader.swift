@@ -89,12 +89,13 @@ public final class Downloader: Sendable {
         }
     }
 
-    /// Where a downloader keeps its SQLite store.
+    /// Where a downloader keeps its store: a SQLite file (the default), memory, or a store
+    /// already opened (fleet mode's PostgreSQL store is one).
     public struct StoreLocation: Sendable {
         enum Kind: Sendable {
             case path(String)
             case memory
-            case existing(Store)
+            case existing(any TaskStore)
         }
 
         let kind: Kind
@@ -107,10 +108,12 @@ public final class Downloader: Sendable {
         public static var inMemory: StoreLocation { StoreLocation(kind: .memory) }
         /// A store already opened.
         public static func store(_ store: Store) -> StoreLocation { StoreLocation(kind: .existing(store)) }
+        /// A store of any engine, already opened.
+        package static func engine(_ store: any TaskStore) -> StoreLocation { StoreLocation(kind: .existing(store)) }
     }
 
     /// The store this downloader records into.
-    public let store: Store
+    package let store: any TaskStore
     private let clients: ClientPool
     private let configuration: Configuration
     private let overallLimiter: RateLimiter
@@ -201,7 +204,7 @@ public final class Downloader: Sendable {
         priority: Int = 0
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         let now = Date()
-        let items = try requests.map { request -> (new: TaskRecord, reAdd: Store.ReAdd) in
+        let items = try requests.map { request -> (new: TaskRecord, reAdd: TaskReAdd) in
             try request.validate()
             var record = TaskRecord(
                 id: UUID(),
@@ -231,7 +234,7 @@ public final class Downloader: Sendable {
             record.pieces = request.pieceHashes
             record.followsMetalink = request.followsMetalink
             record.priority = priority
-            let reAdd = Store.ReAdd(
+            let reAdd = TaskReAdd(
                 background: background,
                 session: request.session,
                 requestHeaders: request.headers,

@@ -10,7 +10,7 @@ public struct PieceHashes: Sendable, Hashable {
     /// Bytes in each piece but the last.
     public let length: Int64
     /// The digests, one after the other (`count` × the algorithm's digest length).
-    let digests: [UInt8]
+    package let digests: [UInt8]
 
     /// The smallest and largest piece length taken (Metalinks use 256 KiB to a few MiB).
     public static let lengths: ClosedRange<Int64> = 1024...(1 << 32)

@@ -10,7 +10,7 @@ import Foundation
 /// complete, with the sync that completes it (``take()`` before it, ``record(_:)`` after).
 struct Checkpointer: Sendable {
     let part: PartFile
-    let store: Store
+    let store: any TaskStore
     let taskID: UUID
     let plan: SegmentPlan
     let interval: Duration

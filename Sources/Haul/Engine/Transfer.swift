@@ -8,7 +8,7 @@ import NIOPosix
 /// What a transfer needs from its downloader.
 struct TransferEnvironment: Sendable {
     var transport: HTTPTransport
-    var store: Store
+    var store: any TaskStore
     var checkpointInterval: Duration
     var checkpointBytes: Int64
     var retry: RetryPolicy
@@ -65,7 +65,7 @@ final class Transfer {
     /// The source whose validators are the task's (Transfer+Sources.swift).
     var leadIndex = 0
     /// The task's piece hashes as the store has them, once read (Transfer+Pieces.swift).
-    var storedPieces: Store.StoredPieces?
+    var storedPieces: StoredPieces?
     /// What is known of the pieces while the download runs, once its length is known.
     var pieceVerifier: PieceVerifier?
     /// The `Content-Type` of this run's opening answer (none when it resumed its segments).
@@ -113,7 +113,7 @@ final class Transfer {
     var url: URL { task.url }
     private var requestHeaders: [HTTPHeaderField] { task.requestHeaders }
     var checksum: Checksum? { task.checksum }
-    var store: Store { environment.store }
+    var store: any TaskStore { environment.store }
     /// The range rules over the version of the file the store holds.
     private var rules: TransferRules { TransferRules(task.validators) }
     /// Bytes durably on disk in all segments.

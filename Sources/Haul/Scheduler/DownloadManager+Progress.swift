@@ -32,14 +32,14 @@ extension DownloadManager {
     /// Every task of this manager's kind (background or not) in the store, in queue order;
     /// with `session`, only that session's.
     public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
-        let infos = try await store.infos(background: background, session: session)
+        let infos = try await store.infos(ids: nil, background: background, session: session)
         return known.values.contains { $0.unrecorded != nil } ? infos.map(overlaid) : infos
     }
 
     /// One task.
     /// - Throws: ``HaulError/Code/notFound`` when there is no such task.
     public func info(_ id: UUID) async throws -> DownloadInfo {
-        guard let info = try await store.infos(ids: [id]).first else {
+        guard let info = try await store.infos(ids: [id], background: nil, session: nil).first else {
             throw HaulError(.notFound, "No task \(id)")
         }
         return overlaid(info)

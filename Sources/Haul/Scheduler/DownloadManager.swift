@@ -129,7 +129,7 @@ public actor DownloadManager {
     private var recovered = false
 
     /// The store the manager records into.
-    public nonisolated var store: Store { downloader.store }
+    package nonisolated var store: any TaskStore { downloader.store }
 
     /// Opens the store and loads its known. Call ``run()`` (or use
     /// ``withDownloadManager(configuration:_:)``) for anything to move.

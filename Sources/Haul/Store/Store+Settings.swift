@@ -63,83 +63,48 @@ package struct StoredLimits: Sendable, Equatable {
     }
 }
 
-extension Store {
-    private enum SettingName: String, CaseIterable {
+extension StoredLimits {
+    /// The names of the settings the limits are saved under.
+    enum Name: String, CaseIterable {
         case maxConcurrentDownloads, maxConnectionsPerHost, overallRateLimit, giveUpAfter, allowMetered
     }
+}
 
-    /// The limits saved by ``saveLimits(_:)``. A stored value that is out of range (the file
-    /// was edited, or written by a broken version) is left out and named in `rejected`, so
-    /// the caller can say so and use its default.
-    package func storedLimits() async throws -> (limits: StoredLimits, rejected: [String]) {
-        let rows = try await read { db in
-            try Row.fetchAll(db, sql: "SELECT name, value FROM setting").map { row -> (String, Int64?) in
+extension Store {
+    package func numericSettings() async throws -> [(name: String, value: Int64?)] {
+        try await read { db in
+            try Row.fetchAll(db, sql: "SELECT name, value FROM setting").map { row -> (name: String, value: Int64?) in
                 (row["name"], row["value"])
             }
         }
-        var limits = StoredLimits()
-        var rejected: [String] = []
-        for (name, value) in rows {
-            guard let setting = SettingName(rawValue: name), let value else { continue }
-            var one = StoredLimits()
-            switch setting {
-            case .maxConcurrentDownloads: one.maxConcurrentDownloads = Int(exactly: value)
-            case .maxConnectionsPerHost: one.maxConnectionsPerHost = Int(exactly: value)
-            case .overallRateLimit: one.overallRateLimit = value
-            case .giveUpAfter: one.giveUpAfter = value
-            case .allowMetered: one.allowMetered = value
-            }
-            if one == StoredLimits() || (try? one.validate()) == nil {
-                rejected.append("\(name) = \(value)")
-            } else {
-                limits = limits.merging(one)
-            }
-        }
-        return (limits, rejected)
     }
 
-    /// Saves the fields of `limits` that are set, together (one transaction).
-    package func saveLimits(_ limits: StoredLimits) async throws {
-        let values: [(SettingName, Int64?)] = [
-            (.maxConcurrentDownloads, limits.maxConcurrentDownloads.map(Int64.init)),
-            (.maxConnectionsPerHost, limits.maxConnectionsPerHost.map(Int64.init)),
-            (.overallRateLimit, limits.overallRateLimit),
-            (.giveUpAfter, limits.giveUpAfter),
-            (.allowMetered, limits.allowMetered),
-        ]
+    package func saveNumericSettings(_ values: [(name: String, value: Int64)]) async throws {
         try await write { db in
-            for case let (name, value?) in values {
+            for (name, value) in values {
                 try db.execute(
                     sql:
                         "INSERT INTO setting (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                    arguments: [name.rawValue, value]
+                    arguments: [name, value]
                 )
             }
         }
     }
 
-    /// The metered interface patterns last saved, or nil (the defaults); a stored value
-    /// that is not a valid list is ignored (nil).
-    package func storedMeteredInterfaces() async throws -> [String]? {
-        let text = try await read { db in
-            try String.fetchOne(db, sql: "SELECT value FROM textSetting WHERE name = 'meteredInterfaces'")
+    package func textSetting(_ name: String) async throws -> String? {
+        try await read { db in
+            try String.fetchOne(db, sql: "SELECT value FROM textSetting WHERE name = ?", arguments: [name])
         }
-        guard let text, let list = try? JSONDecoder().decode([String].self, from: Data(text.utf8)),
-            (try? NetworkPolicy(meteredInterfaces: list).validate()) != nil
-        else { return nil }
-        return list
     }
 
-    /// Saves the metered interface patterns.
-    package func saveMeteredInterfaces(_ patterns: [String]) async throws {
-        let text = String(decoding: try JSONEncoder().encode(patterns), as: UTF8.self)
+    package func saveTextSetting(_ name: String, _ value: String) async throws {
         try await write { db in
             try db.execute(
                 sql: """
-                    INSERT INTO textSetting (name, value) VALUES ('meteredInterfaces', ?)
+                    INSERT INTO textSetting (name, value) VALUES (?, ?)
                     ON CONFLICT(name) DO UPDATE SET value = excluded.value
                     """,
-                arguments: [text]
+                arguments: [name, value]
             )
         }
     }

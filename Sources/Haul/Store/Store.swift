@@ -6,7 +6,7 @@ import GRDB
 /// The only type that knows SQL. Safe to share between tasks and between processes: the
 /// file is opened as a WAL `DatabasePool` with a busy timeout, so several `haul` processes
 /// on one store wait for each other instead of failing or corrupting it.
-public final class Store: Sendable {
+public final class Store: TaskStore {
     let writer: any DatabaseWriter
 
     /// A store over an open database, migrated; see Store+Opening for the ways to open one.
@@ -37,7 +37,7 @@ public final class Store: Sendable {
 
     // MARK: Reading
 
-    func task(id: UUID) async throws -> TaskRecord? {
+    package func task(id: UUID) async throws -> TaskRecord? {
         try await read { db in try Store.task(db, id: id) }
     }
 
@@ -47,7 +47,7 @@ public final class Store: Sendable {
     }
 
     /// A task and its segments, read together.
-    func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
+    package func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in
             guard let task = try Store.task(db, id: id) else { return nil }
             return (task, try Store.segments(db, of: task))
@@ -56,7 +56,7 @@ public final class Store: Sendable {
 
     /// What a run of a task reads first — the task with its piece hashes, and its segments —
     /// in one read.
-    func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
+    package func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in
             guard var task = try Store.task(db, id: id) else { return nil }
             task.storedPieces = .some(try Store.pieces(db, of: id))
@@ -64,33 +64,20 @@ public final class Store: Sendable {
         }
     }
 
-    /// A task's segments, checked like the task (empty when there is no such task).
-    func segments(of id: UUID) async throws -> [SegmentRecord] {
-        try await taskWithSegments(id)?.1 ?? []
-    }
-
-    /// A task's segments in order, checked: a layout no transfer could have written is an
-    /// error naming the task. A task without any starts from byte 0.
+    /// A task's segments in order, checked (``SegmentRecord/checked(_:of:)``).
     private static func segments(_ db: Database, of task: TaskRecord) throws -> [SegmentRecord] {
-        let segments = try SegmentRecord.fetchAll(
-            db.cachedStatement(sql: "SELECT * FROM segment WHERE taskID = ? ORDER BY ordinal"),
-            arguments: [task.id]
+        try SegmentRecord.checked(
+            SegmentRecord.fetchAll(
+                db.cachedStatement(sql: "SELECT * FROM segment WHERE taskID = ? ORDER BY ordinal"),
+                arguments: [task.id]
+            ),
+            of: task
         )
-        if segments.isEmpty { return [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, committed: 0)] }
-        let layout = segments.map { (start: $0.start, end: $0.end, committed: $0.committed) }
-        if let problem = SegmentRecord.layoutProblem(layout, totalLength: task.totalLength) {
-            throw HaulError(
-                .store,
-                "Task \(task.id) in the Haul store cannot be read: its segments are unusable (\(problem))",
-                hint: "Remove it with 'haul remove \(task.id)', or point HAUL_HOME at another directory"
-            )
-        }
-        return segments
     }
 
     /// The most recent task for this URL going into this directory (with this name, when the
     /// user fixed it), so rerunning a command continues it instead of starting over.
-    func findTask(url: URL, directory: String, fileName: String?) async throws -> TaskRecord? {
+    package func findTask(url: URL, directory: String, fileName: String?) async throws -> TaskRecord? {
         try await read { db in try Store.findTask(db, url: url, directory: directory, fileName: fileName) }
     }
 
@@ -122,7 +109,7 @@ public final class Store: Sendable {
     }
 
     /// Every task, oldest first.
-    func allTasks() async throws -> [TaskRecord] {
+    package func allTasks() async throws -> [TaskRecord] {
         try await read { db in try TaskRecord.order(TaskRecord.Columns.createdAt).fetchAll(db) }
     }
 
@@ -130,7 +117,7 @@ public final class Store: Sendable {
 
     /// Inserts a task at the back of the waiting line; returns it with its queue position.
     @discardableResult
-    func insert(_ task: TaskRecord, segments: [SegmentRecord]) async throws -> TaskRecord {
+    package func insert(_ task: TaskRecord, segments: [SegmentRecord]) async throws -> TaskRecord {
         try await write { db in
             var task = task
             task.queueOrder = try Store.nextQueueOrder(db)
@@ -141,45 +128,14 @@ public final class Store: Sendable {
         }
     }
 
-    /// What adding a download again changes on the task that has it: the request's own
-    /// columns. Never its state, validators or segments, which a running transfer owns.
-    struct ReAdd: Sendable {
-        var background: Bool
-        var session: String
-        var requestHeaders: [HTTPHeaderField]
-        var checksum: Checksum?
-        var overwrite: Bool
-        var connections: Int?
-        var minSplitSize: Int64?
-        var rateLimit: Int64?
-        var tls: TLSOptions
-        var proxy: ProxySettings
-        var credentials: Credentials
-        var cookies: CookieOptions
-        var allowsMetered: Bool
-        var checkNewer: Bool
-        var continuesExisting: Bool
-        var hooks: Hooks
-    }
-
-    /// Finds the unfinished-or-completed task for `new`'s URL and destination and applies
-    /// `reAdd` to it, or inserts `new` with one empty segment: one transaction (SQLite's
-    /// IMMEDIATE), so adds racing in this process or others never create two, and a unique
-    /// index backs that.
-    /// - Parameter accept: sees the existing task before anything changes; throws to refuse.
-    /// - Returns: the task and its segments as they are now, and whether it is new.
-    func findOrInsert(
-        _ new: TaskRecord,
-        reAdd: ReAdd,
-        accept: @escaping @Sendable (TaskRecord) throws -> Void
-    ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
-        try await findOrInsert([(new, reAdd)], accept: accept)[0]
-    }
-
-    /// ``findOrInsert(_:reAdd:accept:)`` for many, in order, in one transaction: all are
-    /// found or recorded, or (when one is refused or a write fails) none.
-    func findOrInsert(
-        _ items: [(new: TaskRecord, reAdd: ReAdd)],
+    /// Finds the unfinished-or-completed task for each new one's URL and destination and
+    /// applies its re-add, or inserts it with one empty segment, in order: one transaction
+    /// (SQLite's IMMEDIATE), so adds racing in this process or others never create two (a
+    /// unique index backs that); all are found or recorded, or (when one is refused or a
+    /// write fails) none.
+    /// - Parameter accept: sees each existing task before anything changes; throws to refuse.
+    package func findOrInsert(
+        _ items: [(new: TaskRecord, reAdd: TaskReAdd)],
         accept: @escaping @Sendable (TaskRecord) throws -> Void
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         try await write { db in
@@ -192,22 +148,7 @@ public final class Store: Sendable {
                     fileName: new.explicitName ? new.fileName : nil
                 ) {
                     try accept(existing)
-                    existing.background = reAdd.background
-                    existing.session = reAdd.session
-                    existing.requestHeaders = reAdd.requestHeaders
-                    existing.checksum = reAdd.checksum
-                    existing.overwrite = reAdd.overwrite
-                    existing.connections = reAdd.connections
-                    existing.minSplitSize = reAdd.minSplitSize
-                    existing.rateLimit = reAdd.rateLimit
-                    existing.tls = reAdd.tls
-                    existing.proxy = reAdd.proxy
-                    existing.credentials = reAdd.credentials
-                    existing.cookies = reAdd.cookies
-                    existing.allowsMetered = reAdd.allowsMetered
-                    existing.checkNewer = reAdd.checkNewer
-                    existing.continuesExisting = reAdd.continuesExisting
-                    existing.hooks = reAdd.hooks
+                    reAdd.apply(to: &existing)
                     try db.execute(
                         sql: """
                             UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
@@ -245,7 +186,7 @@ public final class Store: Sendable {
     }
 
     /// Inserts many new tasks, each with one empty segment, in one transaction, in order.
-    func insertMany(_ tasks: [TaskRecord]) async throws {
+    package func insertMany(_ tasks: [TaskRecord]) async throws {
         try await write { db in
             var order = try Store.nextQueueOrder(db)
             for var task in tasks {
@@ -259,7 +200,7 @@ public final class Store: Sendable {
     }
 
     /// Moves a task to the back of the waiting line in `state`; returns its new position.
-    func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
+    package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
         try await write { db in
             let order = try Store.nextQueueOrder(db)
             try db.execute(
@@ -277,7 +218,7 @@ public final class Store: Sendable {
 
     /// Gives `ids` the places in the queue they hold between them, in the order given
     /// (their queue orders, sorted, handed out again); returns each one's new order.
-    func reorder(_ ids: [UUID]) async throws -> [UUID: Int64] {
+    package func reorder(_ ids: [UUID]) async throws -> [UUID: Int64] {
         try await write { db in
             var orders: [Int64] = []
             for id in ids {
@@ -295,14 +236,14 @@ public final class Store: Sendable {
         }
     }
 
-    func setPriority(_ id: UUID, _ priority: Int) async throws {
+    package func setPriority(_ id: UUID, _ priority: Int) async throws {
         try await write { db in
             try db.execute(sql: "UPDATE task SET priority = ? WHERE id = ?", arguments: [priority, id])
         }
     }
 
     /// Tasks in any of `states`, in queue order; with `background`, only the daemon's or only the others.
-    func tasks(inStates states: [TaskState], background: Bool? = nil) async throws -> [TaskRecord] {
+    package func tasks(inStates states: [TaskState], background: Bool? = nil) async throws -> [TaskRecord] {
         try await read { db in
             var request = TaskRecord.filter(states.map(\.rawValue).contains(TaskRecord.Columns.state))
             if let background { request = request.filter(TaskRecord.Columns.background == background) }
@@ -315,7 +256,11 @@ public final class Store: Sendable {
     ///   - ids: only these tasks.
     ///   - background: only the daemon's tasks (true) or only the others (false).
     ///   - session: only the tasks of this session.
-    func infos(ids: [UUID]? = nil, background: Bool? = nil, session: String? = nil) async throws -> [DownloadInfo] {
+    package func infos(
+        ids: [UUID]? = nil,
+        background: Bool? = nil,
+        session: String? = nil
+    ) async throws -> [DownloadInfo] {
         try await read { db in
             // Only the columns a listing shows, decoded by position: this is the query a
             // `haul list` of thousands of tasks runs.
@@ -344,50 +289,25 @@ public final class Store: Sendable {
             var infos: [DownloadInfo] = []
             let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
             while let row = try rows.next() {
-                let id: UUID = row[0]
-                let directory: String = row[2]
-                let fileName: String? = row[3]
-                let state: String = row[4]
-                guard let url = URL(string: row[1]) else {
-                    throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its url is not a URL")
-                }
-                guard let state = TaskState(rawValue: state) else {
-                    throw HaulError(
-                        .store,
-                        "Task \(id) in the Haul store cannot be read: its state '\(state)' is not a state"
-                    )
-                }
-                var sources: [DownloadSource] = []
-                if let text = row[14] as String? {
-                    do {
-                        sources = try JSONDecoder().decode([DownloadSource].self, from: Data(text.utf8))
-                        try DownloadSource.validate(sources)
-                    } catch {
-                        throw HaulError(
-                            .store,
-                            "Task \(id) in the Haul store cannot be read: its sources is not a list of sources"
-                        )
-                    }
-                }
-                var info =
-                    DownloadInfo(
-                        id: id,
-                        url: url,
-                        path: fileName.map { (directory as NSString).appendingPathComponent($0) },
-                        directory: directory,
-                        state: state,
+                infos.append(
+                    try DownloadInfo(
+                        storedID: row[0],
+                        url: row[1],
+                        directory: row[2],
+                        fileName: row[3],
+                        state: row[4],
                         priority: row[5],
-                        bytesCommitted: row[8],
-                        totalBytes: row[6],
+                        totalLength: row[6],
                         errorMessage: row[7],
+                        committed: row[8],
                         session: row[9],
                         rateLimit: row[10],
                         connections: row[11],
                         nextTryAt: StoreDate.date(row[12] as DatabaseValue),
-                        errorCode: (row[13] as String?).flatMap(HaulError.Code.init(name:))
+                        errorCode: row[13],
+                        sources: row[14]
                     )
-                info.sources = sources
-                infos.append(info)
+                )
             }
             return infos
         }
@@ -400,7 +320,7 @@ public final class Store: Sendable {
     /// Records a task re-created from resume data — request, response, part file, state and
     /// segments, every group at once — inserting it when this store has never seen it. Only
     /// for a task that is not running: nothing else writes its columns meanwhile.
-    func adopt(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+    package func adopt(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
         try await write { db in
             var task = task
             task.updatedAt = Date()
@@ -425,7 +345,7 @@ public final class Store: Sendable {
     /// - Parameter recordingRunning: the run's "running" state, recorded in the same transaction.
     /// - Returns: whether `part` was recorded (false without one).
     @discardableResult
-    func saveResponse(
+    package func saveResponse(
         _ task: TaskRecord,
         segments: [SegmentRecord],
         claimingPart part: (path: String, identity: String?)? = nil,
@@ -460,7 +380,7 @@ public final class Store: Sendable {
     /// transaction. Call only after the part file was synced up to those offsets.
     /// - Parameter verifiedPieces: the bitmap of verified pieces, when it changed (only pieces
     ///   whose bytes are among those synced).
-    func checkpoint(
+    package func checkpoint(
         _ id: UUID,
         segments: [SegmentRecord],
         sources: [DownloadSource]? = nil,
@@ -494,7 +414,7 @@ public final class Store: Sendable {
     }
 
     /// Records the part file a task created (the transfer owns these columns).
-    func setPart(_ id: UUID, path: String?, identity: String?) async throws {
+    package func setPart(_ id: UUID, path: String?, identity: String?) async throws {
         try await write { db in
             try db.cachedStatement(
                 sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
@@ -505,7 +425,7 @@ public final class Store: Sendable {
     }
 
     /// Whether another task than `id` records `path` as its part file.
-    func isPartPathTaken(_ path: String, byOtherThan id: UUID) async throws -> Bool {
+    package func isPartPathTaken(_ path: String, byOtherThan id: UUID) async throws -> Bool {
         try await read { db in
             try TaskRecord.filter(TaskRecord.Columns.partPath == path && TaskRecord.Columns.id != id).fetchCount(db) > 0
         }
@@ -520,7 +440,7 @@ public final class Store: Sendable {
 
     /// Records `path` as the part file of task `id` unless another task records it: false
     /// then, and nothing changes. The check and the record are one transaction.
-    func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
+    package func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
         try await write { db in try Store.claimPart(db, id, path: path, identity: identity) }
     }
 
@@ -536,7 +456,7 @@ public final class Store: Sendable {
     }
 
     /// Records the rate limit of tasks.
-    func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
+    package func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
         try await write { db in
             for id in ids {
                 try db.cachedStatement(sql: "UPDATE task SET rateLimit = ? WHERE id = ?").execute(arguments: [
@@ -554,7 +474,7 @@ public final class Store: Sendable {
     ///   reader (`haul wait`) can tell its class.
     /// - Parameter forgettingPart: whether the task's part file is gone (moved into place):
     ///   its record goes in the same transaction.
-    func setState(
+    package func setState(
         _ id: UUID,
         _ state: TaskState,
         error: String? = nil,
@@ -593,7 +513,7 @@ public final class Store: Sendable {
 
     /// Records that a task waits to try again at `nextTryAt` after `error`, in a streak of
     /// tries that began at `since`.
-    func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {
+    package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {
         try await write { db in
             try db.execute(
                 sql: """
@@ -605,7 +525,7 @@ public final class Store: Sendable {
         }
     }
 
-    func delete(_ id: UUID) async throws {
+    package func delete(_ id: UUID) async throws {
         _ = try await write { db in try TaskRecord.deleteOne(db, key: id) }
     }
 }

@@ -43,7 +43,7 @@ package enum StoreDate {
         }
     }
 
-    static func date(_ text: String) -> Date? {
+    package static func date(_ text: String) -> Date? {
         // yyyy-MM-dd[ HH:mm[:ss[.SSS]]] (also with a T between date and time)
         let fields = text.split(whereSeparator: { "-: T.".contains($0) }).map { Int($0) }
         guard fields.count >= 3, fields.allSatisfy({ $0 != nil }) else { return nil }

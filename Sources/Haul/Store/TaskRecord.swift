@@ -22,129 +22,129 @@ import GRDB
 ///   place in the waiting line.
 /// Only a new task (``Store/insert(_:segments:)``) and a task re-created from resume data
 /// (``Store/adopt(_:segments:)``, not running by definition) write every group at once.
-struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
-    static let databaseTableName = "task"
+package struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
+    package static let databaseTableName = "task"
 
-    var id: UUID
-    var session: String
-    var url: URL
-    var finalURL: URL?
+    package var id: UUID
+    package var session: String
+    package var url: URL
+    package var finalURL: URL?
     /// The directory the finished file goes into.
-    var directory: String
+    package var directory: String
     /// The file name, once known: given by the user, or chosen from the first response.
-    var fileName: String?
+    package var fileName: String?
     /// Whether the user fixed the name (`-o`); otherwise the server's response may choose it.
-    var explicitName: Bool
+    package var explicitName: Bool
     /// Extra request headers.
-    var requestHeaders: [HTTPHeaderField]
-    var checksum: Checksum?
-    var overwrite: Bool
-    var state: TaskState
-    var priority: Int
-    var etag: String?
-    var lastModified: String?
-    var serverDate: String?
-    var totalLength: Int64?
-    var createdAt: Date
-    var queuedAt: Date
-    var updatedAt: Date
-    var errorMessage: String?
+    package var requestHeaders: [HTTPHeaderField]
+    package var checksum: Checksum?
+    package var overwrite: Bool
+    package var state: TaskState
+    package var priority: Int
+    package var etag: String?
+    package var lastModified: String?
+    package var serverDate: String?
+    package var totalLength: Int64?
+    package var createdAt: Date
+    package var queuedAt: Date
+    package var updatedAt: Date
+    package var errorMessage: String?
     /// Position in the waiting line: only grows; a task resumed by the user gets a new one.
-    var queueOrder: Int64
+    package var queueOrder: Int64
     /// Whether the background daemon owns the task (rather than a `haul get` process).
-    var background: Bool
+    package var background: Bool
     /// Connections to split the download over; nil for the downloader's default.
-    var connections: Int?
+    package var connections: Int?
     /// The smallest segment worth its own connection; nil for the downloader's default.
-    var minSplitSize: Int64?
+    package var minSplitSize: Int64?
     /// This download's rate limit in bytes per second; nil for none.
-    var rateLimit: Int64?
+    package var rateLimit: Int64?
     /// The part file this task created and owns; nil until it creates one.
-    var partPath: String?
+    package var partPath: String?
     /// The part file's `device:inode` when it was created.
-    var partIdentity: String?
+    package var partIdentity: String?
     /// Whom the download trusts over TLS (a JSON object in its column; NULL for the defaults).
-    var tls = TLSOptions()
+    package var tls = TLSOptions()
     /// The proxies (a JSON object in its column; NULL for none). It may hold proxy
     /// credentials, as the URL may: the store is private to its user.
-    var proxy = ProxySettings.direct
+    package var proxy = ProxySettings.direct
     /// The user, password and netrc file (a JSON object; NULL for none).
-    var credentials = Credentials.none
+    package var credentials = Credentials.none
     /// What the download does with cookies (a JSON object; NULL for the defaults).
-    var cookies = CookieOptions.standard
+    package var cookies = CookieOptions.standard
     /// Whether it may use a metered network (the request group).
-    var allowsMetered = true
+    package var allowsMetered = true
     /// Whether a file at the destination is checked against the server for a newer version.
-    var checkNewer = false
+    package var checkNewer = false
     /// Whether a file at the destination (or a stray part file) is continued as a prefix.
-    var continuesExisting = false
+    package var continuesExisting = false
     /// Programs run when it ends (a JSON object; NULL for none).
-    var hooks = Hooks.none
+    package var hooks = Hooks.none
     /// The URL and its mirrors with what the download learnt of each; empty without mirrors.
-    var sources: [DownloadSource] = []
+    package var sources: [DownloadSource] = []
     /// The most connections to one source; nil for the default.
-    var maxConnectionsPerServer: Int?
+    package var maxConnectionsPerServer: Int?
     /// The request's piece hashes, carried to the store when the task is inserted (they live
     /// in a table of their own, ``Store/pieces(of:)``; never read back into this record).
-    var pieces: PieceHashes?
+    package var pieces: PieceHashes?
     /// Its piece hashes as the store has them, when a read for its run fetched them
     /// (``Store/taskForRun(_:)``): `.some(nil)` for none, nil when not read.
-    var storedPieces: Store.StoredPieces??
+    package var storedPieces: StoredPieces??
     /// Whether a Metalink it turns out to be is followed (``DownloadRequest/followsMetalink``).
-    var followsMetalink = true
+    package var followsMetalink = true
     /// For a task waiting to try again: when (the state group).
-    var nextTryAt: Date?
+    package var nextTryAt: Date?
     /// When its current streak of failed tries began; cleared by success or the user.
-    var retryingSince: Date?
+    package var retryingSince: Date?
 
-    enum Columns {
-        static let id = Column("id")
-        static let session = Column("session")
-        static let url = Column("url")
-        static let finalURL = Column("finalURL")
-        static let directory = Column("directory")
-        static let fileName = Column("fileName")
-        static let explicitName = Column("explicitName")
-        static let requestHeaders = Column("requestHeaders")
-        static let checksum = Column("checksum")
-        static let overwrite = Column("overwrite")
-        static let state = Column("state")
-        static let priority = Column("priority")
-        static let etag = Column("etag")
-        static let lastModified = Column("lastModified")
-        static let serverDate = Column("serverDate")
-        static let totalLength = Column("totalLength")
-        static let createdAt = Column("createdAt")
-        static let queuedAt = Column("queuedAt")
-        static let updatedAt = Column("updatedAt")
-        static let errorMessage = Column("errorMessage")
-        static let queueOrder = Column("queueOrder")
-        static let background = Column("background")
-        static let connections = Column("connections")
-        static let minSplitSize = Column("minSplitSize")
-        static let rateLimit = Column("rateLimit")
-        static let partPath = Column("partPath")
-        static let partIdentity = Column("partIdentity")
-        static let tls = Column("tls")
-        static let proxy = Column("proxy")
-        static let credentials = Column("credentials")
-        static let cookies = Column("cookies")
-        static let nextTryAt = Column("nextTryAt")
-        static let allowsMetered = Column("allowsMetered")
-        static let checkNewer = Column("checkNewer")
-        static let continuesExisting = Column("continuesExisting")
-        static let hooks = Column("hooks")
-        static let sources = Column("sources")
-        static let maxConnectionsPerServer = Column("maxConnectionsPerServer")
-        static let followsMetalink = Column("followsMetalink")
-        static let retryingSince = Column("retryingSince")
+    package enum Columns {
+        package static let id = Column("id")
+        package static let session = Column("session")
+        package static let url = Column("url")
+        package static let finalURL = Column("finalURL")
+        package static let directory = Column("directory")
+        package static let fileName = Column("fileName")
+        package static let explicitName = Column("explicitName")
+        package static let requestHeaders = Column("requestHeaders")
+        package static let checksum = Column("checksum")
+        package static let overwrite = Column("overwrite")
+        package static let state = Column("state")
+        package static let priority = Column("priority")
+        package static let etag = Column("etag")
+        package static let lastModified = Column("lastModified")
+        package static let serverDate = Column("serverDate")
+        package static let totalLength = Column("totalLength")
+        package static let createdAt = Column("createdAt")
+        package static let queuedAt = Column("queuedAt")
+        package static let updatedAt = Column("updatedAt")
+        package static let errorMessage = Column("errorMessage")
+        package static let queueOrder = Column("queueOrder")
+        package static let background = Column("background")
+        package static let connections = Column("connections")
+        package static let minSplitSize = Column("minSplitSize")
+        package static let rateLimit = Column("rateLimit")
+        package static let partPath = Column("partPath")
+        package static let partIdentity = Column("partIdentity")
+        package static let tls = Column("tls")
+        package static let proxy = Column("proxy")
+        package static let credentials = Column("credentials")
+        package static let cookies = Column("cookies")
+        package static let nextTryAt = Column("nextTryAt")
+        package static let allowsMetered = Column("allowsMetered")
+        package static let checkNewer = Column("checkNewer")
+        package static let continuesExisting = Column("continuesExisting")
+        package static let hooks = Column("hooks")
+        package static let sources = Column("sources")
+        package static let maxConnectionsPerServer = Column("maxConnectionsPerServer")
+        package static let followsMetalink = Column("followsMetalink")
+        package static let retryingSince = Column("retryingSince")
     }
 
-    var destinationPath: String? {
+    package var destinationPath: String? {
         fileName.map { (directory as NSString).appendingPathComponent($0) }
     }
 
-    var validators: Validators {
+    package var validators: Validators {
         get { Validators(etag: etag, lastModified: lastModified, date: serverDate, totalLength: totalLength) }
         set {
             etag = newValue.etag
@@ -158,7 +158,7 @@ struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableRecord {
 // MARK: Reading and writing rows
 
 extension TaskRecord {
-    init(row: Row) throws {
+    package init(row: Row) throws {
         let id = try row.decode(UUID.self, forColumn: Columns.id)
         let reader = RowReader(row: row, taskID: id)
         self.id = id
@@ -212,7 +212,7 @@ extension TaskRecord {
         followsMetalink = try reader.value(Columns.followsMetalink)
     }
 
-    func encode(to container: inout PersistenceContainer) throws {
+    package func encode(to container: inout PersistenceContainer) throws {
         container[Columns.id] = id
         container[Columns.session] = session
         container[Columns.url] = url.absoluteString
@@ -257,16 +257,16 @@ extension TaskRecord {
 
     /// TLS options as their column holds them: NULL for the defaults, else a JSON object
     /// with sorted keys.
-    static func text(of tls: TLSOptions) throws -> String? {
+    package static func text(of tls: TLSOptions) throws -> String? {
         tls.isDefault ? nil : try json(tls)
     }
 
     /// Proxy settings as their column holds them: NULL for none, else a JSON object.
-    static func text(of proxy: ProxySettings) throws -> String? {
+    package static func text(of proxy: ProxySettings) throws -> String? {
         proxy == .direct ? nil : try json(proxy)
     }
 
-    static func json(_ value: some Encodable) throws -> String {
+    package static func json(_ value: some Encodable) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: try encoder.encode(value), as: UTF8.self)
@@ -274,7 +274,7 @@ extension TaskRecord {
 
     /// The request headers as their column holds them: a JSON array of `{"name", "value"}`,
     /// keys sorted so the same headers are always the same text.
-    static func text(of headers: [HTTPHeaderField]) throws -> String {
+    package static func text(of headers: [HTTPHeaderField]) throws -> String {
         // Most downloads have none: no encoder for them (adding 10,000 tasks would make 10,000).
         if headers.isEmpty { return "[]" }
         let encoder = JSONEncoder()
@@ -401,7 +401,7 @@ extension TaskRecord {
 
 extension TaskRecord {
     /// A new, queued task with no response seen yet.
-    init(
+    package init(
         id: UUID,
         url: URL,
         destination: Destination,
@@ -453,22 +453,30 @@ extension TaskRecord {
 /// A task has one or more segments; together they cover the file. `committed` is the
 /// absolute offset up to which this segment's bytes were synced to the part file before
 /// the record was written: a restart continues each segment from there.
-struct SegmentRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
-    static let databaseTableName = "segment"
+package struct SegmentRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+    package static let databaseTableName = "segment"
 
-    var taskID: UUID
-    var ordinal: Int
+    package var taskID: UUID
+    package var ordinal: Int
     /// First byte of the segment.
-    var start: Int64
+    package var start: Int64
     /// One past the last byte, or nil while the length is unknown.
-    var end: Int64?
+    package var end: Int64?
     /// Bytes in `start..<committed` are durably on disk.
-    var committed: Int64
+    package var committed: Int64
 
-    enum Columns {
-        static let taskID = Column(CodingKeys.taskID)
-        static let ordinal = Column(CodingKeys.ordinal)
-        static let committed = Column(CodingKeys.committed)
+    package init(taskID: UUID, ordinal: Int, start: Int64, end: Int64? = nil, committed: Int64) {
+        self.taskID = taskID
+        self.ordinal = ordinal
+        self.start = start
+        self.end = end
+        self.committed = committed
+    }
+
+    package enum Columns {
+        package static let taskID = Column(CodingKeys.taskID)
+        package static let ordinal = Column(CodingKeys.ordinal)
+        package static let committed = Column(CodingKeys.committed)
     }
 }
 
@@ -477,7 +485,7 @@ extension SegmentRecord {
     /// one inverted or past its own end or the file's length, two that overlap, one without
     /// an end before the last. Whatever comes from outside a running transfer — resume data,
     /// the store's rows — is checked with it before a transfer does arithmetic on it.
-    static func layoutProblem(
+    package static func layoutProblem(
         _ segments: [(start: Int64, end: Int64?, committed: Int64)],
         totalLength: Int64?
     ) -> String? {

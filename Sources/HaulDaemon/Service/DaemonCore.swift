@@ -31,21 +31,24 @@ final class DaemonCore: Sendable {
     /// Acknowledgements, written together.
     private let acknowledgements: Acknowledgements
 
+    /// - Parameter sessionStore: where the sessions' event logs live (the manager's store's
+    ///   engine: SQLite's ``Store``, or PostgreSQL's in fleet mode).
     init(
         manager: DownloadManager,
+        sessionStore: any EventLogStore,
         eventLog: EventLog,
         paths: DaemonPaths,
         logger: Logger,
         defaultDirectory: String = DaemonService.downloadsDirectory()
     ) {
         self.defaultDirectory = defaultDirectory
-        self.sessionStore = manager.store
+        self.sessionStore = sessionStore
         self.manager = manager
         self.eventLog = eventLog
         self.paths = paths
         self.startedAt = Date()
         self.logger = logger
-        self.acknowledgements = Acknowledgements(store: manager.store as any EventLogStore) { [readers] in
+        self.acknowledgements = Acknowledgements(store: sessionStore) { [readers] in
             readers.floor($0)
         }
     }

@@ -165,10 +165,11 @@ public final class DaemonService: Service, Sendable {
         managerConfiguration.hooks = configuration.hooks
         managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
         let manager = try DownloadManager(configuration: managerConfiguration)
-        let eventLog = EventLog(store: manager.store, limitPerSession: configuration.eventsPerSession, logger: logger)
+        let eventLog = EventLog(store: store, limitPerSession: configuration.eventsPerSession, logger: logger)
         let directory = configuration.rpcDirectory ?? DaemonService.downloadsDirectory()
         let core = DaemonCore(
             manager: manager,
+            sessionStore: store,
             eventLog: eventLog,
             paths: paths,
             logger: logger,

@@ -34,15 +34,17 @@ struct RouteTests {
         try FileManager.default.createDirectory(atPath: home.path, withIntermediateDirectories: true)
         var logger = Logger(label: "haul.routes.test")
         logger.logLevel = .warning
+        let store = try await Store.opened(at: home.storePath)
         let configuration = DownloadManager.Configuration(
-            store: .sqlite(at: home.storePath),
+            store: .store(store),
             recoversTasks: false,
             background: true
         )
         try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
             let core = DaemonCore(
                 manager: manager,
-                eventLog: EventLog(store: manager.store, limitPerSession: 1000, logger: logger),
+                sessionStore: store,
+                eventLog: EventLog(store: store, limitPerSession: 1000, logger: logger),
                 paths: DaemonPaths(home: home),
                 logger: logger
             )

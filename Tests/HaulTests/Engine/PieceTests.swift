@@ -204,7 +204,7 @@ struct PieceTests {
     @Test("a store's bitmap of the wrong size counts as nothing verified: every piece is checked again")
     func hostileBitmap() async throws {
         try await Self.pausedDownload(after: 2 << 20) { a, downloader, request, _ in
-            try await downloader.store.write { db in
+            try await #require(downloader.store as? Store).write { db in
                 try db.execute(sql: "UPDATE piece SET verified = x'FFFFFFFFFFFFFFFFFF'")
             }
             let result = try await downloader.download(request).result()
@@ -212,7 +212,7 @@ struct PieceTests {
             #expect(result.piecesChecked == 32)
 
             // Digests that are not digests: the task cannot be read, in one sentence.
-            try await downloader.store.write { db in
+            try await #require(downloader.store as? Store).write { db in
                 try db.execute(sql: "UPDATE piece SET digests = x'0102', verified = NULL")
             }
             var again = request

@@ -1,0 +1,227 @@
+import Foundation
+import Haul
+import Logging
+import PostgresNIO
+
+/// Haul's tables in PostgreSQL and their migrations: the fleet's queue (``FleetQueue``) and
+/// the tasks, segments, pieces and settings (``PostgresStore``), in one schema, migrated
+/// once by whichever node starts first.
+enum PostgresSchema {
+    /// The advisory lock key of migrations.
+    static let migrationLock: Int64 = 0x4841_554c_0001
+
+    /// The migrations, in order, each a list of statements run in one transaction, once.
+    static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE fleet_task (
+                id uuid PRIMARY KEY,
+                host text NOT NULL,
+                priority integer NOT NULL DEFAULT 0,
+                queue_order bigserial NOT NULL,
+                state text NOT NULL DEFAULT 'queued'
+                    CHECK (state IN ('queued', 'running', 'paused', 'completed', 'failed', 'cancelled')),
+                owner text,
+                lease_expires timestamptz,
+                fence bigint NOT NULL DEFAULT 0,
+                committed bigint NOT NULL DEFAULT 0 CHECK (committed >= 0)
+            )
+            """,
+            "CREATE INDEX fleet_task_queue ON fleet_task (priority DESC, queue_order) WHERE state = 'queued'",
+            "CREATE INDEX fleet_task_leased ON fleet_task (lease_expires) WHERE state = 'running'",
+            """
+            CREATE TABLE fleet_node (
+                name text PRIMARY KEY,
+                started_at timestamptz NOT NULL DEFAULT now(),
+                heartbeat_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+        ],
+        [
+            "ALTER TABLE fleet_node ADD COLUMN bytes_per_second double precision NOT NULL DEFAULT 0",
+            "ALTER TABLE fleet_node ADD COLUMN stopped_at timestamptz",
+            "CREATE INDEX fleet_task_owner ON fleet_task (owner) WHERE state = 'running'",
+        ],
+        [
+            // The tasks as the manager keeps them (PostgresStore): the columns of SQLite's
+            // `task` table, by the same names, so one record type reads both.
+            """
+            CREATE TABLE haul_task (
+                id uuid PRIMARY KEY,
+                session text NOT NULL,
+                url text NOT NULL,
+                "finalURL" text,
+                directory text NOT NULL,
+                "fileName" text,
+                "explicitName" boolean NOT NULL,
+                "requestHeaders" text NOT NULL,
+                checksum text,
+                overwrite boolean NOT NULL,
+                state text NOT NULL,
+                priority bigint NOT NULL,
+                etag text,
+                "lastModified" text,
+                "serverDate" text,
+                "totalLength" bigint,
+                "createdAt" text NOT NULL,
+                "queuedAt" text NOT NULL,
+                "updatedAt" text NOT NULL,
+                "errorMessage" text,
+                "errorCode" text,
+                "queueOrder" bigint NOT NULL,
+                background boolean NOT NULL,
+                connections bigint,
+                "minSplitSize" bigint,
+                "rateLimit" bigint,
+                "partPath" text,
+                "partIdentity" text,
+                tls text,
+                proxy text,
+                credentials text,
+                cookies text,
+                "nextTryAt" text,
+                "allowsMetered" boolean NOT NULL,
+                "checkNewer" boolean NOT NULL,
+                "continuesExisting" boolean NOT NULL,
+                hooks text,
+                sources text,
+                "maxConnectionsPerServer" bigint,
+                "retryingSince" text,
+                "followsMetalink" boolean NOT NULL,
+                "announcedState" text
+            )
+            """,
+            "CREATE SEQUENCE haul_queue_order",
+            "CREATE INDEX haul_task_queue ON haul_task (\"queueOrder\")",
+            "CREATE INDEX haul_task_state ON haul_task (state, \"queueOrder\")",
+            // One unfinished-or-completed task per URL and destination, as in SQLite.
+            """
+            CREATE UNIQUE INDEX haul_task_one_per_destination ON haul_task
+                (url, directory, "explicitName", (CASE WHEN "explicitName" THEN "fileName" ELSE '' END))
+                WHERE state <> 'cancelled'
+            """,
+            """
+            CREATE TABLE haul_segment (
+                "taskID" uuid NOT NULL REFERENCES haul_task (id) ON DELETE CASCADE,
+                ordinal bigint NOT NULL,
+                start bigint NOT NULL,
+                "end" bigint,
+                committed bigint NOT NULL,
+                PRIMARY KEY ("taskID", ordinal)
+            )
+            """,
+            """
+            CREATE TABLE haul_piece (
+                "taskID" uuid PRIMARY KEY REFERENCES haul_task (id) ON DELETE CASCADE,
+                algorithm text NOT NULL,
+                length bigint NOT NULL,
+                digests bytea NOT NULL,
+                verified bytea
+            )
+            """,
+            "CREATE TABLE haul_setting (name text PRIMARY KEY, value bigint NOT NULL)",
+            "CREATE TABLE haul_text_setting (name text PRIMARY KEY, value text NOT NULL)",
+        ],
+    ]
+
+    /// Creates or upgrades the schema. Several nodes may start at once: one migrates while
+    /// the others wait on an advisory lock, then find nothing left to do.
+    /// - Throws: ``HaulError/Code/store`` when the database has a newer schema than this
+    ///   Haul knows, or cannot be changed.
+    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
+        try await Postgres.run("migrate Haul's tables") {
+            try await client.withConnection { connection in
+                _ = try await connection.query("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
+                do {
+                    try await runMigrations(connection, logger: logger)
+                    _ = try await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+                } catch {
+                    _ = try? await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+                    throw error
+                }
+            }
+        }
+    }
+
+    private static func runMigrations(_ connection: PostgresConnection, logger: Logger) async throws {
+        _ = try await connection.query(
+            """
+            CREATE TABLE IF NOT EXISTS haul_migration (
+                version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
+            """,
+            logger: logger
+        )
+        var applied = 0
+        for try await version in try await connection.query(
+            "SELECT COALESCE(MAX(version), 0) FROM haul_migration",
+            logger: logger
+        ).decode(Int.self) {
+            applied = version
+        }
+        guard applied <= migrations.count else {
+            throw HaulError(
+                .store,
+                "The fleet's database was set up by a newer Haul (schema \(applied), this one knows \(migrations.count))",
+                hint: "Run the same version of Haul on every node"
+            )
+        }
+        for (index, statements) in migrations.enumerated() where index + 1 > applied {
+            let version = index + 1
+            try await connection.withTransaction(logger: logger) { connection in
+                for sql in statements {
+                    _ = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+                }
+                _ = try await connection.query(
+                    "INSERT INTO haul_migration (version) VALUES (\(version))",
+                    logger: logger
+                )
+            }
+        }
+    }
+}
+
+/// What every PostgreSQL operation shares: its failure in one sentence.
+enum Postgres {
+    /// Runs a database operation. A Haul error (a refusal from inside a transaction) goes
+    /// through as it is; any other failure is one sentence naming what was being done, in
+    /// the server's words when it said any.
+    static func run<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch {
+            if let error = haulError(in: error) { throw error }
+            throw HaulError(.store, "Cannot \(what) in PostgreSQL: \(reason(error))")
+        }
+    }
+
+    /// The Haul error a transaction's body threw, if that is what failed.
+    static func haulError(in error: any Error) -> HaulError? {
+        if let error = error as? HaulError { return error }
+        if let error = error as? PostgresTransactionError, let inner = error.closureError {
+            return haulError(in: inner)
+        }
+        return nil
+    }
+
+    /// What went wrong, in the server's words when it said any; never a type dump.
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? PostgresTransactionError {
+            for inner in [error.closureError, error.beginError, error.commitError, error.rollbackError] {
+                if let inner { return reason(inner) }
+            }
+        }
+        if let error = error as? HaulError { return error.message }
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] { return message }
+            switch error.code {
+            case .connectionError, .serverClosedConnection, .uncleanShutdown:
+                return "the connection to the database failed or was closed"
+            case .queryCancelled: return "the query was cancelled"
+            case .tooManyParameters: return "too many values in one query"
+            default: return "the database client failed (\(error.code))"
+            }
+        }
+        if error is CancellationError { return "it was cancelled" }
+        return "the database client failed"
+    }
+}

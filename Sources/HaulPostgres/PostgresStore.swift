@@ -1,0 +1,492 @@
+import Foundation
+import GRDB
+import Haul
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// Haul's tasks in PostgreSQL: the ``TaskStore`` of fleet mode, where several daemons
+/// share one queue (the rules are those of ``Store``, its SQLite sibling; only the engine
+/// differs).
+///
+/// The tables mirror SQLite's (`haul_task` has the columns of `task`, by the same names), so
+/// a task is one ``TaskRecord`` whichever engine holds it: a row is read into GRDB's `Row`
+/// and decoded by the record's own checks, and written from the record's own encoding.
+/// Each intent is one transaction, touching only the columns of its group. Adds take an
+/// advisory lock, so adds racing on several nodes never create two tasks for one
+/// destination (a unique index backs that, as in SQLite); queue positions come from a
+/// sequence.
+public final class PostgresStore: TaskStore {
+    let client: PostgresClient
+    let logger: Logger
+    /// Runs the client's connection pool while the store is open (nil when the caller runs it).
+    private let runner: Task<Void, Never>?
+
+    /// The advisory lock key of adds.
+    static let addLock: Int64 = 0x4841_554c_0003
+
+    /// A store on a client the caller runs (`client.run()`), migrated.
+    package init(client: PostgresClient, logger: Logger) async throws {
+        self.client = client
+        self.logger = logger
+        self.runner = nil
+        try await PostgresSchema.migrate(client, logger: logger)
+    }
+
+    private init(client: PostgresClient, logger: Logger, runner: Task<Void, Never>) {
+        self.client = client
+        self.logger = logger
+        self.runner = runner
+    }
+
+    /// Connects to the database `location` names (a pool of connections from postgres-nio),
+    /// and creates or upgrades Haul's tables in it (under an advisory lock: several daemons
+    /// may start at once).
+    /// - Throws: ``HaulError/Code/store`` when the database cannot be reached or migrated.
+    public static func connect(to location: PostgresLocation, logger: Logger) async throws -> PostgresStore {
+        let client = PostgresClient(configuration: location.configuration, backgroundLogger: logger)
+        let runner = Task { await client.run() }
+        let store = PostgresStore(client: client, logger: logger, runner: runner)
+        do {
+            try await PostgresSchema.migrate(client, logger: logger)
+        } catch var error as HaulError {
+            runner.cancel()
+            error.message = error.message.replacingOccurrences(
+                of: "in PostgreSQL",
+                with: "in PostgreSQL at \(location)"
+            )
+            throw error
+        }
+        return store
+    }
+
+    /// Stops the connection pool (when this store runs it): nothing is written after this.
+    package func closeDatabase() async throws {
+        runner?.cancel()
+    }
+
+    // MARK: Reading
+
+    package func task(id: UUID) async throws -> TaskRecord? {
+        try await Postgres.run("read a task") {
+            try await Self.task(client, id: id, logger: logger)
+        }
+    }
+
+    package func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
+        try await Postgres.run("read a task") {
+            try await client.withTransaction(logger: logger) { connection in
+                guard let task = try await Self.task(connection, id: id, logger: self.logger) else { return nil }
+                return (task, try await Self.segments(connection, of: task, logger: self.logger))
+            }
+        }
+    }
+
+    package func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
+        try await Postgres.run("read a task") {
+            try await client.withTransaction(logger: logger) { connection in
+                guard var task = try await Self.task(connection, id: id, logger: self.logger) else { return nil }
+                task.storedPieces = .some(try await Self.pieces(connection, of: id, logger: self.logger))
+                return (task, try await Self.segments(connection, of: task, logger: self.logger))
+            }
+        }
+    }
+
+    package func tasks(inStates states: [TaskState], background: Bool?) async throws -> [TaskRecord] {
+        let names = states.map(\.rawValue)
+        return try await Postgres.run("read tasks") {
+            try await Self.tasks(
+                client,
+                where: "state = ANY($1::text[]) AND ($2::boolean IS NULL OR background = $2)",
+                binds: {
+                    $0.append(names)
+                    $0.append(background)
+                },
+                logger: logger
+            )
+        }
+    }
+
+    package func infos(ids: [UUID]?, background: Bool?, session: String?) async throws -> [DownloadInfo] {
+        try await Postgres.run("list tasks") {
+            var infos: [DownloadInfo] = []
+            let rows = try await client.query(
+                """
+                SELECT t.id, t.url, t.directory, t."fileName", t.state, t.priority, t."totalLength",
+                    t."errorMessage", COALESCE(SUM(s.committed - s.start), 0)::bigint, t.session,
+                    t."rateLimit", t.connections, t."nextTryAt", t."errorCode", t.sources
+                FROM haul_task t LEFT JOIN haul_segment s ON s."taskID" = t.id
+                WHERE (\(ids)::uuid[] IS NULL OR t.id = ANY(\(ids)::uuid[]))
+                    AND (\(background)::boolean IS NULL OR t.background = \(background)::boolean)
+                    AND (\(session)::text IS NULL OR t.session = \(session)::text)
+                GROUP BY t.id ORDER BY t."queueOrder"
+                """,
+                logger: logger
+            )
+            for try await row in rows {
+                let cells = row.makeRandomAccess()
+                let id = try cells[0].decode(UUID.self)
+                infos.append(
+                    try DownloadInfo(
+                        storedID: id,
+                        url: try cells[1].decode(String.self),
+                        directory: try cells[2].decode(String.self),
+                        fileName: try cells[3].decode(String?.self),
+                        state: try cells[4].decode(String.self),
+                        priority: Self.int(try cells[5].decode(Int64.self)),
+                        totalLength: try cells[6].decode(Int64?.self),
+                        errorMessage: try cells[7].decode(String?.self),
+                        committed: try cells[8].decode(Int64.self),
+                        session: try cells[9].decode(String.self),
+                        rateLimit: try cells[10].decode(Int64?.self),
+                        connections: try cells[11].decode(Int64?.self).map(Self.int),
+                        nextTryAt: try cells[12].decode(String?.self).flatMap(StoreDate.date),
+                        errorCode: try cells[13].decode(String?.self),
+                        sources: try cells[14].decode(String?.self)
+                    )
+                )
+            }
+            return infos
+        }
+    }
+
+    package func pieces(of id: UUID) async throws -> StoredPieces? {
+        try await Postgres.run("read a task's pieces") {
+            try await Self.pieces(client, of: id, logger: logger)
+        }
+    }
+
+    package func isPartPathTaken(_ path: String, byOtherThan id: UUID) async throws -> Bool {
+        try await Postgres.run("read a task's part file") {
+            try await Self.isPartPathTaken(client, path, byOtherThan: id, logger: logger)
+        }
+    }
+
+    // MARK: Writing
+
+    package func findOrInsert(
+        _ items: [(new: TaskRecord, reAdd: TaskReAdd)],
+        accept: @escaping @Sendable (TaskRecord) throws -> Void
+    ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
+        try await Postgres.run("record a download") {
+            try await client.withTransaction(logger: logger) { connection in
+                _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.addLock))", logger: self.logger)
+                var results: [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] = []
+                for (new, reAdd) in items {
+                    let fileName = new.explicitName ? new.fileName : nil
+                    let found = try await Self.tasks(
+                        connection,
+                        where: """
+                            url = $1 AND directory = $2 AND state <> 'cancelled'
+                                AND (CASE WHEN $3::text IS NULL THEN NOT "explicitName"
+                                    ELSE "explicitName" AND "fileName" = $3::text END)
+                            ORDER BY "createdAt" DESC LIMIT 1
+                            """,
+                        ordered: false,
+                        binds: {
+                            $0.append(new.url.absoluteString)
+                            $0.append(new.directory)
+                            $0.append(fileName)
+                        },
+                        logger: self.logger
+                    )
+                    if var existing = found.first {
+                        try accept(existing)
+                        reAdd.apply(to: &existing)
+                        existing.updatedAt = Date()
+                        try await Self.update(connection, existing, columns: Self.requestColumns, logger: self.logger)
+                        if let pieces = new.pieces {
+                            try await Self.insertPieces(connection, taskID: existing.id, pieces, logger: self.logger)
+                        }
+                        let segments = try await Self.segments(connection, of: existing, logger: self.logger)
+                        results.append((existing, segments, false))
+                    } else {
+                        let task = try await Self.insert(connection, new, logger: self.logger)
+                        let segment = SegmentRecord(taskID: task.id, ordinal: 0, start: 0, committed: 0)
+                        try await Self.insertSegments(connection, [segment], logger: self.logger)
+                        results.append((task, [segment], true))
+                    }
+                }
+                return results
+            }
+        }
+    }
+
+    package func adopt(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
+        try await Postgres.run("record a download from resume data") {
+            try await client.withTransaction(logger: logger) { connection in
+                var task = task
+                task.updatedAt = Date()
+                if try await Self.task(connection, id: task.id, logger: self.logger) != nil {
+                    try await Self.update(
+                        connection,
+                        task,
+                        columns: TaskTable.columns.map(\.name).filter { $0 != "id" },
+                        logger: self.logger
+                    )
+                    if let pieces = task.pieces {
+                        try await Self.insertPieces(connection, taskID: task.id, pieces, logger: self.logger)
+                    }
+                } else {
+                    task = try await Self.insert(connection, task, logger: self.logger)
+                }
+                try await Self.replaceSegments(connection, of: task.id, with: segments, logger: self.logger)
+            }
+        }
+    }
+
+    @discardableResult
+    package func saveResponse(
+        _ task: TaskRecord,
+        segments: [SegmentRecord],
+        claimingPart part: (path: String, identity: String?)?,
+        recordingRunning: Bool
+    ) async throws -> Bool {
+        try await Postgres.run("record a server's response") {
+            try await client.withTransaction(logger: logger) { connection in
+                if recordingRunning {
+                    try await Self.setState(connection, task.id, .running, error: nil, code: nil, forgettingPart: false)
+                }
+                var claimed = false
+                if let part {
+                    claimed = try await Self.claimPart(
+                        connection,
+                        task.id,
+                        path: part.path,
+                        identity: part.identity,
+                        logger: self.logger
+                    )
+                }
+                var task = task
+                task.updatedAt = Date()
+                try await Self.update(connection, task, columns: Self.responseColumns, logger: self.logger)
+                try await Self.replaceSegments(connection, of: task.id, with: segments, logger: self.logger)
+                return claimed
+            }
+        }
+    }
+
+    package func checkpoint(
+        _ id: UUID,
+        segments: [SegmentRecord],
+        sources: [DownloadSource]?,
+        verifiedPieces: [UInt8]?,
+        completing: Bool
+    ) async throws {
+        let sourcesText = try sources.map { try TaskRecord.json($0) }
+        try await Postgres.run("record a checkpoint") {
+            try await client.withTransaction(logger: logger) { connection in
+                if completing {
+                    try await Self.setState(connection, id, .completed, error: nil, code: nil, forgettingPart: true)
+                }
+                try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
+                if let verifiedPieces {
+                    _ = try await connection.query(
+                        "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verifiedPieces)) WHERE \"taskID\" = \(id)",
+                        logger: self.logger
+                    )
+                }
+                if let sourcesText {
+                    _ = try await connection.query(
+                        "UPDATE haul_task SET sources = \(sourcesText), \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
+                        logger: self.logger
+                    )
+                } else {
+                    _ = try await connection.query(
+                        "UPDATE haul_task SET \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
+                        logger: self.logger
+                    )
+                }
+            }
+        }
+    }
+
+    package func setPart(_ id: UUID, path: String?, identity: String?) async throws {
+        try await execute("record a task's part file") {
+            """
+            UPDATE haul_task SET "partPath" = \(path), "partIdentity" = \(identity), "updatedAt" = \(StoreDate.now)
+            WHERE id = \(id)
+            """
+        }
+    }
+
+    package func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
+        try await Postgres.run("record a task's part file") {
+            try await client.withTransaction(logger: logger) { connection in
+                try await Self.claimPart(connection, id, path: path, identity: identity, logger: self.logger)
+            }
+        }
+    }
+
+    package func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
+        try await execute("record a rate limit") {
+            "UPDATE haul_task SET \"rateLimit\" = \(bytesPerSecond) WHERE id = ANY(\(ids)::uuid[])"
+        }
+    }
+
+    package func setState(
+        _ id: UUID,
+        _ state: TaskState,
+        error: String?,
+        code: HaulError.Code?,
+        forgettingPart: Bool
+    ) async throws {
+        try await Postgres.run("record a task's state") {
+            try await client.withConnection { connection in
+                try await Self.setState(
+                    connection,
+                    id,
+                    state,
+                    error: error,
+                    code: code,
+                    forgettingPart: forgettingPart
+                )
+            }
+        }
+    }
+
+    package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {
+        try await execute("record a task's next try") {
+            """
+            UPDATE haul_task SET state = 'retrying', "errorMessage" = \(error),
+                "nextTryAt" = \(StoreDate.text(nextTryAt)), "retryingSince" = \(StoreDate.text(since)),
+                "updatedAt" = \(StoreDate.now)
+            WHERE id = \(id)
+            """
+        }
+    }
+
+    package func delete(_ id: UUID) async throws {
+        try await execute("remove a task") { "DELETE FROM haul_task WHERE id = \(id)" }
+    }
+
+    package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
+        try await Postgres.run("queue a task again") {
+            try await client.withConnection { connection in
+                let order = try await Self.nextQueueOrder(connection, logger: self.logger)
+                _ = try await connection.query(
+                    """
+                    UPDATE haul_task SET state = \(state.rawValue), "queueOrder" = \(order),
+                        "queuedAt" = \(StoreDate.now), "errorMessage" = NULL, "errorCode" = NULL,
+                        "nextTryAt" = NULL, "retryingSince" = NULL, "updatedAt" = \(StoreDate.now)
+                    WHERE id = \(id)
+                    """,
+                    logger: self.logger
+                )
+                return order
+            }
+        }
+    }
+
+    package func reorder(_ ids: [UUID]) async throws -> [UUID: Int64] {
+        try await Postgres.run("reorder the queue") {
+            try await client.withTransaction(logger: logger) { connection in
+                var orders: [UUID: Int64] = [:]
+                for try await (id, order) in try await connection.query(
+                    "SELECT id, \"queueOrder\" FROM haul_task WHERE id = ANY(\(ids)::uuid[]) FOR UPDATE",
+                    logger: self.logger
+                ).decode((UUID, Int64).self) {
+                    orders[id] = order
+                }
+                if let missing = ids.first(where: { orders[$0] == nil }) {
+                    throw HaulError(.notFound, "No task \(missing)")
+                }
+                var result: [UUID: Int64] = [:]
+                for (id, order) in zip(ids, ids.compactMap { orders[$0] }.sorted()) {
+                    _ = try await connection.query(
+                        "UPDATE haul_task SET \"queueOrder\" = \(order) WHERE id = \(id)",
+                        logger: self.logger
+                    )
+                    result[id] = order
+                }
+                return result
+            }
+        }
+    }
+
+    package func setPriority(_ id: UUID, _ priority: Int) async throws {
+        try await execute("record a task's priority") {
+            "UPDATE haul_task SET priority = \(Int64(priority)) WHERE id = \(id)"
+        }
+    }
+
+    package func clearVerifiedPieces(of id: UUID) async throws {
+        try await execute("forget a task's verified pieces") {
+            "UPDATE haul_piece SET verified = NULL WHERE \"taskID\" = \(id)"
+        }
+    }
+
+    // MARK: Settings
+
+    package func numericSettings() async throws -> [(name: String, value: Int64?)] {
+        try await Postgres.run("read the settings") {
+            var settings: [(name: String, value: Int64?)] = []
+            for try await (name, value) in try await client.query(
+                "SELECT name, value FROM haul_setting",
+                logger: logger
+            ).decode((String, Int64?).self) {
+                settings.append((name, value))
+            }
+            return settings
+        }
+    }
+
+    package func saveNumericSettings(_ values: [(name: String, value: Int64)]) async throws {
+        try await Postgres.run("save the settings") {
+            try await client.withTransaction(logger: logger) { connection in
+                for (name, value) in values {
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO haul_setting (name, value) VALUES (\(name), \(value))
+                        ON CONFLICT (name) DO UPDATE SET value = excluded.value
+                        """,
+                        logger: self.logger
+                    )
+                }
+            }
+        }
+    }
+
+    package func textSetting(_ name: String) async throws -> String? {
+        try await Postgres.run("read the settings") {
+            var found: String?
+            for try await value in try await client.query(
+                "SELECT value FROM haul_text_setting WHERE name = \(name)",
+                logger: logger
+            ).decode(String.self) {
+                found = value
+            }
+            return found
+        }
+    }
+
+    package func saveTextSetting(_ name: String, _ value: String) async throws {
+        try await execute("save the settings") {
+            """
+            INSERT INTO haul_text_setting (name, value) VALUES (\(name), \(value))
+            ON CONFLICT (name) DO UPDATE SET value = excluded.value
+            """
+        }
+    }
+
+    // MARK: Support
+
+    /// Runs one statement.
+    private func execute(_ what: String, _ query: () throws -> PostgresQuery) async throws {
+        let query = try query()
+        try await Postgres.run(what) { _ = try await client.query(query, logger: logger) }
+    }
+
+    /// The request group's columns (a re-add writes these and no others).
+    static let requestColumns = [
+        "background", "session", "requestHeaders", "checksum", "overwrite", "connections", "minSplitSize",
+        "rateLimit", "tls", "proxy", "credentials", "cookies", "allowsMetered", "checkNewer",
+        "continuesExisting", "hooks", "updatedAt",
+    ]
+    /// The response group's columns (what a transfer learnt from a server).
+    static let responseColumns = [
+        "finalURL", "fileName", "etag", "lastModified", "serverDate", "totalLength", "sources", "updatedAt",
+    ]
+
+    static func int(_ value: Int64) -> Int { Int(clamping: value) }
+}
