@@ -97,7 +97,7 @@ let package = Package(
         .target(
             name: "HaulPostgres",
             dependencies: [
-                "Haul",
+                "Haul", "HaulWire", "HaulDaemon",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),

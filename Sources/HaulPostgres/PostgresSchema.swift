@@ -122,6 +122,21 @@ enum PostgresSchema {
             "CREATE TABLE haul_setting (name text PRIMARY KEY, value bigint NOT NULL)",
             "CREATE TABLE haul_text_setting (name text PRIMARY KEY, value text NOT NULL)",
         ],
+        [
+            // The daemons' session event logs (PostgresStore as an EventLogStore): ids from
+            // a sequence never reused, appended one transaction at a time (an advisory lock)
+            // so that ids become visible in order.
+            """
+            CREATE TABLE haul_event (
+                id bigserial PRIMARY KEY,
+                session text NOT NULL,
+                payload text NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE INDEX haul_event_session ON haul_event (session, id)",
+            "CREATE TABLE haul_session (name text PRIMARY KEY, acknowledged bigint NOT NULL DEFAULT 0)",
+        ],
     ]
 
     /// Creates or upgrades the schema. Several nodes may start at once: one migrates while

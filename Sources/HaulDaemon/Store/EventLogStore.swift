@@ -27,7 +27,7 @@ package protocol EventLogStore: Sendable {
     /// Keeps at most `limit` events per session; returns how many went.
     func pruneEventLog(keepingPerSession limit: Int) async throws -> Int
     /// Background tasks whose last state the log does not have yet (after a crash).
-    func unannouncedTasks() async throws -> [Store.UnannouncedTask]
+    func unannouncedTasks() async throws -> [UnannouncedTask]
     /// The session of a task, if the task exists.
     func session(ofTask id: UUID) async throws -> String?
     /// Every session with tasks or unacknowledged events.
@@ -37,3 +37,74 @@ package protocol EventLogStore: Sendable {
 }
 
 extension Store: EventLogStore {}
+
+extension EventLogStore {
+    /// Records that a client of `session` has every event up to `eventID`, and deletes them.
+    /// An acknowledgement never moves backwards, and never beyond the last event written:
+    /// one that did would hide every later event from the session.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for an id no event has had yet.
+    /// - Parameter floor: the events after this id stay, however far the acknowledgement
+    ///   goes: a stream attached to the session has yet to send them. They go with a later
+    ///   acknowledgement, or ``dropAcknowledgedEvents(session:keepingAfter:)``.
+    package func acknowledgeEvents(
+        session: String,
+        through eventID: Int64,
+        keepingAfter floor: Int64? = nil
+    ) async throws {
+        let last = try await acknowledgeEvents([(session, eventID)], keepingAfter: { _ in floor })
+        if eventID > last { throw EventLogRules.acknowledgementBeyond(last: last, eventID) }
+    }
+
+    package func loggedEvents(session: String?, after: Int64) async throws -> [EventRecord] {
+        try await loggedEvents(session: session, after: after, limit: 1_000)
+    }
+}
+
+/// What every engine's event log keeps alike.
+package enum EventLogRules {
+    /// Where events about no task (the network's) are logged: a name no session can have.
+    /// Every session's reader reads them with its own.
+    package static let everySession = ""
+
+    /// The final states: an event telling one its task's log already told is not logged again.
+    package static let finalStates: Set<TaskState> = [.paused, .cancelled, .completed, .failed]
+
+    /// The answer to an acknowledgement of an event that was never logged.
+    package static func acknowledgementBeyond(last: Int64, _ eventID: Int64) -> HaulError {
+        HaulError(
+            .invalidArgument,
+            "Cannot acknowledge through event \(eventID): the last event is \(last)",
+            hint: "Acknowledge an id you have received"
+        )
+    }
+}
+
+/// A background task whose state its session's log has not told yet (the daemon stopped
+/// between the two).
+package struct UnannouncedTask: Sendable, Equatable {
+    package var id: UUID
+    package var session: String
+    package var state: TaskState
+    package var announced: TaskState?
+    package var path: String?
+    package var totalLength: Int64?
+    package var errorMessage: String?
+
+    package init(
+        id: UUID,
+        session: String,
+        state: TaskState,
+        announced: TaskState?,
+        path: String?,
+        totalLength: Int64?,
+        errorMessage: String?
+    ) {
+        self.id = id
+        self.session = session
+        self.state = state
+        self.announced = announced
+        self.path = path
+        self.totalLength = totalLength
+        self.errorMessage = errorMessage
+    }
+}

@@ -6,21 +6,10 @@ import HaulWire
 /// The daemon's event log: per-session events with increasing ids, kept until a client
 /// acknowledges them, and the task state each task's events last told.
 extension Store {
-    /// A background task whose state its session's log has not told yet (the daemon stopped
-    /// between the two).
-    package struct UnannouncedTask: Sendable, Equatable {
-        package var id: UUID
-        package var session: String
-        package var state: TaskState
-        package var announced: TaskState?
-        package var path: String?
-        package var totalLength: Int64?
-        package var errorMessage: String?
-    }
+    package typealias UnannouncedTask = HaulDaemon.UnannouncedTask
 
-    /// Where events about no task (the network's) are logged: a name no session can have.
-    /// Every session's reader reads them with its own.
-    static let everySession = ""
+    /// Where events about no task are logged (``EventLogRules/everySession``).
+    static let everySession = EventLogRules.everySession
 
     /// Appends events, in order, in one transaction; each must have its session, but for
     /// events about no task (logged for every session). An event that would tell a final
@@ -97,22 +86,6 @@ extension Store {
         }
     }
 
-    /// Records that a client of `session` has every event up to `eventID`, and deletes them.
-    /// An acknowledgement never moves backwards, and never beyond the last event written:
-    /// one that did would hide every later event from the session.
-    /// - Throws: ``HaulError/Code/invalidArgument`` for an id no event has had yet.
-    /// - Parameter floor: the events after this id stay, however far the acknowledgement
-    ///   goes: a stream attached to the session has yet to send them. They go with a later
-    ///   acknowledgement, or ``dropAcknowledgedEvents(session:keepingAfter:)``.
-    package func acknowledgeEvents(
-        session: String,
-        through eventID: Int64,
-        keepingAfter floor: Int64? = nil
-    ) async throws {
-        let last = try await acknowledgeEvents([(session, eventID)], keepingAfter: { _ in floor })
-        if eventID > last { throw Store.acknowledgementBeyond(last: last, eventID) }
-    }
-
     /// Records several acknowledgements in one transaction: for each session, the highest
     /// of its marks; an acknowledgement beyond the last event ever logged is left out.
     /// - Parameter floor: per session, the last event that may be deleted (nil: no limit).
@@ -147,11 +120,7 @@ extension Store {
 
     /// The answer to an acknowledgement of an event that was never logged.
     package static func acknowledgementBeyond(last: Int64, _ eventID: Int64) -> HaulError {
-        HaulError(
-            .invalidArgument,
-            "Cannot acknowledge through event \(eventID): the last event is \(last)",
-            hint: "Acknowledge an id you have received"
-        )
+        EventLogRules.acknowledgementBeyond(last: last, eventID)
     }
 
     /// Deletes a session's acknowledged events, but none after `floor`.

@@ -11,8 +11,23 @@ import Testing
 
 /// The session event log on its own: ids, acknowledgement, the bound, and the repair of
 /// final states a killed daemon never told.
-@Suite("Event log") struct EventLogTests {
-    private func backgroundTask(_ store: Store, state: TaskState, session: String = "s") async throws -> UUID {
+@Suite("Event log", .postgresServer) struct EventLogTests {
+    /// A new store of `engine`, as the daemon's event log sees it.
+    private func withStore(
+        _ engine: StoreEngine,
+        _ body: (any TaskStore & EventLogStore) async throws -> Void
+    ) async throws {
+        let temp = try TemporaryDirectory()
+        try await engine.withStore(temp) { store in
+            try await body(try #require(store as? any TaskStore & EventLogStore))
+        }
+    }
+
+    private func backgroundTask(
+        _ store: any TaskStore & EventLogStore,
+        state: TaskState,
+        session: String = "s"
+    ) async throws -> UUID {
         let temp = try TemporaryDirectory()
         var record = TaskRecord(
             id: UUID(),
@@ -28,7 +43,7 @@ import Testing
         )
         record.state = state
         record.totalLength = 1234
-        try await store.insertMany([record])
+        try await store.adopt(record, segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, committed: 0)])
         return record.id
     }
 
@@ -39,142 +54,153 @@ import Testing
         return record
     }
 
-    @Test("a final state is told once: by the live event or by the repair after a crash, never both")
-    func finalStatesToldOnce() async throws {
-        let temp = try TemporaryDirectory()
-        let store = try Store(path: temp.file("s.sqlite"))
-        let log = EventLog(store: store, limitPerSession: 100, logger: Logger(label: "test"))
+    @Test(
+        "a final state is told once: by the live event or by the repair after a crash, never both",
+        arguments: StoreEngine.allCases
+    )
+    func finalStatesToldOnce(_ engine: StoreEngine) async throws {
+        try await withStore(engine) { store in
+            let log = EventLog(store: store, limitPerSession: 100, logger: Logger(label: "test"))
 
-        // Completed in the store, never told (the daemon died in between).
-        let crashed = try await backgroundTask(store, state: .completed)
-        #expect(try await store.unannouncedTasks().map(\.id) == [crashed])
-        await log.repair()
-        let repaired = try await store.loggedEvents(session: "s", after: 0)
-        #expect(repaired.map(\.kind) == [.completed])
-        #expect(repaired.first?.taskID == crashed && repaired.first?.bytes == 1234)
-        #expect(try await store.unannouncedTasks().isEmpty)
-        // The late live event and a second repair add nothing.
-        #expect(try await store.appendEvents([event(crashed, .completed)]).isEmpty)
-        await log.repair()
-        #expect(try await store.loggedEvents(session: "s", after: 0).count == 1)
+            // Completed in the store, never told (the daemon died in between).
+            let crashed = try await backgroundTask(store, state: .completed)
+            #expect(try await store.unannouncedTasks().map(\.id) == [crashed])
+            await log.repair()
+            let repaired = try await store.loggedEvents(session: "s", after: 0)
+            #expect(repaired.map(\.kind) == [.completed])
+            #expect(repaired.first?.taskID == crashed && repaired.first?.bytes == 1234)
+            #expect(try await store.unannouncedTasks().isEmpty)
+            // The late live event and a second repair add nothing.
+            #expect(try await store.appendEvents([event(crashed, .completed)]).isEmpty)
+            await log.repair()
+            #expect(try await store.loggedEvents(session: "s", after: 0).count == 1)
 
-        // Paused twice in a row is told once; paused again after a resume is told again.
-        let task = try await backgroundTask(store, state: .paused)
-        #expect(try await store.appendEvents([event(task, .state, to: .paused)]).count == 1)
-        #expect(try await store.appendEvents([event(task, .state, to: .paused)]).isEmpty)
-        #expect(
-            try await store.appendEvents([event(task, .state, to: .queued), event(task, .state, to: .paused)]).count
-                == 2
-        )
-        // Progress and resumed events tell no state and are always logged.
-        #expect(try await store.appendEvents([event(task, .resumed), event(task, .resumed)]).count == 2)
-        let ids = try await store.loggedEvents(session: "s", after: 0).compactMap(\.eventID)
-        #expect(ids == ids.sorted() && Set(ids).count == ids.count)
+            // Paused twice in a row is told once; paused again after a resume is told again.
+            let task = try await backgroundTask(store, state: .paused)
+            #expect(try await store.appendEvents([event(task, .state, to: .paused)]).count == 1)
+            #expect(try await store.appendEvents([event(task, .state, to: .paused)]).isEmpty)
+            #expect(
+                try await store.appendEvents([event(task, .state, to: .queued), event(task, .state, to: .paused)]).count
+                    == 2
+            )
+            // Progress and resumed events tell no state and are always logged.
+            #expect(try await store.appendEvents([event(task, .resumed), event(task, .resumed)]).count == 2)
+            let ids = try await store.loggedEvents(session: "s", after: 0).compactMap(\.eventID)
+            #expect(ids == ids.sorted() && Set(ids).count == ids.count)
+        }
     }
 
     @Test(
-        "an event about no task (the network) is read with every session's events, once in the whole log, and is no session"
+        "an event about no task (the network) is read with every session's events, once in the whole log, and is no session",
+        arguments: StoreEngine.allCases
     )
-    func eventsAboutNoTask() async throws {
-        let temp = try TemporaryDirectory()
-        let store = try Store(path: temp.file("s.sqlite"))
-        let a = try await backgroundTask(store, state: .running, session: "a")
-        let b = try await backgroundTask(store, state: .running, session: "b")
-        var network = EventRecord(taskID: nil, kind: .network)
-        network.interface = "eth0"
-        network.connected = false
-        let logged = try await store.appendEvents([event(a, .state, to: .queued, session: "a"), network])
-        #expect(logged.count == 2)
-        _ = try await store.appendEvents([event(b, .state, to: .queued, session: "b")])
-        #expect(try await store.loggedEvents(session: "a", after: 0).map(\.kind) == [.state, .network])
-        #expect(try await store.loggedEvents(session: "b", after: 0).map(\.kind) == [.network, .state])
-        let all = try await store.loggedEvents(session: nil, after: 0)
-        #expect(all.map(\.kind) == [.state, .network, .state])
-        let read = try #require(all.first { $0.kind == .network })
-        #expect(read.taskID == nil && read.session == nil && read.interface == "eth0" && read.connected == false)
-        // Acknowledged by a: a reads it no more; b still does.
-        try await store.acknowledgeEvents(session: "a", through: try #require(logged.last?.eventID))
-        #expect(try await store.loggedEvents(session: "a", after: try #require(logged.last?.eventID)).isEmpty)
-        #expect(try await store.loggedEvents(session: "b", after: 0).map(\.kind) == [.network, .state])
-        #expect(try await store.sessionSummaries().map(\.name) == ["a", "b"])
+    func eventsAboutNoTask(_ engine: StoreEngine) async throws {
+        try await withStore(engine) { store in
+            let a = try await backgroundTask(store, state: .running, session: "a")
+            let b = try await backgroundTask(store, state: .running, session: "b")
+            var network = EventRecord(taskID: nil, kind: .network)
+            network.interface = "eth0"
+            network.connected = false
+            let logged = try await store.appendEvents([event(a, .state, to: .queued, session: "a"), network])
+            #expect(logged.count == 2)
+            _ = try await store.appendEvents([event(b, .state, to: .queued, session: "b")])
+            #expect(try await store.loggedEvents(session: "a", after: 0).map(\.kind) == [.state, .network])
+            #expect(try await store.loggedEvents(session: "b", after: 0).map(\.kind) == [.network, .state])
+            let all = try await store.loggedEvents(session: nil, after: 0)
+            #expect(all.map(\.kind) == [.state, .network, .state])
+            let read = try #require(all.first { $0.kind == .network })
+            #expect(read.taskID == nil && read.session == nil && read.interface == "eth0" && read.connected == false)
+            // Acknowledged by a: a reads it no more; b still does.
+            try await store.acknowledgeEvents(session: "a", through: try #require(logged.last?.eventID))
+            #expect(try await store.loggedEvents(session: "a", after: try #require(logged.last?.eventID)).isEmpty)
+            #expect(try await store.loggedEvents(session: "b", after: 0).map(\.kind) == [.network, .state])
+            #expect(try await store.sessionSummaries().map(\.name) == ["a", "b"])
+        }
     }
 
-    @Test("acknowledged events go, ids never repeat, acknowledgements never move back, the log is bounded")
-    func acknowledgeAndBound() async throws {
-        let temp = try TemporaryDirectory()
-        let store = try Store(path: temp.file("s.sqlite"))
-        let x = try await backgroundTask(store, state: .running, session: "x")
-        let y = try await backgroundTask(store, state: .running, session: "y")
-        let logged = try await store.appendEvents((0..<15).map { _ in event(x, .resumed, session: "x") })
-        _ = try await store.appendEvents((0..<3).map { _ in event(y, .resumed, session: "y") })
-        let xIDs = logged.compactMap(\.eventID)
+    @Test(
+        "acknowledged events go, ids never repeat, acknowledgements never move back, the log is bounded",
+        arguments: StoreEngine.allCases
+    )
+    func acknowledgeAndBound(_ engine: StoreEngine) async throws {
+        try await withStore(engine) { store in
+            let x = try await backgroundTask(store, state: .running, session: "x")
+            let y = try await backgroundTask(store, state: .running, session: "y")
+            let logged = try await store.appendEvents((0..<15).map { _ in event(x, .resumed, session: "x") })
+            _ = try await store.appendEvents((0..<3).map { _ in event(y, .resumed, session: "y") })
+            let xIDs = logged.compactMap(\.eventID)
 
-        try await store.acknowledgeEvents(session: "x", through: xIDs[4])
-        #expect(try await store.acknowledgedEventID(session: "x") == xIDs[4])
-        #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[5...]))
-        try await store.acknowledgeEvents(session: "x", through: xIDs[1])
-        #expect(try await store.acknowledgedEventID(session: "x") == xIDs[4], "an older acknowledgement is ignored")
+            try await store.acknowledgeEvents(session: "x", through: xIDs[4])
+            #expect(try await store.acknowledgedEventID(session: "x") == xIDs[4])
+            #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[5...]))
+            try await store.acknowledgeEvents(session: "x", through: xIDs[1])
+            #expect(try await store.acknowledgedEventID(session: "x") == xIDs[4], "an older acknowledgement is ignored")
 
-        // 10 left in x, 3 in y; keep 4 per session.
-        #expect(try await store.pruneEventLog(keepingPerSession: 4) == 6)
-        #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[11...]))
-        #expect(try await store.loggedEvents(session: "y", after: 0).count == 3)
+            // 10 left in x, 3 in y; keep 4 per session.
+            #expect(try await store.pruneEventLog(keepingPerSession: 4) == 6)
+            #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[11...]))
+            #expect(try await store.loggedEvents(session: "y", after: 0).count == 3)
 
-        // Deleted ids are not reused.
-        let next = try await store.appendEvents([event(x, .resumed, session: "x")])
-        #expect((next.first?.eventID ?? 0) > xIDs.last!)
-        #expect(try await store.lastEventID() == next.first?.eventID)
+            // Deleted ids are not reused.
+            let next = try await store.appendEvents([event(x, .resumed, session: "x")])
+            #expect((next.first?.eventID ?? 0) > xIDs.last!)
+            #expect(try await store.lastEventID() == next.first?.eventID)
+        }
     }
 
-    @Test("acknowledgements arriving together are written together, each answered for itself")
-    func acknowledgementsAreGroupCommitted() async throws {
-        let temp = try TemporaryDirectory()
-        let store = try Store(path: temp.file("s.sqlite"))
-        let x = try await backgroundTask(store, state: .running, session: "x")
-        let y = try await backgroundTask(store, state: .running, session: "y")
-        let xIDs = try await store.appendEvents((0..<20).map { _ in event(x, .resumed, session: "x") }).compactMap(
-            \.eventID
-        )
-        let yIDs = try await store.appendEvents((0..<5).map { _ in event(y, .resumed, session: "y") }).compactMap(
-            \.eventID
-        )
-        let last = yIDs.last!
-        // A stream of x has sent through xIDs[9]: nothing after it may go.
-        let acknowledgements = Acknowledgements(store: store) { $0 == "x" ? xIDs[9] : nil }
+    @Test(
+        "acknowledgements arriving together are written together, each answered for itself",
+        arguments: StoreEngine.allCases
+    )
+    func acknowledgementsAreGroupCommitted(_ engine: StoreEngine) async throws {
+        try await withStore(engine) { store in
+            let x = try await backgroundTask(store, state: .running, session: "x")
+            let y = try await backgroundTask(store, state: .running, session: "y")
+            let xIDs = try await store.appendEvents((0..<20).map { _ in event(x, .resumed, session: "x") }).compactMap(
+                \.eventID
+            )
+            let yIDs = try await store.appendEvents((0..<5).map { _ in event(y, .resumed, session: "y") }).compactMap(
+                \.eventID
+            )
+            let last = yIDs.last!
+            // A stream of x has sent through xIDs[9]: nothing after it may go.
+            let acknowledgements = Acknowledgements(store: store) { $0 == "x" ? xIDs[9] : nil }
 
-        // 200 at once: x through every id, y through every id, and some beyond the last event.
-        let marks = (xIDs.map { ("x", $0) } + yIDs.map { ("y", $0) } + [("x", last + 1), ("y", last + 1_000)])
-        let outcomes = await withTaskGroup(of: (Int64, Bool).self) { group in
-            for round in 0..<8 {
-                for (session, id) in marks.shuffled() where round == 0 || id <= last {
-                    group.addTask {
-                        do {
-                            try await acknowledgements.acknowledge(session: session, through: id)
-                            return (id, true)
-                        } catch let error as HaulError {
-                            return (
-                                id,
-                                error.code == .invalidArgument && error.message.contains("the last event is \(last)")
-                                    ? false : true
-                            )
-                        } catch {
-                            return (id, true)
+            // 200 at once: x through every id, y through every id, and some beyond the last event.
+            let marks = (xIDs.map { ("x", $0) } + yIDs.map { ("y", $0) } + [("x", last + 1), ("y", last + 1_000)])
+            let outcomes = await withTaskGroup(of: (Int64, Bool).self) { group in
+                for round in 0..<8 {
+                    for (session, id) in marks.shuffled() where round == 0 || id <= last {
+                        group.addTask {
+                            do {
+                                try await acknowledgements.acknowledge(session: session, through: id)
+                                return (id, true)
+                            } catch let error as HaulError {
+                                return (
+                                    id,
+                                    error.code == .invalidArgument
+                                        && error.message.contains("the last event is \(last)")
+                                        ? false : true
+                                )
+                            } catch {
+                                return (id, true)
+                            }
                         }
                     }
                 }
+                return await group.reduce(into: [(Int64, Bool)]()) { $0.append($1) }
             }
-            return await group.reduce(into: [(Int64, Bool)]()) { $0.append($1) }
+            #expect(outcomes.count == 7 * (xIDs.count + yIDs.count) + marks.count)
+            #expect(acknowledgements.transactions < outcomes.count / 2, "those that waited together went together")
+            #expect(
+                outcomes.filter { !$0.1 }.map(\.0).sorted() == [last + 1, last + 1_000],
+                "only those beyond the last are refused"
+            )
+            #expect(try await store.acknowledgedEventID(session: "x") == xIDs.last)
+            #expect(try await store.acknowledgedEventID(session: "y") == last)
+            #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[10...]))
+            #expect(try await store.loggedEvents(session: "y", after: 0).isEmpty)
         }
-        #expect(outcomes.count == 7 * (xIDs.count + yIDs.count) + marks.count)
-        #expect(acknowledgements.transactions < outcomes.count / 2, "those that waited together went together")
-        #expect(
-            outcomes.filter { !$0.1 }.map(\.0).sorted() == [last + 1, last + 1_000],
-            "only those beyond the last are refused"
-        )
-        #expect(try await store.acknowledgedEventID(session: "x") == xIDs.last)
-        #expect(try await store.acknowledgedEventID(session: "y") == last)
-        #expect(try await store.loggedEvents(session: "x", after: 0).compactMap(\.eventID) == Array(xIDs[10...]))
-        #expect(try await store.loggedEvents(session: "y", after: 0).isEmpty)
     }
 }
 

@@ -1,0 +1,243 @@
+import Foundation
+import Haul
+import HaulDaemon
+import HaulWire
+import Logging
+import PostgresNIO
+
+/// The daemons' session event logs in PostgreSQL: the rules of the SQLite log (Store+EventLog
+/// in HaulDaemon), shared by every node. Appends are serialised by an advisory lock, so an
+/// event's id is visible only after every smaller one: a reader resuming after id N (its
+/// Last-Event-ID) never skips one committed late.
+extension PostgresStore: EventLogStore {
+    /// The advisory lock key of appends.
+    static let appendLock: Int64 = 0x4841_554c_0004
+
+    package func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] {
+        let encoder = HaulJSON.encoder()
+        return try await Postgres.run("log events") {
+            try await client.withTransaction(logger: logger) { connection in
+                _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.appendLock))", logger: self.logger)
+                var logged: [EventRecord] = []
+                for var record in records {
+                    guard let session = record.session ?? (record.taskID == nil ? EventLogRules.everySession : nil)
+                    else { continue }
+                    if let announces = record.announcedState, let taskID = record.taskID {
+                        var told: String?
+                        for try await state in try await connection.query(
+                            "SELECT \"announcedState\" FROM haul_task WHERE id = \(taskID)",
+                            logger: self.logger
+                        ).decode(String?.self) {
+                            told = state
+                        }
+                        if EventLogRules.finalStates.contains(announces), told == announces.rawValue { continue }
+                        _ = try await connection.query(
+                            "UPDATE haul_task SET \"announcedState\" = \(announces.rawValue) WHERE id = \(taskID)",
+                            logger: self.logger
+                        )
+                    }
+                    record.eventID = nil
+                    let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
+                    for try await id in try await connection.query(
+                        "INSERT INTO haul_event (session, payload) VALUES (\(session), \(payload)) RETURNING id",
+                        logger: self.logger
+                    ).decode(Int64.self) {
+                        record.eventID = id
+                    }
+                    logged.append(record)
+                }
+                return logged
+            }
+        }
+    }
+
+    package func loggedEvents(session: String?, after: Int64, limit: Int) async throws -> [EventRecord] {
+        let decoder = HaulJSON.decoder
+        let limit = Int64(max(0, limit))
+        return try await Postgres.run("read the event log") {
+            var records: [EventRecord] = []
+            for try await (id, payload) in try await client.query(
+                """
+                SELECT id, payload FROM haul_event
+                WHERE id > \(after) AND (\(session)::text IS NULL OR session IN (\(session)::text, \(EventLogRules.everySession)))
+                ORDER BY id LIMIT \(limit)
+                """,
+                logger: logger
+            ).decode((Int64, String).self) {
+                guard var record = try? decoder.decode(EventRecord.self, from: Data(payload.utf8)) else { continue }
+                record.eventID = id
+                records.append(record)
+            }
+            return records
+        }
+    }
+
+    package func lastEventID() async throws -> Int64 {
+        try await Postgres.run("read the event log") {
+            try await Self.lastEventID(client, logger: logger)
+        }
+    }
+
+    /// The highest id the sequence ever gave (0 before the first).
+    static func lastEventID(_ db: some PostgresQueryable, logger: Logger) async throws -> Int64 {
+        for try await (value, called) in try await db.rows(
+            "SELECT last_value, is_called FROM haul_event_id_seq",
+            logger: logger
+        ).decode((Int64, Bool).self) {
+            return called ? value : 0
+        }
+        return 0
+    }
+
+    package func acknowledgedEventID(session: String) async throws -> Int64 {
+        try await Postgres.run("read the event log") {
+            for try await acknowledged in try await client.query(
+                "SELECT acknowledged FROM haul_session WHERE name = \(session)",
+                logger: logger
+            ).decode(Int64.self) {
+                return acknowledged
+            }
+            return 0
+        }
+    }
+
+    package func acknowledgeEvents(
+        _ marks: [(session: String, through: Int64)],
+        keepingAfter floor: @escaping @Sendable (String) -> Int64?
+    ) async throws -> Int64 {
+        try await Postgres.run("record acknowledgements") {
+            try await client.withTransaction(logger: logger) { connection in
+                // Under the append lock: the last id given is then the last committed.
+                _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.appendLock))", logger: self.logger)
+                let last = try await Self.lastEventID(connection, logger: self.logger)
+                var highest: [String: Int64] = [:]
+                for mark in marks where mark.through <= last {
+                    highest[mark.session] = max(highest[mark.session] ?? mark.through, mark.through)
+                }
+                for (session, eventID) in highest.sorted(by: { $0.key < $1.key }) {
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO haul_session (name, acknowledged) VALUES (\(session), \(eventID))
+                        ON CONFLICT (name) DO UPDATE SET acknowledged = GREATEST(haul_session.acknowledged, excluded.acknowledged)
+                        """,
+                        logger: self.logger
+                    )
+                    _ = try await connection.query(
+                        "DELETE FROM haul_event WHERE session = \(session) AND id <= \(min(eventID, floor(session) ?? eventID))",
+                        logger: self.logger
+                    )
+                }
+                return last
+            }
+        }
+    }
+
+    package func dropAcknowledgedEvents(session: String, keepingAfter floor: Int64?) async throws {
+        try await Postgres.run("trim the event log") {
+            _ = try await client.query(
+                """
+                DELETE FROM haul_event WHERE session = \(session) AND id <= LEAST(
+                    COALESCE((SELECT acknowledged FROM haul_session WHERE name = \(session)), 0),
+                    COALESCE(\(floor)::bigint, 9223372036854775807))
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    @discardableResult
+    package func pruneEventLog(keepingPerSession limit: Int) async throws -> Int {
+        try await Postgres.run("trim the event log") {
+            var removed = 0
+            for try await _ in try await client.query(
+                """
+                DELETE FROM haul_event WHERE id IN (
+                    SELECT id FROM (
+                        SELECT id, ROW_NUMBER() OVER (PARTITION BY session ORDER BY id DESC) AS age FROM haul_event
+                    ) AS ranked WHERE age > \(Int64(max(0, limit)))
+                ) RETURNING id
+                """,
+                logger: logger
+            ) {
+                removed += 1
+            }
+            return removed
+        }
+    }
+
+    package func unannouncedTasks() async throws -> [UnannouncedTask] {
+        try await Postgres.run("read the tasks") {
+            var tasks: [UnannouncedTask] = []
+            for try await (id, session, state, announced, directory, fileName, totalLength, errorMessage)
+                in try await client.query(
+                    """
+                    SELECT id, session, state, "announcedState", directory, "fileName", "totalLength", "errorMessage"
+                    FROM haul_task
+                    WHERE background AND state IN ('paused', 'cancelled', 'completed', 'failed')
+                        AND "announcedState" IS DISTINCT FROM state
+                    ORDER BY "queueOrder"
+                    """,
+                    logger: logger
+                ).decode((UUID, String, String, String?, String, String?, Int64?, String?).self)
+            {
+                tasks.append(
+                    UnannouncedTask(
+                        id: id,
+                        session: session,
+                        state: TaskState(rawValue: state) ?? .failed,
+                        announced: announced.flatMap(TaskState.init(rawValue:)),
+                        path: fileName.map { (directory as NSString).appendingPathComponent($0) },
+                        totalLength: totalLength,
+                        errorMessage: errorMessage
+                    )
+                )
+            }
+            return tasks
+        }
+    }
+
+    package func session(ofTask id: UUID) async throws -> String? {
+        try await Postgres.run("read a task") {
+            for try await session in try await client.query(
+                "SELECT session FROM haul_task WHERE id = \(id)",
+                logger: logger
+            ).decode(String.self) {
+                return session
+            }
+            return nil
+        }
+    }
+
+    package func sessionSummaries() async throws -> [(name: String, tasks: Int, pendingEvents: Int)] {
+        try await Postgres.run("read the sessions") {
+            var summaries: [(name: String, tasks: Int, pendingEvents: Int)] = []
+            for try await (name, tasks, events) in try await client.query(
+                """
+                SELECT name, SUM(tasks)::bigint, SUM(events)::bigint FROM (
+                    SELECT session AS name, COUNT(*) AS tasks, 0 AS events FROM haul_task WHERE background GROUP BY session
+                    UNION ALL
+                    SELECT session, 0, COUNT(*) FROM haul_event WHERE session <> \(EventLogRules.everySession)
+                    GROUP BY session
+                ) AS counted GROUP BY name ORDER BY name
+                """,
+                logger: logger
+            ).decode((String, Int64, Int64).self) {
+                summaries.append((name, Self.int(tasks), Self.int(events)))
+            }
+            return summaries
+        }
+    }
+
+    package func backgroundStateCounts() async throws -> [String: Int] {
+        try await Postgres.run("read the tasks") {
+            var counts: [String: Int] = [:]
+            for try await (state, count) in try await client.query(
+                "SELECT state, COUNT(*) FROM haul_task WHERE background GROUP BY state",
+                logger: logger
+            ).decode((String, Int64).self) {
+                counts[state] = Self.int(count)
+            }
+            return counts
+        }
+    }
+}
