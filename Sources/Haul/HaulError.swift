@@ -32,6 +32,7 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
             case cancelled
             case paused
             case busy
+            case leaseLost
         }
 
         fileprivate let base: Base
@@ -84,6 +85,10 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         public static let paused = Code(.paused)
         /// Another process is running the same download.
         public static let busy = Code(.busy)
+        /// In fleet mode, this node no longer holds the task's lease (it ran out, or the task
+        /// was paused, cancelled or taken over elsewhere): its transfer stopped and wrote
+        /// nothing more; the node now holding the task, if any, continues it.
+        public static let leaseLost = Code(.leaseLost)
 
         public var description: String { base.rawValue }
 

@@ -4,17 +4,19 @@ import Logging
 import PostgresNIO
 
 /// The fleet's queue in PostgreSQL: which daemon (node) runs which task, by leases with
-/// fencing tokens (issue 17's second part; the manager runs on it in a later step).
+/// fencing tokens held on the tasks' own rows (`haul_task`'s `owner`, `fence` and
+/// `lease_expires`), so that a task's state and its lease change together.
 ///
 /// - A node runs a task only while it holds the task's **lease**: taken in queue order
 ///   (priority, then the order queued: the seeds' oldest-first rule, fleet-wide), renewed
 ///   by a heartbeat, expiring after a set time. Times are the database's (`now()`), so the
 ///   nodes' clocks do not matter.
 /// - Each acquisition increments the task's **fence**. Every write a node makes about a
-///   task (a checkpoint, its end, a renewal) names the fence it holds and counts only while
-///   that is still the task's fence and its lease has not expired: a node stopped past its
-///   lease (SIGSTOP, a long pause, a partition from the database) can write nothing once
-///   another has taken over, and learns so from the answer.
+///   task it runs (``PostgresStore``'s checkpoints and states, a renewal, a release) names
+///   the fence it holds and counts only while that is still the task's fence, the task is
+///   running and its lease has not expired: a node stopped past its lease (SIGSTOP, a long
+///   pause, a partition from the database) can write nothing once another has taken over,
+///   and learns so from the answer.
 /// - Admission is serialised by a transaction-scoped advisory lock, so the fleet-wide limit
 ///   and the per-host cap hold however many nodes ask at once; the candidate rows are read
 ///   `FOR UPDATE SKIP LOCKED`, so a row another transaction is writing (a checkpoint) is
@@ -81,28 +83,10 @@ public final class FleetQueue: Sendable {
 
     // MARK: The queue
 
-    /// Puts tasks in the fleet's queue, in this order (a task already there stays as it is).
-    public func enqueue(_ tasks: [(id: UUID, host: String, priority: Int)]) async throws {
-        guard !tasks.isEmpty else { return }
-        try await store("add tasks to the fleet's queue") {
-            try await self.client.withTransaction(logger: self.logger) { connection in
-                for task in tasks {
-                    _ = try await connection.query(
-                        """
-                        INSERT INTO fleet_task (id, host, priority) VALUES (\(task.id), \(task.host), \(task.priority))
-                        ON CONFLICT (id) DO NOTHING
-                        """,
-                        logger: self.logger
-                    )
-                }
-            }
-        }
-    }
-
-    /// Takes leases for this node on the next tasks of the queue, as many as the limits
-    /// leave room for: at most `maxRunning` leased in the whole fleet, at most `perHost` per
-    /// host, and at most `wanted` for this node. A lease that ran out is counted as free
-    /// (its task is first in line again, at its old place).
+    /// Takes leases for this node on the next tasks of the queue (the daemons' tasks that
+    /// wait), as many as the limits leave room for: at most `maxRunning` leased in the whole
+    /// fleet, at most `perHost` per host, and at most `wanted` for this node. A lease that
+    /// ran out is counted as free (its task is first in line again, at its old place).
     public func acquire(wanted: Int, maxRunning: Int, perHost: Int, duration: Duration) async throws -> [Lease] {
         guard wanted > 0, maxRunning > 0, perHost > 0 else { return [] }
         let seconds = Self.seconds(duration)
@@ -115,14 +99,14 @@ public final class FleetQueue: Sendable {
                 // Leases that ran out give their tasks back to the queue, at their places.
                 _ = try await connection.query(
                     """
-                    UPDATE fleet_task SET state = 'queued', owner = NULL, lease_expires = NULL
-                    WHERE state = 'running' AND lease_expires <= now()
+                    UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                    WHERE owner IS NOT NULL AND state = 'running' AND lease_expires <= now()
                     """,
                     logger: self.logger
                 )
                 var running: [String: Int] = [:]
                 for try await (host, count) in try await connection.query(
-                    "SELECT host, count(*) FROM fleet_task WHERE state = 'running' GROUP BY host",
+                    "SELECT host, count(*) FROM haul_task WHERE state = 'running' AND owner IS NOT NULL GROUP BY host",
                     logger: self.logger
                 ).decode((String, Int).self) {
                     running[host] = count
@@ -135,8 +119,8 @@ public final class FleetQueue: Sendable {
                 var picked: [UUID] = []
                 for try await (id, host) in try await connection.query(
                     """
-                    SELECT id, host FROM fleet_task WHERE state = 'queued'
-                    ORDER BY priority DESC, queue_order LIMIT \(window) FOR UPDATE SKIP LOCKED
+                    SELECT id, host FROM haul_task WHERE state = 'queued' AND background
+                    ORDER BY priority DESC, "queueOrder" LIMIT \(window) FOR UPDATE SKIP LOCKED
                     """,
                     logger: self.logger
                 ).decode((UUID, String).self) {
@@ -150,7 +134,7 @@ public final class FleetQueue: Sendable {
                 var leases: [Lease] = []
                 for try await (id, fence, expires) in try await connection.query(
                     """
-                    UPDATE fleet_task SET state = 'running', owner = \(self.node),
+                    UPDATE haul_task SET state = 'running', owner = \(self.node),
                         lease_expires = now() + make_interval(secs => \(seconds)), fence = fence + 1
                     WHERE id = ANY(\(picked))
                     RETURNING id, fence, lease_expires
@@ -177,7 +161,7 @@ public final class FleetQueue: Sendable {
             var held: [Lease] = []
             for try await (id, fence, expires) in try await self.client.query(
                 """
-                UPDATE fleet_task AS t SET lease_expires = now() + make_interval(secs => \(seconds))
+                UPDATE haul_task AS t SET lease_expires = now() + make_interval(secs => \(seconds))
                 FROM unnest(\(ids)::uuid[], \(fences)::bigint[]) AS l(id, fence)
                 WHERE t.id = l.id AND t.fence = l.fence AND t.owner = \(self.node)
                     AND t.state = 'running' AND t.lease_expires > now()
@@ -191,54 +175,23 @@ public final class FleetQueue: Sendable {
         }
     }
 
-    /// Records a task's committed bytes, if `lease` still holds it; false when it does not
-    /// (another node took over, or the lease ran out): nothing was written.
-    public func checkpoint(_ lease: Lease, committed: Int64) async throws -> Bool {
-        guard committed >= 0 else { throw HaulError(.invalidArgument, "A checkpoint cannot be negative") }
-        return try await fenced(
-            lease,
-            "record a checkpoint",
-            set: "committed = GREATEST(committed, \(committed))"
-        )
-    }
-
-    /// Ends a task (`completed`, `failed`, `paused`, `cancelled`), if `lease` still holds
-    /// it; false when it does not: nothing was written.
-    public func finish(_ lease: Lease, as state: TaskState) async throws -> Bool {
-        let name: String
-        switch state {
-        case .completed, .failed, .paused, .cancelled: name = state.rawValue
-        default:
-            throw HaulError(.invalidArgument, "A task leaves the fleet's queue completed, failed, paused or cancelled")
-        }
-        return try await fenced(lease, "end a task", set: "state = '\(name)', owner = NULL, lease_expires = NULL")
-    }
-
     /// Gives a task back to the queue at its place (a node stopping cleanly), if `lease`
-    /// still holds it.
+    /// still holds it; false when it does not: nothing was written.
     public func release(_ lease: Lease) async throws -> Bool {
-        try await fenced(lease, "give a lease back", set: "state = 'queued', owner = NULL, lease_expires = NULL")
-    }
-
-    private func fenced(_ lease: Lease, _ what: String, set assignments: String) async throws -> Bool {
-        try await store(what) {
-            // `assignments` is built here from fixed text and numbers, never from input.
-            let sql = """
-                UPDATE fleet_task SET \(assignments)
-                WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running' AND lease_expires > now()
-                RETURNING id
+        try await store("give a lease back") {
+            var released = false
+            for try await _ in try await self.client.query(
                 """
-            var binds = PostgresBindings()
-            binds.append(lease.task)
-            binds.append(lease.fence)
-            binds.append(self.node)
-            let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
-            for try await _ in rows { return true }
-            self.logger.warning(
-                "lost the lease: another node holds the task, or the lease ran out; nothing written",
-                metadata: ["task": "\(lease.task)", "fence": "\(lease.fence)", "node": "\(self.node)"]
-            )
-            return false
+                UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                WHERE id = \(lease.task) AND fence = \(lease.fence) AND owner = \(self.node)
+                    AND state = 'running' AND lease_expires > now()
+                RETURNING id
+                """,
+                logger: self.logger
+            ) {
+                released = true
+            }
+            return released
         }
     }
 
@@ -276,7 +229,7 @@ public final class FleetQueue: Sendable {
                 var held: [Lease] = []
                 for try await (id, fence, expires) in try await connection.query(
                     """
-                    UPDATE fleet_task SET lease_expires = now() + make_interval(secs => \(seconds))
+                    UPDATE haul_task SET lease_expires = now() + make_interval(secs => \(seconds))
                     WHERE owner = \(self.node) AND state = 'running' AND lease_expires > now()
                     RETURNING id, fence, lease_expires
                     """,
@@ -299,7 +252,7 @@ public final class FleetQueue: Sendable {
                 var released = 0
                 for try await _ in try await connection.query(
                     """
-                    UPDATE fleet_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                    UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
                     WHERE owner = \(self.node) AND state = 'running'
                     RETURNING id
                     """,
@@ -323,7 +276,7 @@ public final class FleetQueue: Sendable {
             for try await (name, started, beat, speed, stopped, leases) in try await self.client.query(
                 """
                 SELECT n.name, n.started_at, n.heartbeat_at, n.bytes_per_second, n.stopped_at,
-                    (SELECT count(*) FROM fleet_task t
+                    (SELECT count(*) FROM haul_task t
                      WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now())
                 FROM fleet_node n ORDER BY n.name
                 """,
@@ -349,7 +302,11 @@ public final class FleetQueue: Sendable {
         try await store("read the fleet's queue") {
             var entries: [Entry] = []
             for try await (id, host, priority, state, owner, fence, committed) in try await self.client.query(
-                "SELECT id, host, priority, state, owner, fence, committed FROM fleet_task ORDER BY queue_order",
+                """
+                SELECT t.id, t.host, t.priority::integer, t.state, t.owner, t.fence,
+                    COALESCE((SELECT SUM(s.committed - s.start) FROM haul_segment s WHERE s."taskID" = t.id), 0)::bigint
+                FROM haul_task t WHERE t.background ORDER BY t."queueOrder"
+                """,
                 logger: self.logger
             ).decode((UUID, String, Int, String, String?, Int64, Int64).self) {
                 entries.append(

@@ -137,6 +137,21 @@ enum PostgresSchema {
             "CREATE INDEX haul_event_session ON haul_event (session, id)",
             "CREATE TABLE haul_session (name text PRIMARY KEY, acknowledged bigint NOT NULL DEFAULT 0)",
         ],
+        [
+            // The leases move onto the tasks' own rows, so that a task's state and its lease
+            // change in one statement. fleet_task only ever held ids queued by the fleet
+            // queue alone (no download to run), so it goes with nothing to carry over.
+            "ALTER TABLE haul_task ADD COLUMN host text NOT NULL DEFAULT ''",
+            "ALTER TABLE haul_task ADD COLUMN owner text",
+            "ALTER TABLE haul_task ADD COLUMN fence bigint NOT NULL DEFAULT 0",
+            "ALTER TABLE haul_task ADD COLUMN lease_expires timestamptz",
+            """
+            CREATE INDEX haul_task_waiting ON haul_task (priority DESC, "queueOrder")
+                WHERE state = 'queued' AND background
+            """,
+            "CREATE INDEX haul_task_owner ON haul_task (owner) WHERE owner IS NOT NULL",
+            "DROP TABLE fleet_task",
+        ],
     ]
 
     /// Creates or upgrades the schema. Several nodes may start at once: one migrates while

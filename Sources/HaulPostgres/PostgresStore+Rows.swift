@@ -207,7 +207,9 @@ extension PostgresStore {
                 "retryingSince" = CASE WHEN \(keepsStreak) THEN "retryingSince" ELSE NULL END,
                 "updatedAt" = \(StoreDate.now),
                 "partPath" = CASE WHEN \(forgettingPart) THEN NULL ELSE "partPath" END,
-                "partIdentity" = CASE WHEN \(forgettingPart) THEN NULL ELSE "partIdentity" END
+                "partIdentity" = CASE WHEN \(forgettingPart) THEN NULL ELSE "partIdentity" END,
+                owner = CASE WHEN \(state == .running) THEN owner ELSE NULL END,
+                lease_expires = CASE WHEN \(state == .running) THEN lease_expires ELSE NULL END
             WHERE id = \(id)
             """,
             logger: logger
@@ -233,10 +235,12 @@ extension PostgresStore {
         for column in TaskTable.columns {
             try TaskTable.bind(values[column.name] ?? .null, of: column.name, task: task.id, to: &binds)
         }
-        let placeholders = (1...TaskTable.columns.count).map { "$\($0)" }.joined(separator: ", ")
+        // And the host the fleet's per-host cap counts it under.
+        binds.append(DownloadManager.hostKey(task.url))
+        let placeholders = (1...TaskTable.columns.count + 1).map { "$\($0)" }.joined(separator: ", ")
         _ = try await db.rows(
             PostgresQuery(
-                unsafeSQL: "INSERT INTO haul_task (\(TaskTable.selectList)) VALUES (\(placeholders))",
+                unsafeSQL: "INSERT INTO haul_task (\(TaskTable.selectList), host) VALUES (\(placeholders))",
                 binds: binds
             ),
             logger: logger

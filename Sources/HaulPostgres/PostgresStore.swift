@@ -4,6 +4,7 @@ import Haul
 import Logging
 import NIOCore
 import PostgresNIO
+import Synchronization
 
 /// Haul's tasks in PostgreSQL: the ``TaskStore`` of fleet mode, where several daemons
 /// share one queue (the rules are those of ``Store``, its SQLite sibling; only the engine
@@ -16,37 +17,75 @@ import PostgresNIO
 /// advisory lock, so adds racing on several nodes never create two tasks for one
 /// destination (a unique index backs that, as in SQLite); queue positions come from a
 /// sequence.
-public final class PostgresStore: TaskStore {
+public final class PostgresStore: FleetTaskStore {
     let client: PostgresClient
     let logger: Logger
     /// Runs the client's connection pool while the store is open (nil when the caller runs it).
     private let runner: Task<Void, Never>?
+    /// This node's place in the fleet's queue.
+    package let fleet: FleetQueue
+    package let leaseDuration: Duration
+    /// The leases this node holds, by task: the writes about these tasks are fenced.
+    let leases = Mutex<[UUID: FleetQueue.Lease]>([:])
 
     /// The advisory lock key of adds.
     static let addLock: Int64 = 0x4841_554c_0003
 
+    /// The default time a lease lasts unless renewed.
+    public static let defaultLeaseDuration: Duration = .seconds(15)
+
     /// A store on a client the caller runs (`client.run()`), migrated.
-    package init(client: PostgresClient, logger: Logger) async throws {
-        self.client = client
-        self.logger = logger
-        self.runner = nil
+    package convenience init(
+        client: PostgresClient,
+        node: String = PostgresStore.defaultNode,
+        leaseDuration: Duration = PostgresStore.defaultLeaseDuration,
+        logger: Logger
+    ) async throws {
+        try self.init(client: client, node: node, leaseDuration: leaseDuration, logger: logger, runner: nil)
         try await PostgresSchema.migrate(client, logger: logger)
     }
 
-    private init(client: PostgresClient, logger: Logger, runner: Task<Void, Never>) {
+    private init(
+        client: PostgresClient,
+        node: String,
+        leaseDuration: Duration,
+        logger: Logger,
+        runner: Task<Void, Never>?
+    ) throws {
         self.client = client
         self.logger = logger
         self.runner = runner
+        self.fleet = try FleetQueue(client: client, node: node, logger: logger)
+        self.leaseDuration = leaseDuration
     }
 
     /// Connects to the database `location` names (a pool of connections from postgres-nio),
     /// and creates or upgrades Haul's tables in it (under an advisory lock: several daemons
     /// may start at once).
-    /// - Throws: ``HaulError/Code/store`` when the database cannot be reached or migrated.
-    public static func connect(to location: PostgresLocation, logger: Logger) async throws -> PostgresStore {
+    /// - Parameters:
+    ///   - node: this daemon's name in the fleet (``FleetQueue/validateNodeName(_:)``).
+    ///   - leaseDuration: how long a lease lasts unless the heartbeat renews it.
+    /// - Throws: ``HaulError/Code/store`` when the database cannot be reached or migrated;
+    ///   ``HaulError/Code/invalidArgument`` for a node name that is not one.
+    public static func connect(
+        to location: PostgresLocation,
+        node: String = PostgresStore.defaultNode,
+        leaseDuration: Duration = PostgresStore.defaultLeaseDuration,
+        logger: Logger
+    ) async throws -> PostgresStore {
+        try FleetQueue.validateNodeName(node)
+        guard leaseDuration >= .milliseconds(100), leaseDuration <= .seconds(3_600) else {
+            throw HaulError(.invalidArgument, "A lease must last from 0.1 s to an hour")
+        }
         let client = PostgresClient(configuration: location.configuration, backgroundLogger: logger)
         let runner = Task { await client.run() }
-        let store = PostgresStore(client: client, logger: logger, runner: runner)
+        let store = try PostgresStore(
+            client: client,
+            node: node,
+            leaseDuration: leaseDuration,
+            logger: logger,
+            runner: runner
+        )
         do {
             try await PostgresSchema.migrate(client, logger: logger)
         } catch var error as HaulError {
@@ -58,6 +97,14 @@ public final class PostgresStore: TaskStore {
             throw error
         }
         return store
+    }
+
+    /// The host name, as a node name when none is given (else "haul").
+    public static var defaultNode: String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count) == 0 else { return "haul" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return DownloadRequest.isPlainName(name, maxLength: 64) ? name : "haul"
     }
 
     /// Stops the connection pool (when this store runs it): nothing is written after this.
@@ -244,6 +291,7 @@ public final class PostgresStore: TaskStore {
     ) async throws -> Bool {
         try await Postgres.run("record a server's response") {
             try await client.withTransaction(logger: logger) { connection in
+                try await self.checkFence(connection, task.id)
                 if recordingRunning {
                     try await Self.setState(connection, task.id, .running, error: nil, code: nil, forgettingPart: false)
                 }
@@ -276,9 +324,11 @@ public final class PostgresStore: TaskStore {
         let sourcesText = try sources.map { try TaskRecord.json($0) }
         try await Postgres.run("record a checkpoint") {
             try await client.withTransaction(logger: logger) { connection in
+                try await self.checkFence(connection, id)
                 if completing {
                     try await Self.setState(connection, id, .completed, error: nil, code: nil, forgettingPart: true)
                 }
+                defer { if completing { self.endLease(id) } }
                 try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
                 if let verifiedPieces {
                     _ = try await connection.query(
@@ -302,18 +352,22 @@ public final class PostgresStore: TaskStore {
     }
 
     package func setPart(_ id: UUID, path: String?, identity: String?) async throws {
-        try await execute("record a task's part file") {
-            """
-            UPDATE haul_task SET "partPath" = \(path), "partIdentity" = \(identity), "updatedAt" = \(StoreDate.now)
-            WHERE id = \(id)
-            """
+        try await fenced(id, "record a task's part file") { connection in
+            _ = try await connection.query(
+                """
+                UPDATE haul_task SET "partPath" = \(path), "partIdentity" = \(identity), "updatedAt" = \(StoreDate.now)
+                WHERE id = \(id)
+                """,
+                logger: self.logger
+            )
         }
     }
 
     package func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
         try await Postgres.run("record a task's part file") {
             try await client.withTransaction(logger: logger) { connection in
-                try await Self.claimPart(connection, id, path: path, identity: identity, logger: self.logger)
+                try await self.checkFence(connection, id)
+                return try await Self.claimPart(connection, id, path: path, identity: identity, logger: self.logger)
             }
         }
     }
@@ -331,29 +385,33 @@ public final class PostgresStore: TaskStore {
         code: HaulError.Code?,
         forgettingPart: Bool
     ) async throws {
-        try await Postgres.run("record a task's state") {
-            try await client.withConnection { connection in
-                try await Self.setState(
-                    connection,
-                    id,
-                    state,
-                    error: error,
-                    code: code,
-                    forgettingPart: forgettingPart
-                )
-            }
+        try await fenced(id, "record a task's state") { connection in
+            try await Self.setState(
+                connection,
+                id,
+                state,
+                error: error,
+                code: code,
+                forgettingPart: forgettingPart,
+                logger: self.logger
+            )
         }
+        if state != .running { endLease(id) }
     }
 
     package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {
-        try await execute("record a task's next try") {
-            """
-            UPDATE haul_task SET state = 'retrying', "errorMessage" = \(error),
-                "nextTryAt" = \(StoreDate.text(nextTryAt)), "retryingSince" = \(StoreDate.text(since)),
-                "updatedAt" = \(StoreDate.now)
-            WHERE id = \(id)
-            """
+        try await fenced(id, "record a task's next try") { connection in
+            _ = try await connection.query(
+                """
+                UPDATE haul_task SET state = 'retrying', "errorMessage" = \(error),
+                    "nextTryAt" = \(StoreDate.text(nextTryAt)), "retryingSince" = \(StoreDate.text(since)),
+                    "updatedAt" = \(StoreDate.now), owner = NULL, lease_expires = NULL
+                WHERE id = \(id)
+                """,
+                logger: self.logger
+            )
         }
+        endLease(id)
     }
 
     package func delete(_ id: UUID) async throws {
@@ -361,21 +419,22 @@ public final class PostgresStore: TaskStore {
     }
 
     package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
-        try await Postgres.run("queue a task again") {
-            try await client.withConnection { connection in
-                let order = try await Self.nextQueueOrder(connection, logger: self.logger)
-                _ = try await connection.query(
-                    """
-                    UPDATE haul_task SET state = \(state.rawValue), "queueOrder" = \(order),
-                        "queuedAt" = \(StoreDate.now), "errorMessage" = NULL, "errorCode" = NULL,
-                        "nextTryAt" = NULL, "retryingSince" = NULL, "updatedAt" = \(StoreDate.now)
-                    WHERE id = \(id)
-                    """,
-                    logger: self.logger
-                )
-                return order
-            }
+        let order = try await fenced(id, "queue a task again") { connection in
+            let order = try await Self.nextQueueOrder(connection, logger: self.logger)
+            _ = try await connection.query(
+                """
+                UPDATE haul_task SET state = \(state.rawValue), "queueOrder" = \(order),
+                    "queuedAt" = \(StoreDate.now), "errorMessage" = NULL, "errorCode" = NULL,
+                    "nextTryAt" = NULL, "retryingSince" = NULL, "updatedAt" = \(StoreDate.now),
+                    owner = NULL, lease_expires = NULL
+                WHERE id = \(id)
+                """,
+                logger: self.logger
+            )
+            return order
         }
+        endLease(id)
+        return order
     }
 
     package func reorder(_ ids: [UUID]) async throws -> [UUID: Int64] {

@@ -179,6 +179,13 @@ extension Transfer {
         if part == nil, let error = error as? HaulError, error.code == .busy {
             return error  // Another process owns this download and its records.
         }
+        if let error = error as? HaulError, error.code == .leaseLost {
+            // Another node holds the task now: nothing is recorded, nothing removed (its part
+            // file may be the one that node writes).
+            part?.close()
+            part = nil
+            return error
+        }
         let stop = control.requested
         part?.close()
         part = nil

@@ -53,7 +53,7 @@ extension DownloadManager {
             // follows the task learns of them with it.
             outcome = .success(await follow(result, of: task))
         }
-        if case .failure(let error) = outcome {
+        if case .failure(let error) = outcome, error.code != .leaseLost {
             let stop = handles.control.requested
             if stop == .yield || stop == nil, await goOffline(id, after: stop == nil ? error : nil) { return }
             if stop == nil, await retryLater(id, after: error, progressed: handles.progress.snapshot().bytesThisRun > 0)
@@ -130,6 +130,12 @@ extension DownloadManager {
             scheduler.remove(id)
             move(id, .complete)
             ended(id, .completed(result), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
+        case .failure(let error) where error.code == .leaseLost:
+            // Another node holds the task now (or it was changed elsewhere): nothing more is
+            // written about it here.
+            scheduler.remove(id)
+            logger.warning("stopped a download whose lease this node lost", metadata: ["haul.task": "\(id)"])
+            move(id, .yield, reason: .leaseLost)
         case .failure(let error) where error.code == .store:
             storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:

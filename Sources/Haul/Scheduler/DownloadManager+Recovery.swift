@@ -17,6 +17,12 @@ extension DownloadManager {
                 continue
             }
             var task = ManagedTask(state, entry: DownloadManager.entry(for: record))
+            if state == .running, fleet != nil {
+                // Fleet mode: another node runs it, or its lease runs out and the fleet's
+                // queue gives it to the next node that asks. Not running here.
+                known[record.id] = ManagedTask(.queued, entry: task.entry)
+                continue
+            }
             if state == .running {
                 _ = try? task.machine.handle(.recover)
                 try await store.setState(record.id, .queued)

@@ -130,6 +130,9 @@ public actor DownloadManager {
 
     /// The store the manager records into.
     package nonisolated var store: any TaskStore { downloader.store }
+    /// In fleet mode (the daemon's manager on a store several daemons share), that store:
+    /// tasks run here only while this node holds their leases (DownloadManager+Fleet.swift).
+    let fleet: (any FleetTaskStore)?
 
     /// Opens the store and loads its known. Call ``run()`` (or use
     /// ``withDownloadManager(configuration:_:)``) for anything to move.
@@ -153,6 +156,7 @@ public actor DownloadManager {
         self.policy = PolicyBox(configuration.networkPolicy)
         self.hooks = configuration.hooks
         self.hookTimeout = configuration.hookTimeout
+        self.fleet = configuration.background ? downloader.store as? any FleetTaskStore : nil
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -201,6 +205,8 @@ public actor DownloadManager {
         } onCancel: {
             Task { await self.shutdown() }
         }
+        // Fleet mode: what was yielded is back in the queue; any lease still held goes now.
+        await leaveFleet()
         hub.finish()
         try await downloader.shutdown()
     }
@@ -214,6 +220,7 @@ public actor DownloadManager {
             outer.addTask { await self.publishProgressUntilShutdown() }
             outer.addTask { await self.reconcileUntilShutdown() }
             outer.addTask { await self.watchNetworkUntilShutdown() }
+            outer.addTask { await self.takeLeasesUntilShutdown() }
             await withDiscardingTaskGroup { group in
                 for await (id, transfer) in starts {
                     group.addTask { await self.execute(id, transfer) }
@@ -249,6 +256,11 @@ public actor DownloadManager {
     /// Starts what the scheduler admits, unless stopping or the store refuses writes.
     func admitAndStart() {
         guard !shuttingDown, !storeRefusing else { return }
+        if let fleet {
+            // Fleet mode: a task runs here only under this node's lease. One without waits in
+            // the fleet's queue, where the next lease taken (here or elsewhere) finds it.
+            for id in scheduler.waitingIDs where !fleet.holdsLease(id) { scheduler.remove(id) }
+        }
         for id in scheduler.admit() where !running.contains(id) {
             start(id)
         }
@@ -294,11 +306,19 @@ public actor DownloadManager {
     }
 
     static func entry(for record: TaskRecord) -> Scheduler.Entry {
-        let url = record.url
-        let host = "\(url.host?.lowercased() ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
-        var entry = Scheduler.Entry(id: record.id, host: host, priority: record.priority, queueOrder: record.queueOrder)
+        var entry = Scheduler.Entry(
+            id: record.id,
+            host: hostKey(record.url),
+            priority: record.priority,
+            queueOrder: record.queueOrder
+        )
         entry.allowsMetered = record.allowsMetered
         return entry
+    }
+
+    /// What the per-host cap counts a URL under: its host, lower-cased, and port.
+    package static func hostKey(_ url: URL) -> String {
+        "\(url.host?.lowercased() ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
     }
 
     /// Rejects a concurrency limit below 1.

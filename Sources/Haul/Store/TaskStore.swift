@@ -334,3 +334,27 @@ extension DownloadInfo {
         self.sources = decodedSources
     }
 }
+
+/// A store several managers share, each on its own machine (fleet mode): a manager runs a
+/// task only while it holds the task's lease, and every write it makes about a task it
+/// runs is fenced — it counts only while the lease still holds, and otherwise fails with
+/// ``HaulError/Code/leaseLost``, writing nothing.
+package protocol FleetTaskStore: TaskStore {
+    /// This node's name in the fleet.
+    var node: String { get }
+    /// How long a lease lasts unless renewed; the heartbeat renews at a third of it.
+    var leaseDuration: Duration { get }
+    /// Takes leases on waiting tasks, in queue order, as the fleet-wide limits leave room
+    /// (at most `maxRunning` in the fleet, `perHost` per host, `wanted` here); their tasks
+    /// are then running. Returns their ids in queue order.
+    func acquireLeases(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID]
+    /// Renews every lease this node holds, saying its speed; returns the tasks whose lease
+    /// this node no longer holds (stop them; write nothing more about them).
+    func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID>
+    /// Whether this node holds the lease of task `id` (as far as it knows).
+    func holdsLease(_ id: UUID) -> Bool
+    /// Gives one lease back: its task waits in the queue again, at its place.
+    func releaseLease(_ id: UUID) async throws
+    /// Leaves the fleet cleanly: every lease still held goes back to the queue at once.
+    func leaveFleet() async throws
+}

@@ -1,0 +1,102 @@
+import Foundation
+
+// MARK: - Fleet mode: tasks run under leases from a shared queue
+
+extension DownloadManager {
+    /// How often an idle node asks the fleet's queue for work.
+    static let fleetPollInterval: Duration = .milliseconds(250)
+
+    /// In fleet mode, until shutdown: takes leases on the fleet's waiting tasks as the
+    /// fleet-wide limits leave room and starts them here, and renews this node's leases
+    /// (the heartbeat, at a third of the lease's length); a task whose lease was lost stops
+    /// here, writing nothing. At shutdown, once the transfers have yielded, the leases still
+    /// held go back to the queue at once.
+    nonisolated func takeLeasesUntilShutdown() async {
+        guard let fleet else { return }
+        let beat = fleet.leaseDuration / 3
+        var lastBeat = ContinuousClock.now - beat
+        while await !isShuttingDown {
+            if ContinuousClock.now - lastBeat >= beat {
+                lastBeat = ContinuousClock.now
+                do {
+                    let lost = try await fleet.heartbeat(bytesPerSecond: await overallProgress().bytesPerSecond)
+                    await stopLost(lost)
+                } catch {
+                    logger.warning("the fleet's heartbeat failed", metadata: ["error": "\(error)"])
+                }
+            }
+            await takeLeases()
+            do {
+                try await Task.sleep(for: DownloadManager.fleetPollInterval)
+            } catch {
+                break
+            }
+        }
+    }
+
+    var isShuttingDown: Bool { shuttingDown }
+
+    /// Takes leases for as many tasks as this node may still run and starts them.
+    func takeLeases() async {
+        guard let fleet, !shuttingDown, !storeRefusing else { return }
+        let wanted = scheduler.maxConcurrent - running.count
+        guard wanted > 0 else { return }
+        let ids: [UUID]
+        do {
+            ids = try await fleet.acquireLeases(
+                wanted: wanted,
+                maxRunning: scheduler.maxConcurrent,
+                perHost: scheduler.perHostLimit
+            )
+        } catch {
+            logger.warning("cannot take leases in the fleet's queue", metadata: ["error": "\(error)"])
+            return
+        }
+        for id in ids {
+            guard let record = try? await store.task(id: id) else { continue }
+            let entry = DownloadManager.entry(for: record)
+            if known[id]?.retryTimer != nil { disarmRetry(id) }
+            if let task = known[id], task.state == .queued {
+                known[id]?.entry = entry
+            } else {
+                // Known here in another state (changed elsewhere since), or not at all: the
+                // fleet's queue had it waiting.
+                known[id] = ManagedTask(.queued, entry: entry)
+            }
+            scheduler.enqueue(entry)
+        }
+        guard !ids.isEmpty else { return }
+        admitAndStart()
+        // A lease taken and not started (its task vanished meanwhile, the manager began to
+        // stop) goes straight back, so that it does not hold a place for nothing.
+        for id in ids where !running.contains(id) && fleet.holdsLease(id) {
+            scheduler.remove(id)
+            do {
+                try await fleet.releaseLease(id)
+            } catch {
+                logger.warning("cannot give a lease back; it runs out by itself", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Stops the transfers of tasks whose lease this node lost; each ends with
+    /// ``HaulError/Code/leaseLost`` at its next (refused) write.
+    func stopLost(_ lost: Set<UUID>) {
+        for id in lost where running.contains(id) {
+            known[id]?.transfer?.control.request(.yield)
+        }
+    }
+
+    /// Gives the fleet back every lease still held (after the transfers stopped).
+    func leaveFleet() async {
+        guard let fleet else { return }
+        do {
+            try await fleet.leaveFleet()
+        } catch {
+            logger.warning(
+                "cannot give the fleet's leases back; they run out by themselves",
+                metadata: ["error": "\(error)"]
+            )
+        }
+    }
+}

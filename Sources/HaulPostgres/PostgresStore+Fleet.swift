@@ -1,0 +1,116 @@
+import Foundation
+import Haul
+import Logging
+import PostgresNIO
+import Synchronization
+
+/// Fleet mode: the leases this node holds, and the fence on every write about their tasks.
+///
+/// A write about a task this node holds a lease on (a response, a checkpoint, a part file,
+/// a state) first checks, in its own transaction and with the row locked until it commits,
+/// that the lease still holds: this node the owner, the fence the one it was given, the
+/// task running, the lease unexpired by the database's clock. If not, nothing is written
+/// and the write fails with ``HaulError/Code/leaseLost``: another node may run the task
+/// now, or someone paused or cancelled it. A write about a task it holds no lease on (a
+/// user's pause of a task running elsewhere) is not fenced; it ends whatever lease the
+/// task had, which the node running it then learns from its next write or heartbeat.
+extension PostgresStore {
+    package var node: String { fleet.node }
+
+    package func acquireLeases(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
+        let taken = try await fleet.acquire(
+            wanted: wanted,
+            maxRunning: maxRunning,
+            perHost: perHost,
+            duration: leaseDuration
+        )
+        leases.withLock { held in
+            for lease in taken { held[lease.task] = lease }
+        }
+        return taken.map(\.task)
+    }
+
+    package func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID> {
+        let renewed = try await fleet.heartbeat(bytesPerSecond: bytesPerSecond, duration: leaseDuration)
+        let still = Dictionary(renewed.map { ($0.task, $0) }, uniquingKeysWith: { first, _ in first })
+        return leases.withLock { held in
+            var lost: Set<UUID> = []
+            for (id, lease) in held {
+                if let renewal = still[id], renewal.fence == lease.fence {
+                    held[id] = renewal
+                } else {
+                    lost.insert(id)
+                    held[id] = nil
+                }
+            }
+            return lost
+        }
+    }
+
+    package func holdsLease(_ id: UUID) -> Bool {
+        leases.withLock { $0[id] != nil }
+    }
+
+    package func releaseLease(_ id: UUID) async throws {
+        guard let lease = leases.withLock({ $0.removeValue(forKey: id) }) else { return }
+        _ = try await fleet.release(lease)
+    }
+
+    package func leaveFleet() async throws {
+        let released = try await fleet.leave()
+        leases.withLock { $0.removeAll() }
+        if released > 0 {
+            logger.info("gave the fleet back the leases still held", metadata: ["leases": "\(released)"])
+        }
+    }
+
+    /// Forgets the lease of a task whose run ended here (its row no longer names an owner).
+    func endLease(_ id: UUID) {
+        _ = leases.withLock { $0.removeValue(forKey: id) }
+    }
+
+    /// Checks, within `connection`'s transaction, that this node still holds the lease it
+    /// took on task `id`, locking the row until the transaction ends; a task it holds no
+    /// lease on passes. Throws ``HaulError/Code/leaseLost`` (and forgets the lease) when the
+    /// lease no longer holds.
+    func checkFence(_ connection: PostgresConnection, _ id: UUID) async throws {
+        guard let lease = leases.withLock({ $0[id] }) else { return }
+        var holds = false
+        for try await _ in try await connection.query(
+            """
+            SELECT 1 FROM haul_task
+            WHERE id = \(id) AND owner = \(node) AND fence = \(lease.fence) AND state = 'running'
+                AND lease_expires > now()
+            FOR UPDATE
+            """,
+            logger: logger
+        ) {
+            holds = true
+        }
+        guard !holds else { return }
+        endLease(id)
+        logger.warning(
+            "lost the lease: the task was taken over, paused or cancelled elsewhere, or the lease ran out; nothing written",
+            metadata: ["haul.task": "\(id)", "fence": "\(lease.fence)", "node": "\(node)"]
+        )
+        throw HaulError(
+            .leaseLost,
+            "This node (\(node)) no longer holds task \(id): its lease ran out or the task was changed elsewhere; the transfer here stopped and wrote nothing more",
+            hint: "Nothing to do: the node holding the task now continues it from its last checkpoint"
+        )
+    }
+
+    /// Runs `body` in a transaction fenced for task `id` (``checkFence(_:_:)`` first).
+    func fenced<T: Sendable>(
+        _ id: UUID,
+        _ what: String,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        try await Postgres.run(what) {
+            try await client.withTransaction(logger: logger) { connection in
+                try await self.checkFence(connection, id)
+                return try await body(connection)
+            }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import HaulPostgres
+import HaulTesting
+import Logging
+import Synchronization
+import Testing
+
+@testable import Haul
+
+/// Fleet mode in the manager: several daemons' managers (background) on one PostgreSQL
+/// database share its queue — a task runs on a node only under that node's lease, the
+/// fleet-wide limit holds at the server, and each download is fetched once.
+@Suite("Fleet of managers on PostgreSQL", .postgresServer)
+struct FleetManagerTests {
+    /// How many runs each node started.
+    final class StartCounts: Sendable {
+        private let counts = Mutex<[String: Int]>([:])
+        func add(_ node: String) { counts.withLock { $0[node, default: 0] += 1 } }
+        var all: [String: Int] { counts.withLock { $0 } }
+    }
+
+    /// Starts from the tests' downloader settings, on `store`.
+    static func configuration(_ store: PostgresStore, limit: Int, perHost: Int = 100) -> DownloadManager.Configuration {
+        var downloader = testConfiguration(store: "")
+        downloader.store = .postgres(store)
+        downloader.checkpointInterval = .milliseconds(250)
+        var configuration = DownloadManager.Configuration(
+            downloader: downloader,
+            maxConcurrentDownloads: limit,
+            maxConnectionsPerHost: perHost,
+            background: true
+        )
+        configuration.recoversTasks = true
+        return configuration
+    }
+
+    /// The nodes, each a store of its own on one new database; nothing when there is no server.
+    static func withNodes(
+        _ names: [String],
+        lease: Duration = .seconds(15),
+        _ body: ([PostgresStore]) async throws -> Void
+    ) async throws {
+        guard let server = PostgresServer.current else { return }
+        let location = try await server.newDatabase()
+        var nodes: [PostgresStore] = []
+        for name in names {
+            nodes.append(
+                try await PostgresStore.connect(
+                    to: location,
+                    node: name,
+                    leaseDuration: lease,
+                    logger: StoreEngine.logger
+                )
+            )
+        }
+        do {
+            try await body(nodes)
+        } catch {
+            for node in nodes { try? await node.closeDatabase() }
+            throw error
+        }
+        for node in nodes { try await node.closeDatabase() }
+    }
+
+    @Test("three nodes share one queue: every download completes once, never more at once than the fleet's limit")
+    func threeNodesShareTheQueue() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            let count = 18
+            for index in 0..<count {
+                server.set("/f\(index)", .init(size: 512 << 10, seed: UInt64(index), bytesPerSecond: 512 << 10))
+            }
+            try await Self.withNodes(["a", "b", "c"]) { nodes in
+                let started = StartCounts()
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for (index, node) in nodes.enumerated() {
+                        group.addTask {
+                            try await DownloadManager.withDownloadManager(
+                                configuration: Self.configuration(node, limit: 3)
+                            ) { manager in
+                                let events = manager.events()
+                                let watcher = Task {
+                                    for await event in events {
+                                        if case .stateChanged(_, _, .running, _) = event {
+                                            started.add(node.node)
+                                        }
+                                    }
+                                }
+                                if index == 0 {
+                                    _ = try await manager.download(
+                                        (0..<count).map {
+                                            DownloadRequest(
+                                                url: server.url("/f\($0)"),
+                                                destination: .directory(temp.path)
+                                            )
+                                        }
+                                    )
+                                }
+                                let done = try await waitUntil(timeout: .seconds(120)) {
+                                    let infos = try await node.infos(ids: nil, background: true, session: nil)
+                                    return infos.count == count && infos.allSatisfy { $0.state == .completed }
+                                }
+                                let unfinished = try await node.fleet.entries().filter { $0.state != "completed" }
+                                #expect(done, "unfinished: \(unfinished)")
+                                watcher.cancel()
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                for index in 0..<count {
+                    #expect(sha256(file: temp.file("f\(index)")) == server.sha256("/f\(index)"))
+                    #expect(server.requests(for: "/f\(index)").count == 1, "f\(index) was fetched more than once")
+                }
+                #expect(server.maxActiveResponses <= 3)
+                let runs = started.all
+                #expect(runs.values.reduce(0, +) == count, "\(runs)")
+                #expect(runs.count >= 2, "the work went to one node only: \(runs)")
+                // Nothing is left leased.
+                #expect(try await nodes[0].fleet.entries().allSatisfy { $0.owner == nil })
+            }
+        }
+    }
+}
