@@ -111,7 +111,7 @@ let package = Package(
         .target(
             name: "HaulCLI",
             dependencies: [
-                "Haul", "HaulWire", "HaulClient", "HaulDaemon",
+                "Haul", "HaulWire", "HaulClient", "HaulDaemon", "HaulPostgres",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

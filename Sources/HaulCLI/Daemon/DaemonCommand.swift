@@ -3,6 +3,7 @@ import Foundation
 import Haul
 import HaulClient
 import HaulDaemon
+import HaulPostgres
 import HaulWire
 import Logging
 
@@ -93,6 +94,30 @@ extension HaulCommand {
             )
             var directory: String?
 
+            @Option(
+                name: .customLong("store"),
+                help: ArgumentHelp(
+                    "Fleet mode: keep the tasks and session logs in this PostgreSQL database, shared with other daemons (postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=disable|prefer|require]). Also read from HAUL_STORE.",
+                    valueName: "url"
+                )
+            )
+            var store: String?
+
+            @Option(
+                name: .customLong("node"),
+                help: "Fleet mode: this daemon's name in the fleet (default: the host name)."
+            )
+            var node: String?
+
+            @Option(
+                name: .customLong("lease"),
+                help: ArgumentHelp(
+                    "Fleet mode: seconds a task's lease lasts unless this daemon renews it (default 15); a daemon that dies gives its tasks up after this.",
+                    valueName: "seconds"
+                )
+            )
+            var lease: Double?
+
             @Option(help: "Log level: trace, debug, info, notice, warning, error.")
             var logLevel: String = "info"
 
@@ -172,8 +197,30 @@ extension HaulCommand {
                     throw ValidationError("--dir must be an absolute path")
                 }
                 if let retries, !(0...100).contains(retries) { throw ValidationError("--retries must be 0 to 100") }
+                if let lease, !(lease >= 1 && lease <= 3600) {
+                    throw ValidationError("--lease must be from 1 to 3600 seconds")
+                }
+                if let node { try Start.check { try FleetQueue.validateNodeName(node) } }
+                if node != nil || lease != nil, storeURL == nil {
+                    throw ValidationError("--node and --lease go with --store (or HAUL_STORE)")
+                }
+                if let storeURL { try Start.check { _ = try PostgresLocation(parsing: storeURL) } }
                 for delay in [retryFirstDelay, retryMaxDelay].compactMap({ $0 }) where !(delay > 0 && delay <= 86400) {
                     throw ValidationError("Retry delays must be positive numbers of seconds, at most a day")
+                }
+            }
+
+            /// The fleet's database: --store, else HAUL_STORE.
+            var storeURL: String? {
+                store ?? ProcessInfo.processInfo.environment["HAUL_STORE"].flatMap { $0.isEmpty ? nil : $0 }
+            }
+
+            /// A Haul error as the sentence a bad option is refused with.
+            static func check(_ body: () throws -> Void) throws {
+                do {
+                    try body()
+                } catch let error as HaulError {
+                    throw ValidationError(error.description)
                 }
             }
 
@@ -225,9 +272,29 @@ extension HaulCommand {
                     configuration.keepsTrying.firstDelay = .milliseconds(Int64(retryFirstDelay * 1000))
                 }
                 if let retryMaxDelay { configuration.keepsTrying.maxDelay = .milliseconds(Int64(retryMaxDelay * 1000)) }
-                let daemon = DaemonService(configuration: configuration)
                 do {
-                    try await daemon.run()
+                    var shared: PostgresStore?
+                    if let storeURL {
+                        let location = try PostgresLocation(parsing: storeURL)
+                        let store = try await PostgresStore.connect(
+                            to: location,
+                            node: node ?? PostgresStore.defaultNode,
+                            leaseDuration: lease.map { .milliseconds(Int64($0 * 1000)) }
+                                ?? PostgresStore.defaultLeaseDuration,
+                            logger: logger
+                        )
+                        configuration.sharedStore = store
+                        shared = store
+                        logger.info("fleet mode", metadata: ["node": "\(store.node)", "store": "\(location)"])
+                    }
+                    let daemon = DaemonService(configuration: configuration)
+                    do {
+                        try await daemon.run()
+                    } catch {
+                        try? await shared?.closeDatabase()
+                        throw error
+                    }
+                    try await shared?.closeDatabase()
                 } catch let error as HaulError {
                     CLIError.print(error)
                     throw ExitStatus.daemon.exit
@@ -259,14 +326,19 @@ extension HaulCommand {
                 if let retryMaxDelay { arguments += ["--retry-max-delay", "\(retryMaxDelay)"] }
                 if let directory { arguments += ["--dir", directory] }
                 if rpcAllowOriginAll { arguments.append("--rpc-allow-origin-all") }
+                if let node { arguments += ["--node", node] }
+                if let lease { arguments += ["--lease", "\(lease)"] }
                 let client = HaulClient(home: home)
                 do {
                     // The secret through the environment: arguments are visible to every user.
                     let secret = rpcSecret ?? ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
+                    // And the fleet's database URL, which may hold a password.
+                    var environment = secret.map { ["HAUL_RPC_SECRET": $0] } ?? [:]
+                    if let storeURL { environment["HAUL_STORE"] = storeURL }
                     let started = try DaemonConnection.start(
                         paths,
                         arguments: arguments,
-                        environment: secret.map { ["HAUL_RPC_SECRET": $0] } ?? [:]
+                        environment: environment
                     )
                     let pid = started.pid
                     try await DaemonConnection.waitUntilAnswering(client, paths, started: started)

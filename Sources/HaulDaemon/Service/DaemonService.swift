@@ -75,6 +75,10 @@ public final class DaemonService: Service, Sendable {
         /// Where `GET /metrics` reads the metrics from: ``DaemonMetrics/registry`` once the
         /// program bootstrapped swift-metrics with it; nil serves no `/metrics`.
         public var metrics: PrometheusCollectorRegistry?
+        /// A store several daemons share (fleet mode: PostgreSQL, opened by the caller, which
+        /// also closes it): the tasks and the session event logs live there instead of in the
+        /// home's SQLite store. The home still holds the socket, the lock, the token and the log.
+        package var sharedStore: (any TaskStore & EventLogStore)?
         public var logger: Logger
 
         public init(
@@ -128,16 +132,17 @@ public final class DaemonService: Service, Sendable {
         try HomeFile.clearStaleSocket(paths.socket)
         defer { HomeFile.removeSocket(paths.socket) }
 
-        let store = try await Store.opened(at: paths.home.storePath)
+        let local = configuration.sharedStore == nil ? try await Store.opened(at: paths.home.storePath) : nil
         defer {
             // Before the lock goes: once another process sees it free, this one writes nothing.
-            do { try store.closeDatabase() } catch {
+            do { try local?.closeDatabase() } catch {
                 logger.error("cannot close the store", metadata: ["error": "\(error)"])
             }
         }
+        guard let store: any TaskStore & EventLogStore = configuration.sharedStore ?? local else { return }
         let limits = try await DaemonService.startingLimits(configuration, store: store, logger: logger)
         var managerConfiguration = DownloadManager.Configuration(
-            store: .store(store),
+            store: .engine(store),
             maxConcurrentDownloads: limits.maxConcurrentDownloads ?? 3,
             maxConnectionsPerHost: limits.maxConnectionsPerHost ?? 8,
             recoversTasks: true,
@@ -247,7 +252,7 @@ public final class DaemonService: Service, Sendable {
     /// named in the log and ignored.
     static func startingLimits(
         _ configuration: Configuration,
-        store: Store,
+        store: any TaskStore,
         logger: Logger
     ) async throws
         -> StoredLimits

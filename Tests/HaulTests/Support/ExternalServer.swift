@@ -125,7 +125,7 @@ final class ExternalServer: Sendable {
             error_log \(directory.file("error.log")) warn;
             events { worker_connections 64; }
             http {
-                log_format haul escape=none '$request_uri|$status|$http_range|$http_if_range|$body_bytes_sent|$remote_user|$http_cookie|$http_if_none_match|$http_if_modified_since';
+                log_format haul escape=none '$request_uri|$status|$http_range|$http_if_range|$body_bytes_sent|$remote_user|$http_cookie|$http_if_none_match|$http_if_modified_since|$http_host|$msec|$request_time';
                 access_log \(directory.file("access.log")) haul;
                 client_body_temp_path \(directory.file("temp"));
                 proxy_temp_path \(directory.file("temp"));
@@ -344,7 +344,8 @@ final class ExternalServer: Sendable {
         return server
     }
 
-    /// Lines of the access log (nginx, Apache, lighttpd): uri|status|range|if-range|bytes.
+    /// Lines of the access log (nginx, Apache, lighttpd): uri|status|range|if-range|bytes;
+    /// nginx's go on: user|cookie|if-none-match|if-modified-since|host|end (s)|duration (s).
     func accessLog() -> [[String]] {
         let text = (try? String(contentsOfFile: directory.file("access.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").map {

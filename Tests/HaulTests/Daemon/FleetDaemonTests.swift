@@ -1,0 +1,249 @@
+import Crypto
+import Foundation
+import HaulClient
+import HaulPostgres
+import HaulWire
+import PostgresNIO
+import Synchronization
+import Testing
+
+@testable import Haul
+
+/// Fleet mode end to end: three `haul daemon` processes, each with a home of its own, one
+/// PostgreSQL database (`--store`) and one download directory, downloading from a real
+/// nginx. What the server saw decides: each file fetched in full once, never more requests
+/// in flight than the fleet's limits, a killed daemon's tasks resumed elsewhere at their
+/// committed offsets.
+@Suite("Fleet of daemons on PostgreSQL", .postgresServer, .serialized)
+struct FleetDaemonTests {
+    /// Three daemons on one new database (as many started at first as `initially` says;
+    /// ``Fleet/start(_:)`` starts the others), their clients, and nginx; all stopped afterwards.
+    final class Fleet: Sendable {
+        let clients: [HaulClient]
+        let store: String
+        let out: String
+        let nginx: ExternalServer
+        private let homes: [String]
+        private let arguments: @Sendable (Int) -> [String]
+        private let started = Mutex<[Int: HaulProcess]>([:])
+
+        init(
+            homes: [String],
+            store: String,
+            out: String,
+            nginx: ExternalServer,
+            arguments: @escaping @Sendable (Int) -> [String]
+        ) {
+            self.homes = homes
+            self.clients = homes.map { HaulClient(home: HaulHome(path: $0)) }
+            self.store = store
+            self.out = out
+            self.nginx = nginx
+            self.arguments = arguments
+        }
+
+        /// Starts daemon `node` and waits until it answers.
+        func start(_ node: Int) async throws {
+            let daemon = try HaulProcess(arguments(node), home: homes[node], environment: ["HAUL_STORE": store])
+            started.withLock { $0[node] = daemon }
+            let client = clients[node]
+            #expect(try await waitUntil { (try? await client.status(timeout: .seconds(1))) != nil })
+        }
+
+        func daemon(_ node: Int) -> HaulProcess? { started.withLock { $0[node] } }
+
+        /// Stops every daemon still running (SIGTERM, or SIGKILL after a failure).
+        func stopAll(_ signal: Int32) async {
+            for daemon in started.withLock({ Array($0.values) }) {
+                daemon.kill(signal)
+                _ = await daemon.finish()
+            }
+            for client in clients { try? await client.shutdown() }
+        }
+    }
+
+    static func withFleet(
+        files: Int,
+        size: Int,
+        rate: String,
+        limit: Int,
+        perHost: Int,
+        initially: Int = 3,
+        _ body: (Fleet) async throws -> Void
+    ) async throws {
+        guard let server = PostgresServer.current else { return }
+        let location = try await server.newDatabase()
+        let store = "postgres://\(PostgresServer.user)@127.0.0.1:\(server.port)/\(location.database)?sslmode=disable"
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: rate)) { nginx in
+            for index in 0..<files {
+                var generator = SystemRandomNumberGenerator()
+                let bytes = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                FileManager.default.createFile(atPath: "\(nginx.root)/f\(index)", contents: Data(bytes))
+            }
+            let fleet = Fleet(
+                homes: (0..<3).map { temp.file("home\($0)") },
+                store: store,
+                out: out,
+                nginx: nginx
+            ) { node in
+                [
+                    "daemon", "--foreground", "--node", "n\(node)", "--lease", "3", "--checkpoint-interval", "0.25",
+                    "-j", "\(limit)", "--max-per-host", "\(perHost)",
+                ]
+            }
+            do {
+                for node in 0..<initially { try await fleet.start(node) }
+                try await body(fleet)
+            } catch {
+                await fleet.stopAll(SIGKILL)
+                throw error
+            }
+            await fleet.stopAll(SIGTERM)
+        }
+    }
+
+    /// The most requests nginx was serving at once, overall and per host (from each
+    /// request's end and duration in its access log).
+    static func mostInFlight(_ lines: [[String]]) -> (overall: Int, perHost: [String: Int]) {
+        var edges: [(time: Double, change: Int, host: String)] = []
+        for line in lines where line.count >= 12 {
+            guard let end = Double(line[10]), let duration = Double(line[11]) else { continue }
+            edges.append((end - duration, 1, line[9]))
+            edges.append((end, -1, line[9]))
+        }
+        // Ends before starts at the same instant: a request that ended is not in flight.
+        edges.sort { $0.time != $1.time ? $0.time < $1.time : $0.change < $1.change }
+        var overall = (now: 0, most: 0)
+        var hosts: [String: (now: Int, most: Int)] = [:]
+        for edge in edges {
+            overall.now += edge.change
+            overall.most = max(overall.most, overall.now)
+            var host = hosts[edge.host, default: (0, 0)]
+            host.now += edge.change
+            host.most = max(host.most, host.now)
+            hosts[edge.host] = host
+        }
+        return (overall.most, hosts.mapValues(\.most))
+    }
+
+    static func sha256(_ path: String) -> String? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+    }
+
+    @Test(
+        "three daemons share one queue: 300 files from nginx complete, each fetched once, never more in flight than the fleet's -j and per-host cap"
+    )
+    func threeDaemons() async throws {
+        try await Self.withFleet(files: 300, size: 32 << 10, rate: "128k", limit: 6, perHost: 4) { fleet in
+            // Half by the address, half by the name: two hosts to the per-host cap, one server.
+            let requests = (0..<300).map { index in
+                let host = index % 2 == 0 ? "127.0.0.1" : "localhost"
+                return DownloadRequest(
+                    url: URL(string: "http://\(host):\(fleet.nginx.port)/slow/f\(index)")!,
+                    destination: .directory(fleet.out),
+                    session: "fleet"
+                )
+            }
+            _ = try await fleet.clients[0].add(requests)
+            #expect(
+                try await waitUntil(timeout: .seconds(300)) {
+                    let tasks = try await fleet.clients[1].tasks()
+                    return tasks.count == 300 && tasks.allSatisfy { $0.state == .completed }
+                }
+            )
+            for index in 0..<300 {
+                #expect(Self.sha256("\(fleet.out)/f\(index)") == Self.sha256("\(fleet.nginx.root)/f\(index)"))
+            }
+            let log = fleet.nginx.accessLog().filter { $0.first?.hasPrefix("/slow/") == true }
+            let fetches = Dictionary(grouping: log, by: { $0[0] })
+            #expect(fetches.count == 300)
+            #expect(fetches.values.allSatisfy { $0.count == 1 && $0[0][1] == "200" }, "a file was fetched twice")
+            let inFlight = Self.mostInFlight(log)
+            #expect(inFlight.overall <= 6, "\(inFlight)")
+            #expect(inFlight.perHost.count == 2 && inFlight.perHost.values.allSatisfy { $0 <= 4 }, "\(inFlight)")
+            // Each completion is in the session's log once, whichever daemon logged it.
+            let completions = try await fleet.clients[2].loggedEvents(session: "fleet").filter { $0.kind == .completed }
+            #expect(completions.count == 300 && Set(completions.compactMap(\.taskID)).count == 300)
+        }
+    }
+
+    @Test("kill -9 of one daemon mid-way: its downloads finish on the others, resumed at their committed offsets")
+    func killNine() async throws {
+        try await Self.withFleet(files: 12, size: 2 << 20, rate: "512k", limit: 6, perHost: 6, initially: 1) { fleet in
+            let requests = (0..<12).map { index in
+                DownloadRequest(
+                    url: fleet.nginx.url("/slow/f\(index)"),
+                    destination: .directory(fleet.out),
+                    session: "fleet"
+                )
+            }
+            let tasks = try await fleet.clients[0].add(requests)
+            let location = try PostgresLocation(parsing: fleet.store)
+            guard let server = PostgresServer.current else { return }
+            try await server.withClient(database: location.database) { db in
+                // n0 alone takes the first six; once they have bytes committed, n1 and n2
+                // join, and n0 dies.
+                var held: [UUID] = []
+                #expect(
+                    try await waitUntil(timeout: .seconds(60)) {
+                        held = try await db.query(
+                            """
+                            SELECT t.id FROM haul_task t WHERE t.owner = 'n0' AND t.state = 'running'
+                                AND (SELECT SUM(s.committed - s.start) FROM haul_segment s WHERE s."taskID" = t.id) > 0
+                            """
+                        ).decode(UUID.self).collect()
+                        return !held.isEmpty
+                    }
+                )
+                try await fleet.start(1)
+                try await fleet.start(2)
+                let n0 = try #require(fleet.daemon(0))
+                n0.kill(SIGKILL)
+                _ = await n0.finish()
+                // What n0 committed before it died: nothing of it can move now.
+                var committed: [UUID: Int64] = [:]
+                for id in held {
+                    committed[id] = try await db.query(
+                        "SELECT COALESCE(SUM(committed - start), 0)::bigint FROM haul_segment WHERE \"taskID\" = \(id)"
+                    ).decode(Int64.self).collect().first
+                }
+                #expect(
+                    try await waitUntil(timeout: .seconds(180)) {
+                        let infos = try await fleet.clients[1].tasks()
+                        return infos.count == 12 && infos.allSatisfy { $0.state == .completed }
+                    }
+                )
+                for index in 0..<12 {
+                    #expect(Self.sha256("\(fleet.out)/f\(index)") == Self.sha256("\(fleet.nginx.root)/f\(index)"))
+                }
+                // Each of n0's downloads went on elsewhere from its committed offset.
+                let log = fleet.nginx.accessLog()
+                for id in held {
+                    guard let index = tasks.firstIndex(where: { $0.id == id }), let offset = committed[id] else {
+                        Issue.record("task \(id) unknown")
+                        continue
+                    }
+                    let ranges = log.filter { $0[0] == "/slow/f\(index)" }.map { $0[2] }
+                    // (Haul asks again for the last bytes before the offset, to check them.)
+                    #expect(ranges.contains(resumeRange(from: offset)), "f\(index): \(ranges), committed \(offset)")
+                }
+                let completions = try await fleet.clients[2].loggedEvents(session: "fleet").filter {
+                    $0.kind == .completed
+                }
+                #expect(completions.count == 12 && Set(completions.compactMap(\.taskID)).count == 12)
+            }
+        }
+    }
+}
+
+extension AsyncSequence {
+    /// Every element, in order.
+    fileprivate func collect() async throws -> [Element] {
+        var elements: [Element] = []
+        for try await element in self { elements.append(element) }
+        return elements
+    }
+}
