@@ -1,5 +1,7 @@
 import Foundation
 import Haul
+import HaulDaemon
+import HaulWire
 import Logging
 import PostgresNIO
 import Synchronization
@@ -111,6 +113,23 @@ extension PostgresStore {
                 try await self.checkFence(connection, id)
                 return try await body(connection)
             }
+        }
+    }
+}
+
+extension PostgresStore: FleetView {
+    package var storeDescription: String { location.map { "\($0)" } ?? "PostgreSQL" }
+
+    package func fleetNodes() async throws -> [API.Status.Fleet.Node] {
+        try await fleet.nodes().map {
+            API.Status.Fleet.Node(
+                name: $0.name,
+                startedAt: $0.startedAt,
+                heartbeatAt: $0.heartbeatAt,
+                bytesPerSecond: $0.bytesPerSecond,
+                leases: $0.leases,
+                stoppedAt: $0.stoppedAt
+            )
         }
     }
 }

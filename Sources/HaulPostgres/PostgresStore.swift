@@ -25,6 +25,8 @@ public final class PostgresStore: FleetTaskStore {
     /// This node's place in the fleet's queue.
     package let fleet: FleetQueue
     package let leaseDuration: Duration
+    /// Where the database is (nil when the caller gave a client).
+    let location: PostgresLocation?
     /// The leases this node holds, by task: the writes about these tasks are fenced.
     let leases = Mutex<[UUID: FleetQueue.Lease]>([:])
 
@@ -41,7 +43,14 @@ public final class PostgresStore: FleetTaskStore {
         leaseDuration: Duration = PostgresStore.defaultLeaseDuration,
         logger: Logger
     ) async throws {
-        try self.init(client: client, node: node, leaseDuration: leaseDuration, logger: logger, runner: nil)
+        try self.init(
+            client: client,
+            node: node,
+            leaseDuration: leaseDuration,
+            location: nil,
+            logger: logger,
+            runner: nil
+        )
         try await PostgresSchema.migrate(client, logger: logger)
     }
 
@@ -49,9 +58,11 @@ public final class PostgresStore: FleetTaskStore {
         client: PostgresClient,
         node: String,
         leaseDuration: Duration,
+        location: PostgresLocation?,
         logger: Logger,
         runner: Task<Void, Never>?
     ) throws {
+        self.location = location
         self.client = client
         self.logger = logger
         self.runner = runner
@@ -83,6 +94,7 @@ public final class PostgresStore: FleetTaskStore {
             client: client,
             node: node,
             leaseDuration: leaseDuration,
+            location: location,
             logger: logger,
             runner: runner
         )
@@ -161,7 +173,8 @@ public final class PostgresStore: FleetTaskStore {
                 """
                 SELECT t.id, t.url, t.directory, t."fileName", t.state, t.priority, t."totalLength",
                     t."errorMessage", COALESCE(SUM(s.committed - s.start), 0)::bigint, t.session,
-                    t."rateLimit", t.connections, t."nextTryAt", t."errorCode", t.sources
+                    t."rateLimit", t.connections, t."nextTryAt", t."errorCode", t.sources,
+                    CASE WHEN t.state = 'running' THEN t.owner END
                 FROM haul_task t LEFT JOIN haul_segment s ON s."taskID" = t.id
                 WHERE (\(ids)::uuid[] IS NULL OR t.id = ANY(\(ids)::uuid[]))
                     AND (\(background)::boolean IS NULL OR t.background = \(background)::boolean)
@@ -189,7 +202,8 @@ public final class PostgresStore: FleetTaskStore {
                         connections: try cells[11].decode(Int64?.self).map(Self.int),
                         nextTryAt: try cells[12].decode(String?.self).flatMap(StoreDate.date),
                         errorCode: try cells[13].decode(String?.self),
-                        sources: try cells[14].decode(String?.self)
+                        sources: try cells[14].decode(String?.self),
+                        node: try cells[15].decode(String?.self)
                     )
                 )
             }

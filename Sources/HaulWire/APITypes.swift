@@ -286,6 +286,57 @@ public enum API {
         public var eventStreams: Int
         /// The network as the daemon sees it, and its policy.
         public var network: Network?
+        /// In fleet mode (`haul daemon --store`): this daemon's place in the fleet, and the fleet.
+        public var fleet: Fleet?
+
+        /// The fleet this daemon belongs to.
+        public struct Fleet: Codable, Sendable, Equatable {
+            /// This daemon's name.
+            public var node: String
+            /// The shared store, without its password.
+            public var store: String
+            /// How long a lease lasts unless renewed.
+            public var leaseSeconds: Double
+            /// Every daemon that ever joined, by name.
+            public var nodes: [Node]
+
+            public init(node: String, store: String, leaseSeconds: Double, nodes: [Node]) {
+                self.node = node
+                self.store = store
+                self.leaseSeconds = leaseSeconds
+                self.nodes = nodes
+            }
+
+            /// A daemon of the fleet.
+            public struct Node: Codable, Sendable, Equatable {
+                public var name: String
+                public var startedAt: Date
+                /// Its last heartbeat (the database's clock).
+                public var heartbeatAt: Date
+                /// Its downloads' speed at that heartbeat.
+                public var bytesPerSecond: Double
+                /// The tasks it holds unexpired leases on.
+                public var leases: Int
+                /// When it left cleanly; absent while it runs, or when it died.
+                public var stoppedAt: Date?
+
+                public init(
+                    name: String,
+                    startedAt: Date,
+                    heartbeatAt: Date,
+                    bytesPerSecond: Double,
+                    leases: Int,
+                    stoppedAt: Date?
+                ) {
+                    self.name = name
+                    self.startedAt = startedAt
+                    self.heartbeatAt = heartbeatAt
+                    self.bytesPerSecond = bytesPerSecond
+                    self.leases = leases
+                    self.stoppedAt = stoppedAt
+                }
+            }
+        }
 
         /// The default route and the metered policy.
         public struct Network: Codable, Sendable, Equatable {

@@ -32,6 +32,8 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
     public var nextTryAt: Date?
     /// For a failed task: the class of its failure (``HaulError/Code``), as its error had it.
     public var errorCode: HaulError.Code?
+    /// In fleet mode: the daemon (node) holding the task's lease, the one running it.
+    public var node: String?
     /// For a download with mirrors: the URL and each mirror, with the bytes each delivered
     /// (at the last checkpoint) and why any was dropped. Encoded with each URL's secrets
     /// hidden and without validators.
@@ -71,7 +73,7 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case id, url, path, directory, state, priority, bytesCommitted, totalBytes, errorMessage, session
-        case rateLimit, connections, nextTryAt, errorCode, sources
+        case rateLimit, connections, nextTryAt, errorCode, sources, node
     }
 
     /// A source as the API and `--json` show it.
@@ -99,6 +101,7 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         nextTryAt = try container.decodeIfPresent(Date.self, forKey: .nextTryAt)
         // A code this version does not know is left out, not an error.
         errorCode = try container.decodeIfPresent(String.self, forKey: .errorCode).flatMap(HaulError.Code.init(name:))
+        node = try container.decodeIfPresent(String.self, forKey: .node)
         sources = try (container.decodeIfPresent([SourceView].self, forKey: .sources) ?? []).compactMap { view in
             URL(string: view.url).map {
                 DownloadSource(url: $0, verified: view.verified, dropped: view.dropped, bytes: view.bytes)
@@ -123,6 +126,7 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         try container.encodeIfPresent(connections, forKey: .connections)
         try container.encodeIfPresent(nextTryAt, forKey: .nextTryAt)
         try container.encodeIfPresent(errorCode?.description, forKey: .errorCode)
+        try container.encodeIfPresent(node, forKey: .node)
         if !sources.isEmpty {
             try container.encode(
                 sources.map {

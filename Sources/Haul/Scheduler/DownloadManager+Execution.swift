@@ -48,6 +48,12 @@ extension DownloadManager {
             ended = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
         }
         var outcome = ended.mapError { told($0, about: id) }
+        if case .failure(let error) = outcome, error.code == .leaseLost {
+            // What the task is now, as the fleet's store has it: paused or cancelled from
+            // another node, taken over, or removed.
+            let now: TaskState?? = (try? await store.task(id: id)).map { $0?.state }
+            await noteStateElsewhere(id, now)
+        }
         if case .success(let result) = outcome, let task {
             // A Metalink's files are added before its completion is announced, so whoever
             // follows the task learns of them with it.
@@ -70,6 +76,31 @@ extension DownloadManager {
             stop: handles.control.requested,
             mayHaveHooks: task.map { $0.hooks != .none } ?? true
         )
+    }
+
+    func noteStateElsewhere(_ id: UUID, _ state: TaskState??) {
+        known[id]?.stateElsewhere = state
+    }
+
+    /// A transfer whose lease this node lost has ended: nothing more is written about the
+    /// task here. Paused, cancelled, completed or failed elsewhere, it moves so here too
+    /// (the session's log, which has that state already, does not tell it twice); taken
+    /// over by another node, it just stops running here; removed, it is forgotten.
+    func leaseLost(_ id: UUID) {
+        scheduler.remove(id)
+        let elsewhere: TaskState?? = known[id].flatMap { $0.stateElsewhere }
+        logger.warning(
+            "stopped a download whose lease this node lost",
+            metadata: ["haul.task": "\(id)", "state": "\(elsewhere.map { $0?.rawValue ?? "removed" } ?? "unknown")"]
+        )
+        switch elsewhere {
+        case .some(.some(.paused)): move(id, .pause, reason: .leaseLost)
+        case .some(.some(.cancelled)): move(id, .cancel, reason: .leaseLost)
+        case .some(.some(.completed)): move(id, .complete, reason: .leaseLost)
+        case .some(.some(.failed)): move(id, .fail, reason: .leaseLost)
+        case .some(.none): known[id] = nil
+        default: known[id] = ManagedTask(.queued, entry: known[id]?.entry)
+        }
     }
 
     /// `error` as this manager's users are to read it: a daemon's task is continued with
@@ -131,11 +162,7 @@ extension DownloadManager {
             move(id, .complete)
             ended(id, .completed(result), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
         case .failure(let error) where error.code == .leaseLost:
-            // Another node holds the task now (or it was changed elsewhere): nothing more is
-            // written about it here.
-            scheduler.remove(id)
-            logger.warning("stopped a download whose lease this node lost", metadata: ["haul.task": "\(id)"])
-            move(id, .yield, reason: .leaseLost)
+            leaseLost(id)
         case .failure(let error) where error.code == .store:
             storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:

@@ -87,6 +87,22 @@ extension DownloadManager {
         }
     }
 
+    /// In fleet mode, before an operation on task `id`: what this node knows of it, brought
+    /// up to date from the shared store unless it runs here — another node may have added,
+    /// run, paused or finished it since. A task running elsewhere counts as waiting here: a
+    /// pause, cancel or removal is written to the store, which ends its lease there, and the
+    /// node running it stops at its next write or heartbeat.
+    func refreshFromFleet(_ id: UUID) async {
+        guard fleet != nil, !running.contains(id) else { return }
+        guard let record = try? await store.task(id: id) else { return }
+        guard !running.contains(id) else { return }  // Started here meanwhile.
+        let state = record.state == .running ? TaskState.queued : record.state
+        if known[id]?.state != state {
+            if known[id]?.retryTimer != nil { disarmRetry(id) }
+            known[id] = ManagedTask(state, entry: DownloadManager.entry(for: record))
+        }
+    }
+
     /// Gives the fleet back every lease still held (after the transfers stopped).
     func leaveFleet() async {
         guard let fleet else { return }

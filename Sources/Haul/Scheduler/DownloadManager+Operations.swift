@@ -161,6 +161,7 @@ extension DownloadManager {
     /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or one that is not queued or running.
     @discardableResult
     public func pause(_ id: UUID) async throws -> ResumeData {
+        await refreshFromFleet(id)
         let state = try currentState(id)
         switch state {
         case .queued, .retrying, .waitingForNetwork:
@@ -180,6 +181,7 @@ extension DownloadManager {
     @discardableResult
     public func resume(_ id: UUID, priority: Int? = nil) async throws -> DownloadInfo {
         if let priority { try DownloadManager.validatePriority(priority) }
+        await refreshFromFleet(id)
         let state = try currentState(id)
         guard TaskStateMachine.next(from: state, on: .resume) != nil else {
             throw HaulError(.invalidArgument, "Cannot resume task \(id): it is \(state.rawValue)")
@@ -217,6 +219,7 @@ extension DownloadManager {
 
     /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
     public func cancel(_ id: UUID) async throws {
+        await refreshFromFleet(id)
         let state = try currentState(id)
         switch state {
         case .running:
@@ -262,6 +265,7 @@ extension DownloadManager {
     /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also
     /// deletes its finished file.
     public func remove(_ id: UUID, deleteFile: Bool = false) async throws {
+        await refreshFromFleet(id)
         let state = try currentState(id)
         if TaskOperation.cancel.applies(to: state) { try await cancel(id) }
         let record = try await store.task(id: id)

@@ -31,6 +31,9 @@ struct ManagedTask {
     var retryAttempts = 0
     /// Its transfer was asked to stop because its route went: it waits for the network.
     var offlinePending = false
+    /// In fleet mode, after this node lost its lease: the task's state in the shared store
+    /// (nil when it was removed there), read when the transfer ended.
+    var stateElsewhere: TaskState??
 
     init(_ state: TaskState, entry: Scheduler.Entry? = nil) {
         self.machine = TaskStateMachine(state)

@@ -295,7 +295,8 @@ extension DownloadInfo {
         connections: Int?,
         nextTryAt: Date?,
         errorCode: String?,
-        sources: String?
+        sources: String?,
+        node: String? = nil
     ) throws {
         guard let parsed = URL(string: url) else {
             throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its url is not a URL")
@@ -332,6 +333,7 @@ extension DownloadInfo {
             errorCode: errorCode.flatMap(HaulError.Code.init(name:))
         )
         self.sources = decodedSources
+        self.node = node
     }
 }
 

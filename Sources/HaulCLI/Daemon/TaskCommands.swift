@@ -385,6 +385,7 @@ extension HaulCommand {
                     }
                     print(metered + ")")
                 }
+                if let fleet = status.fleet { print(DaemonOutput.fleet(fleet)) }
             }
         }
     }
@@ -392,14 +393,38 @@ extension HaulCommand {
 
 /// How daemon commands print tasks.
 enum DaemonOutput {
+    /// The fleet: this node, the store, and `NODE  LEASES  HEARTBEAT  SPEED` for each daemon.
+    static func fleet(_ fleet: API.Status.Fleet, now: Date = Date()) -> String {
+        func span(_ seconds: Double) -> String {
+            seconds < 60
+                ? "\(Int(seconds.rounded())) s" : Format.duration(.milliseconds(Int64(seconds * 1000)))
+        }
+        var lines = ["fleet:    node \(fleet.node), leases of \(span(fleet.leaseSeconds))"]
+        var rows = [["NODE", "LEASES", "HEARTBEAT", "SPEED"]]
+        for node in fleet.nodes {
+            let beat = node.stoppedAt != nil ? "left" : "\(span(max(0, now.timeIntervalSince(node.heartbeatAt)))) ago"
+            rows.append([
+                node.name + (node.name == fleet.node ? " (this)" : ""), "\(node.leases)", beat,
+                Format.speed(node.bytesPerSecond),
+            ])
+        }
+        let widths = (0..<3).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        lines += rows.map { row in
+            "  "
+                + (0..<3).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ") + "  " + row[3]
+        }
+        return lines.joined(separator: "\n")
+    }
+
     static func count(_ n: Int) -> String { n == 1 ? "1 task" : "\(n) tasks" }
 
     static func json(_ value: some Encodable) throws -> String {
         String(decoding: try HaulJSON.encoder(pretty: true).encode(value), as: UTF8.self)
     }
 
-    /// `ID  STATE  PROGRESS  SIZE  SESSION  NAME`, one task per line (the state a word, so
-    /// the columns hold); then, below, why each failed or waiting task is where it is: the
+    /// `ID  STATE  PROGRESS  SIZE  SESSION  [NODE]  NAME`, one task per line (the state a
+    /// word, so the columns hold; NODE in fleet mode, the daemon running each); then, below, why each failed or waiting task is where it is: the
     /// error of a failed one, the wait of an offline one, the next try and last error of one
     /// waiting to try again.
     static func table(_ tasks: [DownloadInfo], now: Date = Date()) -> String {
@@ -435,10 +460,16 @@ enum DaemonOutput {
                 task.totalBytes.map(Format.bytes) ?? "?", task.session, name,
             ])
         }
-        let widths = (0..<5).map { column in lines.map { $0[column].count }.max() ?? 0 }
+        // Fleet mode: which daemon runs each running task, in a column of its own.
+        if tasks.contains(where: { $0.node != nil }) {
+            lines[0].insert("NODE", at: 5)
+            for (index, task) in tasks.enumerated() { lines[index + 1].insert(task.node ?? "-", at: 5) }
+        }
+        let fixed = lines[0].count - 1
+        let widths = (0..<fixed).map { column in lines.map { $0[column].count }.max() ?? 0 }
         let table = lines.map { row in
-            (0..<5).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ")
-                + "  " + row[5]
+            (0..<fixed).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ") + "  " + row[fixed]
         }
         return (table + (notes.isEmpty ? [] : [""] + notes)).joined(separator: "\n")
     }

@@ -168,6 +168,7 @@ function renderTask(task) {
     }
   }
   if (task.rateLimit) facts.append(element("span", "", "limit " + speed(task.rateLimit)));
+  if (task.node) facts.append(element("span", "task-node", "on " + task.node));
   if (task.state === "retrying" && task.nextTryAt) {
     facts.append(element("span", "", "next try " + new Date(task.nextTryAt).toLocaleTimeString()));
   }

@@ -110,7 +110,7 @@ final class DaemonCore: Sendable {
         let counts = try await sessionStore.backgroundStateCounts()
         let overall = await manager.overallProgress()
         let limits = await manager.limits
-        return API.Status(
+        var status = API.Status(
             pid: getpid(),
             version: HaulVersion.current,
             startedAt: startedAt,
@@ -129,6 +129,17 @@ final class DaemonCore: Sendable {
             eventStreams: readers.count,
             network: await network(waiting: counts[TaskState.waitingForNetwork.rawValue] ?? 0)
         )
+        if let fleet = sessionStore as? any FleetView {
+            status.store = fleet.storeDescription
+            let lease = fleet.leaseDuration.components
+            status.fleet = API.Status.Fleet(
+                node: fleet.node,
+                store: fleet.storeDescription,
+                leaseSeconds: Double(lease.seconds) + Double(lease.attoseconds) / 1e18,
+                nodes: try await fleet.fleetNodes()
+            )
+        }
+        return status
     }
 
     /// The default route as the kernel has it now, and the metered policy; nil when the

@@ -108,3 +108,14 @@ package struct UnannouncedTask: Sendable, Equatable {
         self.errorMessage = errorMessage
     }
 }
+
+/// A daemon's view of the fleet it runs in (fleet mode's shared store), for `haul status`.
+package protocol FleetView: Sendable {
+    /// This daemon's name in the fleet.
+    var node: String { get }
+    /// The shared store, without secrets.
+    var storeDescription: String { get }
+    var leaseDuration: Duration { get }
+    /// Every daemon that ever joined, by name, with its leases, heartbeat and speed.
+    func fleetNodes() async throws -> [API.Status.Fleet.Node]
+}

@@ -152,6 +152,58 @@ import Testing
         #expect(!table.contains("SECRET"))
     }
 
+    @Test("in fleet mode haul list adds a NODE column (the daemon running each task) and haul status lists the nodes")
+    func fleetColumns() {
+        func info(_ id: UUID, _ state: TaskState, node: String?) -> DownloadInfo {
+            var info = DownloadInfo(
+                id: id,
+                url: URL(string: "http://h/\(state.rawValue).bin")!,
+                path: "/d/\(state.rawValue).bin",
+                directory: "/d",
+                state: state,
+                priority: 0,
+                bytesCommitted: 0,
+                totalBytes: nil,
+                errorMessage: nil,
+                session: "default"
+            )
+            info.node = node
+            return info
+        }
+        let table = DaemonOutput.table([info(a, .running, node: "worker-7"), info(b, .queued, node: nil)])
+        let lines = table.split(separator: "\n").map(String.init)
+        #expect(lines[0].hasPrefix("ID        STATE    DONE  SIZE  SESSION  NODE      FILE"), "\(table)")
+        #expect(lines[1].hasPrefix("aaaaaaaa  running  -     ?     default  worker-7  running.bin"), "\(table)")
+        #expect(lines[2].hasPrefix("bbbbbbbb  queued   -     ?     default  -         queued.bin"), "\(table)")
+        // Without a node anywhere (one machine), no column.
+        #expect(!DaemonOutput.table([info(b, .queued, node: nil)]).contains("NODE"))
+
+        let now = Date(timeIntervalSince1970: 2_000_000_000)
+        let fleet = API.Status.Fleet(
+            node: "n1",
+            store: "postgres://haul:***@db:5432/haul",
+            leaseSeconds: 15,
+            nodes: [
+                .init(
+                    name: "n0",
+                    startedAt: now,
+                    heartbeatAt: now - 4,
+                    bytesPerSecond: 2_000_000,
+                    leases: 3,
+                    stoppedAt: nil
+                ),
+                .init(name: "n1", startedAt: now, heartbeatAt: now - 1, bytesPerSecond: 0, leases: 0, stoppedAt: nil),
+                .init(name: "n2", startedAt: now, heartbeatAt: now - 60, bytesPerSecond: 0, leases: 0, stoppedAt: now),
+            ]
+        )
+        let text = DaemonOutput.fleet(fleet, now: now).split(separator: "\n").map(String.init)
+        #expect(text[0] == "fleet:    node n1, leases of 15 s", "\(text)")
+        #expect(text[1].hasPrefix("  NODE       LEASES  HEARTBEAT  SPEED"), "\(text)")
+        #expect(text[2].hasPrefix("  n0         3       4 s ago    1.91 MiB/s"), "\(text)")
+        #expect(text[3].hasPrefix("  n1 (this)  0       1 s ago    0 B/s"), "\(text)")
+        #expect(text[4].hasPrefix("  n2         0       left"), "\(text)")
+    }
+
     @Test("haul watch shows each task by its file name once known, by its id until then")
     func fileNames() {
         let board = WatchBoard()

@@ -148,6 +148,15 @@ struct FleetDaemonTests {
                 )
             }
             _ = try await fleet.clients[0].add(requests)
+            // Each running task names the daemon running it; every daemon sees the fleet.
+            #expect(
+                try await waitUntil {
+                    try await fleet.clients[1].tasks().contains { $0.state == .running && $0.node != nil }
+                }
+            )
+            let status = try await fleet.clients[1].status()
+            #expect(status.fleet?.node == "n1" && status.fleet?.nodes.map(\.name) == ["n0", "n1", "n2"])
+            #expect(status.store.hasPrefix("postgres://haul@127.0.0.1:") && status.fleet?.leaseSeconds == 3)
             #expect(
                 try await waitUntil(timeout: .seconds(300)) {
                     let tasks = try await fleet.clients[1].tasks()
@@ -157,6 +166,7 @@ struct FleetDaemonTests {
             for index in 0..<300 {
                 #expect(Self.sha256("\(fleet.out)/f\(index)") == Self.sha256("\(fleet.nginx.root)/f\(index)"))
             }
+            #expect(try await fleet.clients[0].tasks().allSatisfy { $0.node == nil }, "a finished task is no node's")
             let log = fleet.nginx.accessLog().filter { $0.first?.hasPrefix("/slow/") == true }
             let fetches = Dictionary(grouping: log, by: { $0[0] })
             #expect(fetches.count == 300)

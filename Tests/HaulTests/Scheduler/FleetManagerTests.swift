@@ -121,4 +121,90 @@ struct FleetManagerTests {
             }
         }
     }
+
+    @Test(
+        "a pause, resume and cancel given to another node reach the node running the task: it stops, writes nothing more, and the task goes on from its checkpoint"
+    )
+    func operationsFromAnotherNode() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/p", .init(size: 4 << 20, seed: 1, bytesPerSecond: 512 << 10))
+            server.set("/c", .init(size: 4 << 20, seed: 2, bytesPerSecond: 512 << 10))
+            try await Self.withNodes(["a", "b"]) { nodes in
+                let a = try DownloadManager(configuration: Self.configuration(nodes[0], limit: 4))
+                try await DownloadManager.withDownloadManager(configuration: Self.configuration(nodes[1], limit: 4)) {
+                    b in
+                    let events = b.events()
+                    let told = StateLog()
+                    let watcher = Task {
+                        for await event in events {
+                            if case .stateChanged(let id, _, let to, let reason) = event { told.add(id, to, reason) }
+                        }
+                    }
+                    defer { watcher.cancel() }
+                    let p = try await b.download(
+                        DownloadRequest(url: server.url("/p"), destination: .directory(temp.path))
+                    )
+                    let c = try await b.download(
+                        DownloadRequest(url: server.url("/c"), destination: .directory(temp.path))
+                    )
+                    // Both run on b, with bytes committed.
+                    #expect(
+                        try await waitUntil {
+                            let infos = try await nodes[0].infos(ids: [p.id, c.id], background: true, session: nil)
+                            return infos.allSatisfy { $0.node == "b" && $0.bytesCommitted > 0 }
+                        }
+                    )
+
+                    // Node a joins now (b holds both): it takes the user's operations, as a
+                    // daemon answering its clients would.
+                    let aRuns = Task { try await a.run() }
+                    defer { aRuns.cancel() }
+
+                    // Paused through a: b stops it (at its next write), with the store's state.
+                    _ = try await a.pause(p.id)
+                    #expect(try await waitUntil { told.contains(p.id, .paused, .leaseLost) }, "\(told.all)")
+                    #expect(try await waitUntil { await b.runningTaskIDs == [c.id] })
+                    let paused = try #require(
+                        try await nodes[0].infos(ids: [p.id], background: true, session: nil).first
+                    )
+                    #expect(paused.state == .paused && paused.node == nil)
+                    let requests = server.requests(for: "/p").count
+
+                    // Cancelled through a: b stops that one too; its part file is gone.
+                    try await a.cancel(c.id)
+                    #expect(try await waitUntil { told.contains(c.id, .cancelled, .leaseLost) }, "\(told.all)")
+                    #expect(try await nodes[0].task(id: c.id)?.state == .cancelled)
+                    #expect(try await waitUntil { server.activeResponses == 0 }, "b must really stop")
+
+                    // Resumed through a: b takes it again and continues from its checkpoint.
+                    server.update("/p") { $0.bytesPerSecond = nil }
+                    _ = try await a.resume(p.id)
+                    #expect(
+                        try await waitUntil(timeout: .seconds(60)) {
+                            try await nodes[0].task(id: p.id)?.state == .completed
+                        }
+                    )
+                    #expect(sha256(file: temp.file("p")) == server.sha256("/p"))
+                    #expect(server.requests(for: "/p").count == requests + 1)
+                    #expect(server.requests(for: "/p").last?.header("Range")?.hasPrefix("bytes=") == true)
+                    #expect(!FileManager.default.fileExists(atPath: temp.file("c")))
+                    await a.shutdown()
+                    try await aRuns.value
+                }
+            }
+        }
+    }
+
+    /// The state changes a manager told, in order.
+    final class StateLog: Sendable {
+        private let changes = Mutex<[(UUID, TaskState, StateChangeReason)]>([])
+        func add(_ id: UUID, _ to: TaskState, _ reason: StateChangeReason) {
+            changes.withLock { $0.append((id, to, reason)) }
+        }
+        func contains(_ id: UUID, _ to: TaskState, _ reason: StateChangeReason) -> Bool {
+            changes.withLock { $0.contains { $0.0 == id && $0.1 == to && $0.2 == reason } }
+        }
+        var all: [String] { changes.withLock { $0.map { "\($0.0.uuidString.prefix(4)) \($0.1) \($0.2)" } } }
+    }
 }
