@@ -41,8 +41,10 @@ extension PostgresStore {
                 if let renewal = still[id], renewal.fence == lease.fence {
                     held[id] = renewal
                 } else {
+                    // Kept (with its old fence) until the transfer's next write finds it
+                    // gone: forgetting it here would let that write through unfenced, and
+                    // the stopping transfer's "queued" overwrite a cancel made elsewhere.
                     lost.insert(id)
-                    held[id] = nil
                 }
             }
             return lost

@@ -262,7 +262,7 @@ struct FleetQueueTests {
     }
 
     @Test(
-        "a lease is lost when the task is paused elsewhere: the holder's next write is refused and its heartbeat says so"
+        "a lease is lost when the task is paused elsewhere: its heartbeat says so, and its next write is refused"
     )
     func pausedElsewhere() async throws {
         try await Self.withDatabase { client in
@@ -272,6 +272,9 @@ struct FleetQueueTests {
             // A user at node b pauses it.
             try await b.setState(id, .paused)
             #expect(try await a.heartbeat(bytesPerSecond: 0) == [id])
+            // A's stopping transfer records "queued": refused, so the pause stands.
+            let refused = await #expect(throws: HaulError.self) { try await a.setState(id, .queued) }
+            #expect(refused?.code == .leaseLost)
             #expect(try await b.task(id: id)?.state == .paused)
             #expect(!a.holdsLease(id))
         }
