@@ -87,7 +87,16 @@ public final class FleetQueue: Sendable {
     /// wait), as many as the limits leave room for: at most `maxRunning` leased in the whole
     /// fleet, at most `perHost` per host, and at most `wanted` for this node. A lease that
     /// ran out is counted as free (its task is first in line again, at its old place).
-    public func acquire(wanted: Int, maxRunning: Int, perHost: Int, duration: Duration) async throws -> [Lease] {
+    ///
+    /// Tasks in `excluding` are passed over (those this node still runs, or is stopping: a
+    /// lease of theirs that ran out must not come back to the run that lost it).
+    public func acquire(
+        wanted: Int,
+        maxRunning: Int,
+        perHost: Int,
+        duration: Duration,
+        excluding: [UUID] = []
+    ) async throws -> [Lease] {
         guard wanted > 0, maxRunning > 0, perHost > 0 else { return [] }
         let seconds = Self.seconds(duration)
         return try await store("take leases in the fleet's queue") {
@@ -100,7 +109,11 @@ public final class FleetQueue: Sendable {
                 _ = try await connection.query(
                     """
                     UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
-                    WHERE owner IS NOT NULL AND state = 'running' AND lease_expires <= now()
+                    WHERE id IN (
+                        SELECT id FROM haul_task
+                        WHERE owner IS NOT NULL AND state = 'running' AND lease_expires <= now()
+                        ORDER BY id FOR UPDATE SKIP LOCKED
+                    )
                     """,
                     logger: self.logger
                 )
@@ -119,7 +132,8 @@ public final class FleetQueue: Sendable {
                 var picked: [UUID] = []
                 for try await (id, host) in try await connection.query(
                     """
-                    SELECT id, host FROM haul_task WHERE state = 'queued' AND background
+                    SELECT id, host FROM haul_task
+                    WHERE state = 'queued' AND background AND id <> ALL(\(excluding)::uuid[])
                     ORDER BY priority DESC, "queueOrder" LIMIT \(window) FOR UPDATE SKIP LOCKED
                     """,
                     logger: self.logger
@@ -230,7 +244,11 @@ public final class FleetQueue: Sendable {
                 for try await (id, fence, expires) in try await connection.query(
                     """
                     UPDATE haul_task SET lease_expires = now() + make_interval(secs => \(seconds))
-                    WHERE owner = \(self.node) AND state = 'running' AND lease_expires > now()
+                    WHERE id IN (
+                        SELECT id FROM haul_task
+                        WHERE owner = \(self.node) AND state = 'running' AND lease_expires > now()
+                        ORDER BY id FOR UPDATE
+                    )
                     RETURNING id, fence, lease_expires
                     """,
                     logger: self.logger

@@ -215,13 +215,41 @@ enum Postgres {
     /// Runs a database operation. A Haul error (a refusal from inside a transaction) goes
     /// through as it is; any other failure is one sentence naming what was being done, in
     /// the server's words when it said any.
+    ///
+    /// A transaction the server rolled back to break a deadlock or a serialisation conflict
+    /// (SQLSTATE 40P01, 40001) is run again, a few times, after a short random wait: nothing
+    /// of it was written, and the other side of the conflict goes on.
     static func run<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch {
-            if let error = haulError(in: error) { throw error }
-            throw HaulError(.store, "Cannot \(what) in PostgreSQL: \(reason(error))")
+        var attempt = 0
+        while true {
+            do {
+                return try await body()
+            } catch {
+                if let error = haulError(in: error) { throw error }
+                attempt += 1
+                if attempt < maxAttempts, isConflict(error) {
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 5...20) << attempt))
+                    continue
+                }
+                throw HaulError(.store, "Cannot \(what) in PostgreSQL: \(reason(error))")
+            }
         }
+    }
+
+    /// How many times a transaction runs before a conflict is reported.
+    static let maxAttempts = 5
+
+    /// Whether the server rolled `error`'s transaction back for a deadlock or a
+    /// serialisation conflict, which running it again resolves.
+    static func isConflict(_ error: any Error) -> Bool {
+        if let error = error as? PostgresTransactionError {
+            for inner in [error.closureError, error.beginError, error.commitError] {
+                if let inner, isConflict(inner) { return true }
+            }
+            return false
+        }
+        guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
+        return state == "40P01" || state == "40001"
     }
 
     /// The Haul error a transaction's body threw, if that is what failed.

@@ -18,6 +18,15 @@ extension PostgresStore: EventLogStore {
         return try await Postgres.run("log events") {
             try await client.withTransaction(logger: logger) { connection in
                 _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.appendLock))", logger: self.logger)
+                // The rows whose announced state changes, locked in one order (the heartbeat's
+                // and the fleet queue's), so that appends and lease renewals never deadlock.
+                let announcing = Array(Set(records.compactMap { $0.announcedState == nil ? nil : $0.taskID }))
+                if !announcing.isEmpty {
+                    _ = try await connection.query(
+                        "SELECT id FROM haul_task WHERE id = ANY(\(announcing)::uuid[]) ORDER BY id FOR UPDATE",
+                        logger: self.logger
+                    )
+                }
                 var logged: [EventRecord] = []
                 for var record in records {
                     guard let session = record.session ?? (record.taskID == nil ? EventLogRules.everySession : nil)

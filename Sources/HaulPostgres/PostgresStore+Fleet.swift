@@ -17,6 +17,14 @@ import Synchronization
 /// user's pause of a task running elsewhere) is not fenced; it ends whatever lease the
 /// task had, which the node running it then learns from its next write or heartbeat.
 extension PostgresStore {
+    /// A lease in this node's book.
+    struct HeldLease: Sendable {
+        var lease: FleetQueue.Lease
+        /// Found lost (by a heartbeat or a refused write): every write about its task is
+        /// refused until the run here that held it has ended.
+        var lost = false
+    }
+
     package var node: String { fleet.node }
 
     package func acquireLeases(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
@@ -24,10 +32,11 @@ extension PostgresStore {
             wanted: wanted,
             maxRunning: maxRunning,
             perHost: perHost,
-            duration: leaseDuration
+            duration: leaseDuration,
+            excluding: leases.withLock { Array($0.keys) }
         )
         leases.withLock { held in
-            for lease in taken { held[lease.task] = lease }
+            for lease in taken { held[lease.task] = HeldLease(lease: lease) }
         }
         return taken.map(\.task)
     }
@@ -37,13 +46,14 @@ extension PostgresStore {
         let still = Dictionary(renewed.map { ($0.task, $0) }, uniquingKeysWith: { first, _ in first })
         return leases.withLock { held in
             var lost: Set<UUID> = []
-            for (id, lease) in held {
-                if let renewal = still[id], renewal.fence == lease.fence {
-                    held[id] = renewal
+            for (id, entry) in held where !entry.lost {
+                if let renewal = still[id], renewal.fence == entry.lease.fence {
+                    held[id] = HeldLease(lease: renewal)
                 } else {
-                    // Kept (with its old fence) until the transfer's next write finds it
-                    // gone: forgetting it here would let that write through unfenced, and
-                    // the stopping transfer's "queued" overwrite a cancel made elsewhere.
+                    // Kept, marked lost, until the run here has ended: forgetting it now
+                    // would let that run's next writes through unfenced, and its "queued"
+                    // overwrite a cancel made elsewhere.
+                    held[id]?.lost = true
                     lost.insert(id)
                 }
             }
@@ -52,12 +62,18 @@ extension PostgresStore {
     }
 
     package func holdsLease(_ id: UUID) -> Bool {
-        leases.withLock { $0[id] != nil }
+        leases.withLock { $0[id].map { !$0.lost } ?? false }
+    }
+
+    package func runEnded(_ id: UUID) {
+        leases.withLock { held in
+            if held[id]?.lost == true { held[id] = nil }
+        }
     }
 
     package func releaseLease(_ id: UUID) async throws {
-        guard let lease = leases.withLock({ $0.removeValue(forKey: id) }) else { return }
-        _ = try await fleet.release(lease)
+        guard let held = leases.withLock({ $0.removeValue(forKey: id) }), !held.lost else { return }
+        _ = try await fleet.release(held.lease)
     }
 
     package func leaveFleet() async throws {
@@ -68,17 +84,20 @@ extension PostgresStore {
         }
     }
 
-    /// Forgets the lease of a task whose run ended here (its row no longer names an owner).
+    /// Forgets the lease of a task whose run ended here.
     func endLease(_ id: UUID) {
         _ = leases.withLock { $0.removeValue(forKey: id) }
     }
 
     /// Checks, within `connection`'s transaction, that this node still holds the lease it
     /// took on task `id`, locking the row until the transaction ends; a task it holds no
-    /// lease on passes. Throws ``HaulError/Code/leaseLost`` (and forgets the lease) when the
-    /// lease no longer holds.
+    /// lease on passes. Throws ``HaulError/Code/leaseLost`` when the lease no longer holds,
+    /// and marks it lost: every later write about the task is refused as well (a fence, once
+    /// passed, never holds again) until the run here ends (``runEnded(_:)``).
     func checkFence(_ connection: PostgresConnection, _ id: UUID) async throws {
-        guard let lease = leases.withLock({ $0[id] }) else { return }
+        guard let held = leases.withLock({ $0[id] }) else { return }
+        let lease = held.lease
+        if held.lost { throw leaseLost(id) }
         var holds = false
         for try await _ in try await connection.query(
             """
@@ -92,12 +111,19 @@ extension PostgresStore {
             holds = true
         }
         guard !holds else { return }
-        endLease(id)
+        leases.withLock { held in
+            if held[id]?.lease.fence == lease.fence { held[id]?.lost = true }
+        }
         logger.warning(
             "lost the lease: the task was taken over, paused or cancelled elsewhere, or the lease ran out; nothing written",
             metadata: ["haul.task": "\(id)", "fence": "\(lease.fence)", "node": "\(node)"]
         )
-        throw HaulError(
+        throw leaseLost(id)
+    }
+
+    /// The refusal of a write about task `id`, whose `lease` this node lost.
+    private func leaseLost(_ id: UUID) -> HaulError {
+        HaulError(
             .leaseLost,
             "This node (\(node)) no longer holds task \(id): its lease ran out or the task was changed elsewhere; the transfer here stopped and wrote nothing more",
             hint: "Nothing to do: the node holding the task now continues it from its last checkpoint"

@@ -27,8 +27,10 @@ public final class PostgresStore: FleetTaskStore {
     package let leaseDuration: Duration
     /// Where the database is (nil when the caller gave a client).
     let location: PostgresLocation?
-    /// The leases this node holds, by task: the writes about these tasks are fenced.
-    let leases = Mutex<[UUID: FleetQueue.Lease]>([:])
+    /// The leases this node took, by task: the writes about these tasks are fenced. A lease
+    /// found lost stays here (``HeldLease/lost``), refusing every write, until the run that
+    /// held it has ended (``runEnded(_:)``).
+    let leases = Mutex<[UUID: HeldLease]>([:])
 
     /// The advisory lock key of adds.
     static let addLock: Int64 = 0x4841_554c_0003
@@ -342,7 +344,6 @@ public final class PostgresStore: FleetTaskStore {
                 if completing {
                     try await Self.setState(connection, id, .completed, error: nil, code: nil, forgettingPart: true)
                 }
-                defer { if completing { self.endLease(id) } }
                 try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
                 if let verifiedPieces {
                     _ = try await connection.query(
@@ -363,6 +364,7 @@ public final class PostgresStore: FleetTaskStore {
                 }
             }
         }
+        if completing { endLease(id) }
     }
 
     package func setPart(_ id: UUID, path: String?, identity: String?) async throws {
@@ -456,7 +458,7 @@ public final class PostgresStore: FleetTaskStore {
             try await client.withTransaction(logger: logger) { connection in
                 var orders: [UUID: Int64] = [:]
                 for try await (id, order) in try await connection.query(
-                    "SELECT id, \"queueOrder\" FROM haul_task WHERE id = ANY(\(ids)::uuid[]) FOR UPDATE",
+                    "SELECT id, \"queueOrder\" FROM haul_task WHERE id = ANY(\(ids)::uuid[]) ORDER BY id FOR UPDATE",
                     logger: self.logger
                 ).decode((UUID, Int64).self) {
                     orders[id] = order

@@ -120,6 +120,10 @@ extension DownloadManager {
     /// waited for the run's end.
     func leaveRun(_ id: UUID, _ event: TaskStateMachine.Event, reason: StateChangeReason? = nil) {
         running.remove(id)
+        if let fleet {
+            fleet.runEnded(id)
+            leaseDoorbell.ring()
+        }
         let run = known[id]?.run
         known[id]?.run = nil
         scheduler.remove(id)
@@ -151,6 +155,10 @@ extension DownloadManager {
         mayHaveHooks: Bool = true
     ) {
         running.remove(id)
+        if let fleet {
+            fleet.runEnded(id)
+            leaseDoorbell.ring()
+        }
         let run = known[id]?.run
         known[id]?.run = nil
         known[id]?.offlinePending = false

@@ -7,29 +7,40 @@ extension DownloadManager {
     static let fleetPollInterval: Duration = .milliseconds(250)
 
     /// In fleet mode, until shutdown: takes leases on the fleet's waiting tasks as the
-    /// fleet-wide limits leave room and starts them here, and renews this node's leases
-    /// (the heartbeat, at a third of the lease's length); a task whose lease was lost stops
-    /// here, writing nothing. At shutdown, once the transfers have yielded, the leases still
-    /// held go back to the queue at once.
+    /// fleet-wide limits leave room and starts them here — when a run here ends, and every
+    /// ``fleetPollInterval`` for what other nodes freed — and, apart, so that a slow
+    /// admission never delays it, renews this node's leases (the heartbeat, at a third of
+    /// the lease's length); a task whose lease was lost stops here, writing nothing. At
+    /// shutdown, once the transfers have yielded, the leases still held go back at once.
     nonisolated func takeLeasesUntilShutdown() async {
         guard let fleet else { return }
-        let beat = fleet.leaseDuration / 3
-        var lastBeat = ContinuousClock.now - beat
-        while await !isShuttingDown {
-            if ContinuousClock.now - lastBeat >= beat {
-                lastBeat = ContinuousClock.now
-                do {
-                    let lost = try await fleet.heartbeat(bytesPerSecond: await overallProgress().bytesPerSecond)
-                    await stopLost(lost)
-                } catch {
-                    logger.warning("the fleet's heartbeat failed", metadata: ["error": "\(error)"])
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.beatUntilShutdown(fleet) }
+            group.addTask {
+                while await !self.isShuttingDown, !Task.isCancelled {
+                    await self.takeLeases()
+                    await self.leaseDoorbell.wait(atMost: DownloadManager.fleetPollInterval)
                 }
             }
-            await takeLeases()
+        }
+    }
+
+    /// The heartbeat: renews this node's leases at a third of their length, and stops the
+    /// runs whose lease was lost.
+    nonisolated private func beatUntilShutdown(_ fleet: any FleetTaskStore) async {
+        let beat = fleet.leaseDuration / 3
+        while await !isShuttingDown {
+            let began = ContinuousClock.now
             do {
-                try await Task.sleep(for: DownloadManager.fleetPollInterval)
+                let lost = try await fleet.heartbeat(bytesPerSecond: await overallProgress().bytesPerSecond)
+                await stopLost(lost)
             } catch {
-                break
+                logger.warning("the fleet's heartbeat failed", metadata: ["error": "\(error)"])
+            }
+            do {
+                try await Task.sleep(until: began + beat)
+            } catch {
+                return
             }
         }
     }

@@ -133,6 +133,8 @@ public actor DownloadManager {
     /// In fleet mode (the daemon's manager on a store several daemons share), that store:
     /// tasks run here only while this node holds their leases (DownloadManager+Fleet.swift).
     let fleet: (any FleetTaskStore)?
+    /// Rung when a run here ends, so that the fleet's next lease is taken at once.
+    nonisolated let leaseDoorbell = Doorbell()
 
     /// Opens the store and loads its known. Call ``run()`` (or use
     /// ``withDownloadManager(configuration:_:)``) for anything to move.

@@ -355,6 +355,10 @@ package protocol FleetTaskStore: TaskStore {
     func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID>
     /// Whether this node holds the lease of task `id` (as far as it knows).
     func holdsLease(_ id: UUID) -> Bool
+    /// The run of task `id` here has ended: a lease of it found lost is forgotten (until then
+    /// it refuses every write about the task, so that a stopping run cannot overwrite what
+    /// was done elsewhere). A lease still held stays, for the task's state to be recorded.
+    func runEnded(_ id: UUID)
     /// Gives one lease back: its task waits in the queue again, at its place.
     func releaseLease(_ id: UUID) async throws
     /// Leaves the fleet cleanly: every lease still held goes back to the queue at once.

@@ -277,6 +277,21 @@ struct FleetQueueTests {
             #expect(refused?.code == .leaseLost)
             #expect(try await b.task(id: id)?.state == .paused)
             #expect(!a.holdsLease(id))
+            // And so is every later write of that run (a segment's last checkpoint, its
+            // "queued" again), until the run has ended here.
+            let segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, committed: 9)]
+            let again = await #expect(throws: HaulError.self) { try await a.checkpoint(id, segments: segments) }
+            #expect(again?.code == .leaseLost)
+            await #expect(throws: HaulError.self) { try await a.setState(id, .queued) }
+            #expect(try await b.task(id: id)?.state == .paused)
+            #expect(try await b.fleet.entries().first?.committed == 0)
+            // Resumed elsewhere while the run here is still stopping: that run cannot take
+            // the task back; another node can.
+            _ = try await b.requeue(id, state: .queued)
+            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5).isEmpty)
+            a.runEnded(id)
+            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == [id])
+            #expect(try await b.fleet.entries().first?.fence == 2)
         }
     }
 
