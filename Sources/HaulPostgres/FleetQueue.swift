@@ -164,31 +164,6 @@ public final class FleetQueue: Sendable {
         }
     }
 
-    /// Extends leases this node still holds; answers those it still holds (a lease missing
-    /// from the answer is lost: stop that transfer, write nothing more about it).
-    public func renew(_ leases: [Lease], duration: Duration) async throws -> [Lease] {
-        guard !leases.isEmpty else { return [] }
-        let seconds = Self.seconds(duration)
-        let ids = leases.map(\.task)
-        let fences = leases.map(\.fence)
-        return try await store("renew leases") {
-            var held: [Lease] = []
-            for try await (id, fence, expires) in try await self.client.query(
-                """
-                UPDATE haul_task AS t SET lease_expires = now() + make_interval(secs => \(seconds))
-                FROM unnest(\(ids)::uuid[], \(fences)::bigint[]) AS l(id, fence)
-                WHERE t.id = l.id AND t.fence = l.fence AND t.owner = \(self.node)
-                    AND t.state = 'running' AND t.lease_expires > now()
-                RETURNING t.id, t.fence, t.lease_expires
-                """,
-                logger: self.logger
-            ).decode((UUID, Int64, Date).self) {
-                held.append(Lease(task: id, fence: fence, expires: expires))
-            }
-            return held
-        }
-    }
-
     /// Gives a task back to the queue at its place (a node stopping cleanly), if `lease`
     /// still holds it; false when it does not: nothing was written.
     public func release(_ lease: Lease) async throws -> Bool {
@@ -224,12 +199,17 @@ public final class FleetQueue: Sendable {
         public var stoppedAt: Date?
     }
 
-    /// Says this node is alive, with its speed, and renews every lease it holds in one
-    /// statement (one round trip a beat, however many it runs). Answers the leases it
-    /// still holds: a task missing from the answer was lost — stop it, write nothing more.
-    public func heartbeat(bytesPerSecond: Double, duration: Duration) async throws -> [Lease] {
+    /// Says this node is alive, with its speed, and renews `leases` (those it holds, as far
+    /// as it knows) in one statement: one round trip a beat, however many it runs. Answers
+    /// the leases it still holds; one of `leases` missing from the answer was lost — stop
+    /// that transfer, write nothing more about it. A lease this node's row names but
+    /// `leases` does not is left to run out: no run here holds it.
+    public func heartbeat(bytesPerSecond: Double, duration: Duration, renewing leases: [Lease]) async throws -> [Lease]
+    {
         let seconds = Self.seconds(duration)
         let speed = bytesPerSecond.isFinite ? max(0, bytesPerSecond) : 0
+        let ids = leases.map(\.task)
+        let fences = leases.map(\.fence)
         return try await store("renew this node's leases") {
             try await self.client.withTransaction(logger: self.logger) { connection in
                 _ = try await connection.query(
@@ -240,16 +220,17 @@ public final class FleetQueue: Sendable {
                     """,
                     logger: self.logger
                 )
+                guard !ids.isEmpty else { return [] }
+                // Rows locked in id order, as every writer of many task rows locks them.
                 var held: [Lease] = []
                 for try await (id, fence, expires) in try await connection.query(
                     """
-                    UPDATE haul_task SET lease_expires = now() + make_interval(secs => \(seconds))
-                    WHERE id IN (
-                        SELECT id FROM haul_task
-                        WHERE owner = \(self.node) AND state = 'running' AND lease_expires > now()
-                        ORDER BY id FOR UPDATE
-                    )
-                    RETURNING id, fence, lease_expires
+                    UPDATE haul_task AS t SET lease_expires = now() + make_interval(secs => \(seconds))
+                    FROM unnest(\(ids)::uuid[], \(fences)::bigint[]) AS l(id, fence)
+                    WHERE t.id = l.id AND t.fence = l.fence AND t.owner = \(self.node)
+                        AND t.state = 'running' AND t.lease_expires > now()
+                        AND t.id IN (SELECT id FROM haul_task WHERE id = ANY(\(ids)::uuid[]) ORDER BY id FOR UPDATE)
+                    RETURNING t.id, t.fence, t.lease_expires
                     """,
                     logger: self.logger
                 ).decode((UUID, Int64, Date).self) {
@@ -312,6 +293,20 @@ public final class FleetQueue: Sendable {
                 )
             }
             return nodes
+        }
+    }
+
+    /// How many of the daemons' tasks are in each state (`queued`, `running`, …).
+    public func stateCounts() async throws -> [String: Int] {
+        try await store("count the fleet's tasks") {
+            var counts: [String: Int] = [:]
+            for try await (state, count) in try await self.client.query(
+                "SELECT state, count(*) FROM haul_task WHERE background GROUP BY state",
+                logger: self.logger
+            ).decode((String, Int).self) {
+                counts[state] = count
+            }
+            return counts
         }
     }
 

@@ -42,19 +42,27 @@ extension PostgresStore {
     }
 
     package func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID> {
-        let renewed = try await fleet.heartbeat(bytesPerSecond: bytesPerSecond, duration: leaseDuration)
+        // Judged: the leases held when the beat began. One taken while it is under way is not
+        // in its answer, and is not lost for that.
+        let beating = leases.withLock { held in held.values.filter { !$0.lost }.map(\.lease) }
+        let renewed = try await fleet.heartbeat(
+            bytesPerSecond: bytesPerSecond,
+            duration: leaseDuration,
+            renewing: beating
+        )
         let still = Dictionary(renewed.map { ($0.task, $0) }, uniquingKeysWith: { first, _ in first })
         return leases.withLock { held in
             var lost: Set<UUID> = []
-            for (id, entry) in held where !entry.lost {
-                if let renewal = still[id], renewal.fence == entry.lease.fence {
-                    held[id] = HeldLease(lease: renewal)
+            for lease in beating {
+                guard let entry = held[lease.task], entry.lease.fence == lease.fence, !entry.lost else { continue }
+                if let renewal = still[lease.task] {
+                    held[lease.task]?.lease = renewal
                 } else {
                     // Kept, marked lost, until the run here has ended: forgetting it now
                     // would let that run's next writes through unfenced, and its "queued"
                     // overwrite a cancel made elsewhere.
-                    held[id]?.lost = true
-                    lost.insert(id)
+                    held[lease.task]?.lost = true
+                    lost.insert(lease.task)
                 }
             }
             return lost

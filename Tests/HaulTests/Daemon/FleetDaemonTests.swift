@@ -175,8 +175,20 @@ struct FleetDaemonTests {
             #expect(inFlight.overall <= 6, "\(inFlight)")
             #expect(inFlight.perHost.count == 2 && inFlight.perHost.values.allSatisfy { $0 <= 4 }, "\(inFlight)")
             // Each completion is in the session's log once, whichever daemon logged it.
-            let completions = try await fleet.clients[2].loggedEvents(session: "fleet").filter { $0.kind == .completed }
-            #expect(completions.count == 300 && Set(completions.compactMap(\.taskID)).count == 300)
+            // (A daemon appends to the log just after recording the state: wait for the last.)
+            var completions: [EventRecord] = []
+            #expect(
+                try await waitUntil {
+                    completions = try await fleet.clients[2].loggedEvents(session: "fleet").filter {
+                        $0.kind == .completed
+                    }
+                    return completions.count >= 300
+                }
+            )
+            #expect(
+                completions.count == 300 && Set(completions.compactMap(\.taskID)).count == 300,
+                "\(completions.count)"
+            )
         }
     }
 

@@ -24,6 +24,11 @@ struct FleetManagerTests {
         var downloader = testConfiguration(store: "")
         downloader.store = .postgres(store)
         downloader.checkpointInterval = .milliseconds(250)
+        if ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil {
+            var logger = Logger(label: store.node, factory: { StreamLogHandler.standardError(label: $0) })
+            logger.logLevel = .info
+            downloader.logger = logger
+        }
         var configuration = DownloadManager.Configuration(
             downloader: downloader,
             maxConcurrentDownloads: limit,
@@ -118,6 +123,67 @@ struct FleetManagerTests {
                 #expect(runs.count >= 2, "the work went to one node only: \(runs)")
                 // Nothing is left leased.
                 #expect(try await nodes[0].fleet.entries().allSatisfy { $0.owner == nil })
+            }
+        }
+    }
+
+    @Test(
+        "two thousand tiny downloads through three nodes: each task leased once, each file fetched once and whole, nothing left leased"
+    )
+    func manyTinyTasks() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            let count = 2000
+            for index in 0..<count {
+                server.set("/t\(index)", .init(size: 1024 + index, seed: UInt64(index)))
+            }
+            try await Self.withNodes(["a", "b", "c"]) { nodes in
+                let started = StartCounts()
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for (index, node) in nodes.enumerated() {
+                        group.addTask {
+                            try await DownloadManager.withDownloadManager(
+                                configuration: Self.configuration(node, limit: 12)
+                            ) { manager in
+                                let events = manager.events()
+                                let watcher = Task {
+                                    for await event in events {
+                                        if case .stateChanged(_, _, .running, _) = event { started.add(node.node) }
+                                    }
+                                }
+                                defer { watcher.cancel() }
+                                if index == 0 {
+                                    _ = try await manager.download(
+                                        (0..<count).map {
+                                            DownloadRequest(
+                                                url: server.url("/t\($0)"),
+                                                destination: .directory(temp.path)
+                                            )
+                                        }
+                                    )
+                                }
+                                let done = try await waitUntil(timeout: .seconds(300), every: .milliseconds(200)) {
+                                    try await node.fleet.stateCounts() == ["completed": count]
+                                }
+                                let counts = try await node.fleet.stateCounts()
+                                #expect(done, "\(counts)")
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                let entries = try await nodes[0].fleet.entries()
+                #expect(entries.count == count)
+                let twice = entries.filter { $0.fence != 1 || $0.owner != nil || $0.state != "completed" }
+                #expect(twice.isEmpty, "\(twice.count) leased more than once, or left leased: \(twice.prefix(3))")
+                for index in 0..<count {
+                    #expect(server.requests(for: "/t\(index)").count == 1, "t\(index) was fetched more than once")
+                    #expect(sha256(file: temp.file("t\(index)")) == server.sha256("/t\(index)"))
+                }
+                #expect(server.maxActiveResponses <= 12)
+                let runs = started.all
+                #expect(runs.values.reduce(0, +) == count, "\(runs)")
+                #expect(runs.count == 3, "the work went to fewer than three nodes: \(runs)")
             }
         }
     }

@@ -97,7 +97,7 @@ struct FleetQueueTests {
                 .decode(Int.self).all()
             #expect(versions == Array(1...FleetQueue.migrations.count))
             #expect(try await queue.entries().map(\.id) == [id])
-            _ = try await queue.heartbeat(bytesPerSecond: 5, duration: .seconds(10))
+            _ = try await queue.heartbeat(bytesPerSecond: 5, duration: .seconds(10), renewing: [])
             #expect(try await queue.nodes().map(\.bytesPerSecond) == [5])
         }
     }
@@ -122,7 +122,7 @@ struct FleetQueueTests {
             let mine = try await a.fleet.acquire(wanted: 2, maxRunning: 3, perHost: 3, duration: .seconds(30))
             let theirs = try await b.fleet.acquire(wanted: 2, maxRunning: 3, perHost: 3, duration: .seconds(60))
             #expect(mine.map(\.task) == Array(ids[0..<2]) && theirs.map(\.task) == [ids[2]])
-            let renewed = try await a.fleet.heartbeat(bytesPerSecond: 1000, duration: .seconds(60))
+            let renewed = try await a.fleet.heartbeat(bytesPerSecond: 1000, duration: .seconds(60), renewing: mine)
             #expect(Set(renewed.map(\.task)) == Set(mine.map(\.task)))
             #expect(
                 zip(
@@ -134,7 +134,7 @@ struct FleetQueueTests {
             var nodes = try await a.fleet.nodes()
             #expect(nodes.map(\.name) == ["a"], "b has not beaten yet")
             #expect(nodes.first?.leases == 2 && nodes.first?.bytesPerSecond == 1000)
-            _ = try await b.fleet.heartbeat(bytesPerSecond: 0, duration: .seconds(60))
+            _ = try await b.fleet.heartbeat(bytesPerSecond: 0, duration: .seconds(60), renewing: theirs)
             nodes = try await a.fleet.nodes()
             #expect(nodes.map(\.name) == ["a", "b"] && nodes.map(\.leases) == [2, 1])
 

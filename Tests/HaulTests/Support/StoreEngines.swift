@@ -58,8 +58,8 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
     }
 
     static var logger: Logger {
-        var logger = Logger(label: "haul.store.test")
-        logger.logLevel = .critical
+        var logger = Logger(label: "haul.store.test", factory: { StreamLogHandler.standardError(label: $0) })
+        logger.logLevel = ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil ? .info : .critical
         return logger
     }
 }
