@@ -197,7 +197,7 @@ extension PostgresStore {
         error: String?,
         code: HaulError.Code?,
         forgettingPart: Bool,
-        logger: Logger = Logger(label: "haul.postgres")
+        logger: Logger
     ) async throws {
         let keepsStreak = state == .queued || state == .running || state == .failed
         _ = try await db.rows(
@@ -214,6 +214,28 @@ extension PostgresStore {
             """,
             logger: logger
         )
+    }
+
+    /// Locks task `id`'s row for the rest of the transaction and throws
+    /// ``HaulError/Code/invalidArgument`` if it is completed: a stop decided on an older
+    /// reading of it comes too late.
+    static func refuseIfCompleted(
+        _ db: some PostgresQueryable,
+        _ id: UUID,
+        stopping state: TaskState,
+        logger: Logger
+    ) async throws {
+        for try await current in try await db.rows(
+            "SELECT state FROM haul_task WHERE id = \(id) FOR UPDATE",
+            logger: logger
+        ).decode(String.self) where current == TaskState.completed.rawValue {
+            let verb = state == .paused ? "pause" : state == .cancelled ? "cancel" : "fail"
+            throw HaulError(
+                .invalidArgument,
+                "Cannot \(verb) task \(id): it completed meanwhile, on another node",
+                hint: "Nothing changed; remove it if its file is not wanted"
+            )
+        }
     }
 
     static func nextQueueOrder(_ db: some PostgresQueryable, logger: Logger) async throws -> Int64 {

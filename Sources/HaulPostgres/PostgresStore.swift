@@ -309,7 +309,15 @@ public final class PostgresStore: FleetTaskStore {
             try await client.withTransaction(logger: logger) { connection in
                 try await self.checkFence(connection, task.id)
                 if recordingRunning {
-                    try await Self.setState(connection, task.id, .running, error: nil, code: nil, forgettingPart: false)
+                    try await Self.setState(
+                        connection,
+                        task.id,
+                        .running,
+                        error: nil,
+                        code: nil,
+                        forgettingPart: false,
+                        logger: self.logger
+                    )
                 }
                 var claimed = false
                 if let part {
@@ -342,7 +350,15 @@ public final class PostgresStore: FleetTaskStore {
             try await client.withTransaction(logger: logger) { connection in
                 try await self.checkFence(connection, id)
                 if completing {
-                    try await Self.setState(connection, id, .completed, error: nil, code: nil, forgettingPart: true)
+                    try await Self.setState(
+                        connection,
+                        id,
+                        .completed,
+                        error: nil,
+                        code: nil,
+                        forgettingPart: true,
+                        logger: self.logger
+                    )
                 }
                 try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
                 if let verifiedPieces {
@@ -401,7 +417,13 @@ public final class PostgresStore: FleetTaskStore {
         code: HaulError.Code?,
         forgettingPart: Bool
     ) async throws {
+        let running = leases.withLock { $0[id] != nil }
         try await fenced(id, "record a task's state") { connection in
+            if !running, [.paused, .cancelled, .failed].contains(state) {
+                // A user's stop, from a node not running the task: never over a completion
+                // another node recorded since this one looked.
+                try await Self.refuseIfCompleted(connection, id, stopping: state, logger: self.logger)
+            }
             try await Self.setState(
                 connection,
                 id,
@@ -413,6 +435,30 @@ public final class PostgresStore: FleetTaskStore {
             )
         }
         if state != .running { endLease(id) }
+    }
+
+    package func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws {
+        guard leases.withLock({ $0[id] != nil }) else {
+            try await place()
+            return
+        }
+        try await fenced(id, "record a finished download") { connection in
+            // The row is locked under this node's lease until the commit: a pause or cancel
+            // from another node waits, then finds the task completed.
+            try await place()
+            try await Self.setState(
+                connection,
+                id,
+                .completed,
+                error: nil,
+                code: nil,
+                forgettingPart: true,
+                logger: self.logger
+            )
+        }
+        // Completed toward every node: the full completion that follows is this node's to
+        // record, with no lease left to check.
+        endLease(id)
     }
 
     package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {

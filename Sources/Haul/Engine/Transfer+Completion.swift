@@ -136,12 +136,19 @@ extension Transfer {
         do {
             try checkDestinationFree()
             let replacing = mayReplaceDestination
-            try await FileIO.run { try FileOps.rename(partPath, to: destination, replacing: replacing) }
+            // Placed as the store's step making the task completed: in a fleet, under this
+            // node's lease, so that a pause or cancel from another node cannot land between
+            // the lease's check and the file's placement.
+            try await store.placeFinished(task.id) {
+                try await FileIO.run {
+                    try FileOps.rename(partPath, to: destination, replacing: replacing)
+                    part.unmark()  // The finished file is the user's, not a part file.
+                }
+            }
         } catch {
             try await recordCheckpoint()
             throw error
         }
-        part.unmark()  // The finished file is the user's, not a part file.
         part.close()
         self.part = nil
         // A crash right here leaves the file in place and the task not yet completed; the

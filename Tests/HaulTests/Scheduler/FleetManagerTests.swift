@@ -195,8 +195,8 @@ struct FleetManagerTests {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
             server.set("/p", .init(size: 4 << 20, seed: 1, bytesPerSecond: 512 << 10))
-            // A minute long: it cannot be near its end when the cancel comes, however loaded the
-            // machine (placing a finished file is not fenced yet; docs/architecture.md, Next).
+            // A minute long: it cannot complete before the cancel comes, however loaded the
+            // machine (a cancel after the completion is refused; FleetQueueTests checks that).
             server.set("/c", .init(size: 16 << 20, seed: 2, bytesPerSecond: 256 << 10))
             try await Self.withNodes(["a", "b"]) { nodes in
                 let a = try DownloadManager(configuration: Self.configuration(nodes[0], limit: 4))

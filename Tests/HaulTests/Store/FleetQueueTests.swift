@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -293,6 +294,52 @@ struct FleetQueueTests {
             #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == [id])
             #expect(try await b.fleet.entries().first?.fence == 2)
         }
+    }
+
+    @Test(
+        "a finished file is placed under the lease: a cancel from elsewhere lands before (nothing placed) or after (refused: it completed)"
+    )
+    func placingIsFenced() async throws {
+        try await Self.withDatabase { client in
+            let (a, b) = (try await Self.node(client, "a"), try await Self.node(client, "b"))
+            let ids = try await Self.add(a, 2)
+            #expect(try await a.acquireLeases(wanted: 2, maxRunning: 5, perHost: 5) == ids)
+            let placed = PlacedFiles()
+
+            // Cancelled elsewhere first: the file is not placed, the cancel stands.
+            try await b.setState(ids[0], .cancelled)
+            let refused = await #expect(throws: HaulError.self) {
+                try await a.placeFinished(ids[0]) { placed.add(ids[0]) }
+            }
+            #expect(refused?.code == .leaseLost && placed.all.isEmpty)
+            #expect(try await b.task(id: ids[0])?.state == .cancelled)
+
+            // A cancel decided before the placement, written while it is under way (the row
+            // locked): it waits for the commit, then is refused.
+            let late = Mutex<Task<Void, any Error>?>(nil)
+            try await a.placeFinished(ids[1]) {
+                placed.add(ids[1])
+                late.withLock { $0 = Task { try await b.setState(ids[1], .cancelled) } }
+            }
+            let cancel = try #require(late.withLock { $0 })
+            let tooLate = await #expect(throws: HaulError.self) { try await cancel.value }
+            #expect(tooLate?.code == .invalidArgument && tooLate?.message.contains("completed meanwhile") == true)
+            #expect(placed.all == [ids[1]])
+            let task = try await b.task(id: ids[1])
+            #expect(task?.state == .completed && task?.partPath == nil)
+            #expect(try await b.fleet.entries().map(\.owner) == [nil, nil])
+            // The full completion that follows is a's to record.
+            try await a.checkpoint(
+                ids[1],
+                segments: [SegmentRecord(taskID: ids[1], ordinal: 0, start: 0, committed: 7)]
+            )
+        }
+    }
+
+    final class PlacedFiles: Sendable {
+        private let ids = Mutex<[UUID]>([])
+        func add(_ id: UUID) { ids.withLock { $0.append(id) } }
+        var all: [UUID] { ids.withLock { $0 } }
     }
 
     @Test("a node stopping cleanly gives its leases back: another takes them at once, in their places")
