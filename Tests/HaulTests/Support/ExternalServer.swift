@@ -387,23 +387,28 @@ final class ExternalServer: Sendable {
     }
 
     /// A TCP socket bound to a free loopback port, not listening, and its port.
+    /// A loopback socket bound, not listening, to a port below the kernel's ephemeral range
+    /// (32768 and up on Linux): once closed, its port cannot have been taken meanwhile as
+    /// the source port of some other test's outgoing connection, as an ephemeral one could
+    /// (a server started on it afterwards would then fail with "Address already in use").
     static func boundLoopbackSocket() throws -> (fd: Int32, port: Int) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+        for _ in 0..<500 {
+            let port = Int.random(in: 12_000..<32_000)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { break }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = UInt16(port).bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                    bind(fd, pointer, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                }
             }
-        }
-        guard bound else {
+            if bound { return (fd, port) }
             close(fd)
-            throw POSIXError(.EADDRINUSE)
         }
-        return (fd, Int(UInt16(bigEndian: address.sin_port)))
+        throw POSIXError(.EADDRINUSE)
     }
 }
 
