@@ -180,6 +180,7 @@ public final class FleetQueue: Sendable {
             ) {
                 released = true
             }
+            if released { try await FleetSignals.send(.queue, on: self.client, logger: self.logger) }
             return released
         }
     }
@@ -259,6 +260,7 @@ public final class FleetQueue: Sendable {
                 ) {
                     released += 1
                 }
+                if released > 0 { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
                 _ = try await connection.query(
                     "UPDATE fleet_node SET stopped_at = now(), bytes_per_second = 0 WHERE name = \(self.node)",
                     logger: self.logger

@@ -55,6 +55,7 @@ extension PostgresStore: EventLogStore {
                     }
                     logged.append(record)
                 }
+                if !logged.isEmpty { try await FleetSignals.send(.events, on: connection, logger: self.logger) }
                 return logged
             }
         }

@@ -73,6 +73,10 @@ extension PostgresStore {
         leases.withLock { $0[id].map { !$0.lost } ?? false }
     }
 
+    package func fleetSignals() -> AsyncStream<FleetSignal> {
+        signals.subscribe(client: client, logger: logger)
+    }
+
     package func runEnded(_ id: UUID) {
         leases.withLock { held in
             if held[id]?.lost == true { held[id] = nil }

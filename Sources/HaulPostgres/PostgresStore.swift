@@ -31,6 +31,8 @@ public final class PostgresStore: FleetTaskStore {
     /// found lost stays here (``HeldLease/lost``), refusing every write, until the run that
     /// held it has ended (``runEnded(_:)``).
     let leases = Mutex<[UUID: HeldLease]>([:])
+    /// What the nodes tell each other at once (LISTEN/NOTIFY).
+    let signals = FleetSignals()
 
     /// The advisory lock key of adds.
     static let addLock: Int64 = 0x4841_554c_0003
@@ -123,6 +125,7 @@ public final class PostgresStore: FleetTaskStore {
 
     /// Stops the connection pool (when this store runs it): nothing is written after this.
     package func closeDatabase() async throws {
+        signals.close()
         runner?.cancel()
     }
 
@@ -269,6 +272,9 @@ public final class PostgresStore: FleetTaskStore {
                         try await Self.insertSegments(connection, [segment], logger: self.logger)
                         results.append((task, [segment], true))
                     }
+                }
+                if results.contains(where: \.isNew) {
+                    try await FleetSignals.send(.queue, on: connection, logger: self.logger)
                 }
                 return results
             }
@@ -424,6 +430,10 @@ public final class PostgresStore: FleetTaskStore {
                 // another node recorded since this one looked.
                 try await Self.refuseIfCompleted(connection, id, stopping: state, logger: self.logger)
             }
+            if !running {
+                try await FleetSignals.send(.task(id), on: connection, logger: self.logger)
+                if state == .queued { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
+            }
             try await Self.setState(
                 connection,
                 id,
@@ -477,11 +487,19 @@ public final class PostgresStore: FleetTaskStore {
     }
 
     package func delete(_ id: UUID) async throws {
-        try await execute("remove a task") { "DELETE FROM haul_task WHERE id = \(id)" }
+        try await Postgres.run("remove a task") {
+            try await client.withTransaction(logger: logger) { connection in
+                _ = try await connection.query("DELETE FROM haul_task WHERE id = \(id)", logger: self.logger)
+                try await FleetSignals.send(.task(id), on: connection, logger: self.logger)
+            }
+        }
     }
 
     package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
+        let running = leases.withLock { $0[id] != nil }
         let order = try await fenced(id, "queue a task again") { connection in
+            if !running { try await FleetSignals.send(.task(id), on: connection, logger: self.logger) }
+            if state == .queued { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
             let order = try await Self.nextQueueOrder(connection, logger: self.logger)
             _ = try await connection.query(
                 """
@@ -564,6 +582,7 @@ public final class PostgresStore: FleetTaskStore {
                         logger: self.logger
                     )
                 }
+                try await FleetSignals.send(.settings, on: connection, logger: self.logger)
             }
         }
     }
@@ -582,11 +601,17 @@ public final class PostgresStore: FleetTaskStore {
     }
 
     package func saveTextSetting(_ name: String, _ value: String) async throws {
-        try await execute("save the settings") {
-            """
-            INSERT INTO haul_text_setting (name, value) VALUES (\(name), \(value))
-            ON CONFLICT (name) DO UPDATE SET value = excluded.value
-            """
+        try await Postgres.run("save the settings") {
+            try await client.withTransaction(logger: logger) { connection in
+                _ = try await connection.query(
+                    """
+                    INSERT INTO haul_text_setting (name, value) VALUES (\(name), \(value))
+                    ON CONFLICT (name) DO UPDATE SET value = excluded.value
+                    """,
+                    logger: self.logger
+                )
+                try await FleetSignals.send(.settings, on: connection, logger: self.logger)
+            }
         }
     }
 

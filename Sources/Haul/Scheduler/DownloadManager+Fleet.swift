@@ -14,14 +14,31 @@ extension DownloadManager {
     /// shutdown, once the transfers have yielded, the leases still held go back at once.
     nonisolated func takeLeasesUntilShutdown() async {
         guard let fleet else { return }
+        let signals = fleet.fleetSignals()
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.beatUntilShutdown(fleet) }
             group.addTask {
-                while await !self.isShuttingDown, !Task.isCancelled {
-                    await self.takeLeases()
-                    await self.leaseDoorbell.wait(atMost: DownloadManager.fleetPollInterval)
-                }
+                for await signal in signals { await self.fleetSignalled(signal) }
             }
+            group.addTask { await self.beatUntilShutdown(fleet) }
+            while await !self.isShuttingDown, !Task.isCancelled {
+                await self.takeLeases()
+                await self.leaseDoorbell.wait(atMost: DownloadManager.fleetPollInterval)
+            }
+            // Stopping: this node listens no more, and beats no more.
+            group.cancelAll()
+        }
+    }
+
+    /// Acts on what another node signalled: a task running here that was changed elsewhere
+    /// has its lease checked now (the heartbeat then stops it); waiting work is leased now.
+    func fleetSignalled(_ signal: FleetSignal) {
+        switch signal {
+        case .task(let id) where running.contains(id): beatDoorbell.ring()
+        case .queue: leaseDoorbell.ring()
+        case .resumed:
+            beatDoorbell.ring()
+            leaseDoorbell.ring()
+        default: break
         }
     }
 
@@ -29,7 +46,7 @@ extension DownloadManager {
     /// runs whose lease was lost.
     nonisolated private func beatUntilShutdown(_ fleet: any FleetTaskStore) async {
         let beat = fleet.leaseDuration / 3
-        while await !isShuttingDown {
+        while await !isShuttingDown, !Task.isCancelled {
             let began = ContinuousClock.now
             do {
                 let lost = try await fleet.heartbeat(bytesPerSecond: await overallProgress().bytesPerSecond)
@@ -37,11 +54,8 @@ extension DownloadManager {
             } catch {
                 logger.warning("the fleet's heartbeat failed", metadata: ["error": "\(error)"])
             }
-            do {
-                try await Task.sleep(until: began + beat)
-            } catch {
-                return
-            }
+            // Until the next beat is due, or a task running here was changed elsewhere.
+            await beatDoorbell.wait(atMost: began + beat - ContinuousClock.now)
         }
     }
 
@@ -50,7 +64,8 @@ extension DownloadManager {
     /// Takes leases for as many tasks as this node may still run and starts them.
     func takeLeases() async {
         guard let fleet, !shuttingDown, !storeRefusing else { return }
-        let wanted = scheduler.maxConcurrent - running.count
+        // (In fleet mode every task waiting in this node's line holds a lease already.)
+        let wanted = scheduler.maxConcurrent - running.count - scheduler.waitingIDs.count
         guard wanted > 0 else { return }
         let ids: [UUID]
         do {
@@ -78,9 +93,12 @@ extension DownloadManager {
         }
         guard !ids.isEmpty else { return }
         admitAndStart()
-        // A lease taken and not started (its task vanished meanwhile, the manager began to
-        // stop) goes straight back, so that it does not hold a place for nothing.
-        for id in ids where !running.contains(id) && fleet.holdsLease(id) {
+        // A lease taken and not started waits here in line: the fleet may count a run that
+        // just recorded its end, which this node's line still holds for a moment (its per-host
+        // cap then says no), and it starts as soon as that run has ended here. One whose
+        // task vanished meanwhile, or taken as the manager began to stop, goes straight back,
+        // so that it does not hold a place for nothing.
+        for id in ids where !running.contains(id) && !scheduler.isWaiting(id) && fleet.holdsLease(id) {
             scheduler.remove(id)
             do {
                 try await fleet.releaseLease(id)

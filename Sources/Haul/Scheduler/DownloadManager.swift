@@ -135,6 +135,8 @@ public actor DownloadManager {
     let fleet: (any FleetTaskStore)?
     /// Rung when a run here ends, so that the fleet's next lease is taken at once.
     nonisolated let leaseDoorbell = Doorbell()
+    /// Rung when another node changed a task running here: the heartbeat checks its lease now.
+    nonisolated let beatDoorbell = Doorbell()
 
     /// Opens the store and loads its known. Call ``run()`` (or use
     /// ``withDownloadManager(configuration:_:)``) for anything to move.

@@ -354,6 +354,23 @@ extension DownloadInfo {
 /// task only while it holds the task's lease, and every write it makes about a task it
 /// runs is fenced — it counts only while the lease still holds, and otherwise fails with
 /// ``HaulError/Code/leaseLost``, writing nothing.
+/// What another node did that this one may act on at once (``FleetTaskStore/fleetSignals()``).
+/// A hint, never the state: the store is read for that.
+package enum FleetSignal: Sendable, Hashable {
+    /// A node not running task `id` changed it (paused, cancelled, resumed, removed it):
+    /// the node running it checks its lease now rather than at its next write.
+    case task(UUID)
+    /// Tasks wait in the queue (added, resumed, given back): nodes with room take leases now.
+    case queue
+    /// The fleet's limits or settings changed.
+    case settings
+    /// Events were logged to the sessions' logs.
+    case events
+    /// Signals may have been missed (the listening connection broke and is back): look at
+    /// everything again.
+    case resumed
+}
+
 package protocol FleetTaskStore: TaskStore {
     /// This node's name in the fleet.
     var node: String { get }
@@ -376,4 +393,6 @@ package protocol FleetTaskStore: TaskStore {
     func releaseLease(_ id: UUID) async throws
     /// Leaves the fleet cleanly: every lease still held goes back to the queue at once.
     func leaveFleet() async throws
+    /// What other nodes signal, from now on, until the store closes.
+    func fleetSignals() -> AsyncStream<FleetSignal>
 }

@@ -52,6 +52,8 @@ struct EventStream: Sendable {
                     try await writer.write(ByteBuffer(string: event.text))
                 case .heartbeat:
                     try await writer.write(ByteBuffer(string: ServerSentEvents.heartbeat))
+                case .elsewhere:
+                    try await sendLogged(&position, to: &writer, reader: reader)
                 }
             }
             try await writer.finish(nil)

@@ -205,16 +205,56 @@ final class DaemonCore: Sendable {
         try await settingsChanges.run {
             try await manager.store.saveLimits(change)
             if let meteredInterfaces { try await manager.store.saveMeteredInterfaces(meteredInterfaces) }
-            if change.allowMetered != nil || meteredInterfaces != nil {
-                var policy = await manager.networkPolicy
-                if let allow = change.allowMetered { policy.allowsMetered = allow == 1 }
-                if let meteredInterfaces { policy.meteredInterfaces = meteredInterfaces }
-                try await manager.setNetworkPolicy(policy)
+            try await Self.apply(change, meteredInterfaces: meteredInterfaces, to: manager)
+        }
+    }
+
+    /// Applies the limits the store keeps now: in a fleet, another daemon changed them.
+    /// Values out of range there are left alone (the start already said so).
+    func applyStoredLimits() async {
+        let manager = self.manager
+        do {
+            try await settingsChanges.run {
+                let (limits, _) = try await manager.store.storedLimits()
+                let metered = try await manager.store.storedMeteredInterfaces()
+                try await Self.apply(limits, meteredInterfaces: metered, to: manager)
             }
-            if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
-            if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
-            if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
-            if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
+        } catch {
+            logger.warning("cannot apply the fleet's changed limits", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Applies the fields of `change` that are set to the running manager.
+    private static func apply(
+        _ change: StoredLimits,
+        meteredInterfaces: [String]?,
+        to manager: DownloadManager
+    ) async throws {
+        if change.allowMetered != nil || meteredInterfaces != nil {
+            var policy = await manager.networkPolicy
+            if let allow = change.allowMetered { policy.allowsMetered = allow == 1 }
+            if let meteredInterfaces { policy.meteredInterfaces = meteredInterfaces }
+            if policy != (await manager.networkPolicy) { try await manager.setNetworkPolicy(policy) }
+        }
+        if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
+        if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
+        if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
+        if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
+    }
+
+    /// Acts on what another daemon of the fleet signalled: changed limits apply here now;
+    /// events it logged reach this daemon's event streams now.
+    func fleetSignalled(_ signal: FleetSignal) async {
+        switch signal {
+        case .settings:
+            await applyStoredLimits()
+        case .events:
+            eventLog.loggedElsewhere()
+        case .resumed:
+            await applyStoredLimits()
+            eventLog.loggedElsewhere()
+        case .task, .queue:
+            break
         }
     }
 

@@ -225,7 +225,13 @@ public final class DaemonService: Service, Sendable {
         }
         // Last in the list, so first to stop: transfers checkpoint and event streams end
         // before the servers close.
-        services.append(.init(service: CoreService(manager: manager, eventLog: eventLog, events: events)))
+        // Subscribed before anything runs, like the events.
+        let signals = (configuration.sharedStore as? any FleetView)?.fleetSignals()
+        services.append(
+            .init(
+                service: CoreService(manager: manager, eventLog: eventLog, events: events, core: core, signals: signals)
+            )
+        )
         let group = ServiceGroup(
             configuration: .init(
                 services: services,
@@ -381,11 +387,19 @@ private struct CoreService: Service {
     let manager: DownloadManager
     let eventLog: EventLog
     let events: DownloadEvents
+    let core: DaemonCore
+    /// In a fleet, what the other daemons signal.
+    let signals: AsyncStream<FleetSignal>?
 
     func run() async throws {
-        let (manager, eventLog, events) = (self.manager, self.eventLog, self.events)
+        let (manager, eventLog, events, core) = (self.manager, self.eventLog, self.events, self.core)
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
+                if let signals {
+                    group.addTask {
+                        for await signal in signals { await core.fleetSignalled(signal) }
+                    }
+                }
                 group.addTask {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .seconds(1))

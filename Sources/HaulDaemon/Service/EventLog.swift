@@ -27,6 +27,9 @@ enum LiveItem: Sendable {
     /// Nothing happened for a while; a listener writes a heartbeat, which is also how it
     /// learns that its client went away.
     case heartbeat
+    /// Another daemon of the fleet logged events: a listener reads the store for those of
+    /// its sessions.
+    case elsewhere
 }
 
 /// Writes the manager's events into the per-session log in the store, and tells live
@@ -119,6 +122,9 @@ final class EventLog: Sendable {
 
     /// Sends a heartbeat to every listener; the daemon calls it every second.
     func heartbeat() { broadcast(.heartbeat) }
+
+    /// Another daemon of the fleet logged events (``LiveItem/elsewhere``).
+    func loggedElsewhere() { broadcast(.elsewhere) }
 
     /// Logs the final states of tasks that changed while no event could be logged (the
     /// daemon was killed between the two), so every client still hears them once.

@@ -118,4 +118,6 @@ package protocol FleetView: Sendable {
     var leaseDuration: Duration { get }
     /// Every daemon that ever joined, by name, with its leases, heartbeat and speed.
     func fleetNodes() async throws -> [API.Status.Fleet.Node]
+    /// What other nodes signal (changed settings, logged events), until the store closes.
+    func fleetSignals() -> AsyncStream<FleetSignal>
 }

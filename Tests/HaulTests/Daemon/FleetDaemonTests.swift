@@ -69,6 +69,7 @@ struct FleetDaemonTests {
         limit: Int,
         perHost: Int,
         initially: Int = 3,
+        leaseSeconds: Int = 3,
         _ body: (Fleet) async throws -> Void
     ) async throws {
         guard let server = PostgresServer.current else { return }
@@ -80,7 +81,7 @@ struct FleetDaemonTests {
             for index in 0..<files {
                 var generator = SystemRandomNumberGenerator()
                 let bytes = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
-                FileManager.default.createFile(atPath: "\(nginx.root)/f\(index)", contents: Data(bytes))
+                _ = FileManager.default.createFile(atPath: "\(nginx.root)/f\(index)", contents: Data(bytes))
             }
             let fleet = Fleet(
                 homes: (0..<3).map { temp.file("home\($0)") },
@@ -89,7 +90,8 @@ struct FleetDaemonTests {
                 nginx: nginx
             ) { node in
                 [
-                    "daemon", "--foreground", "--node", "n\(node)", "--lease", "3", "--checkpoint-interval", "0.25",
+                    "daemon", "--foreground", "--node", "n\(node)", "--lease", "\(leaseSeconds)",
+                    "--checkpoint-interval", "0.25",
                     "-j", "\(limit)", "--max-per-host", "\(perHost)",
                 ]
             }
@@ -137,7 +139,10 @@ struct FleetDaemonTests {
         "three daemons share one queue: 300 files from nginx complete, each fetched once, never more in flight than the fleet's -j and per-host cap"
     )
     func threeDaemons() async throws {
-        try await Self.withFleet(files: 300, size: 32 << 10, rate: "128k", limit: 6, perHost: 4) { fleet in
+        // Leases long enough that a loaded machine's late heartbeat never hands a task over
+        // (which would fetch it twice); the kill -9 test below keeps them short.
+        try await Self.withFleet(files: 300, size: 32 << 10, rate: "128k", limit: 6, perHost: 4, leaseSeconds: 10) {
+            fleet in
             // Half by the address, half by the name: two hosts to the per-host cap, one server.
             let requests = (0..<300).map { index in
                 let host = index % 2 == 0 ? "127.0.0.1" : "localhost"
@@ -156,7 +161,7 @@ struct FleetDaemonTests {
             )
             let status = try await fleet.clients[1].status()
             #expect(status.fleet?.node == "n1" && status.fleet?.nodes.map(\.name) == ["n0", "n1", "n2"])
-            #expect(status.store.hasPrefix("postgres://haul@127.0.0.1:") && status.fleet?.leaseSeconds == 3)
+            #expect(status.store.hasPrefix("postgres://haul@127.0.0.1:") && status.fleet?.leaseSeconds == 10)
             #expect(
                 try await waitUntil(timeout: .seconds(300)) {
                     let tasks = try await fleet.clients[1].tasks()
@@ -192,6 +197,51 @@ struct FleetDaemonTests {
         }
     }
 
+    @Test(
+        "what one daemon does reaches the others at once: its limit changes apply on every node, and its events reach their event streams"
+    )
+    func signalsReachEveryNode() async throws {
+        try await Self.withFleet(files: 1, size: 8 << 20, rate: "256k", limit: 4, perHost: 4) { fleet in
+            // Limits changed through n0 run on n1 and n2 (their own values, not the store's).
+            _ = try await fleet.clients[0].update(API.Settings(maxConcurrentDownloads: 2, maxConnectionsPerHost: 3))
+            for client in fleet.clients[1...] {
+                #expect(
+                    try await waitUntil {
+                        let settings = try await client.settings()
+                        return settings.maxConcurrentDownloads == 2 && settings.maxConnectionsPerHost == 3
+                    }
+                )
+            }
+
+            // n2's stream of the session hears n0's pause, which n0 logs: a daemon's stream used
+            // to show other daemons' events only once its own daemon logged something.
+            let heard = Mutex<[EventRecord]>([])
+            let listener = Task {
+                for try await record in fleet.clients[2].attach(session: "live") {
+                    heard.withLock { $0.append(record) }
+                }
+            }
+            defer { listener.cancel() }
+            let added = try await fleet.clients[0].add([
+                DownloadRequest(url: fleet.nginx.url("/slow/f0"), destination: .directory(fleet.out), session: "live")
+            ])
+            let id = try #require(added.first?.id)
+            #expect(
+                try await waitUntil {
+                    let task = try await fleet.clients[0].info(id)
+                    return task.state == .running && task.bytesCommitted > 0
+                }
+            )
+            _ = try await fleet.clients[0].pause(API.Selector(ids: [id]))
+            #expect(
+                try await waitUntil {
+                    heard.withLock { $0.contains { $0.taskID == id && $0.kind == .state && $0.to == .paused } }
+                },
+                "\(heard.withLock { $0.map { "\($0.kind) \($0.to.map(\.rawValue) ?? "")" } })"
+            )
+        }
+    }
+
     @Test("kill -9 of one daemon mid-way: its downloads finish on the others, resumed at their committed offsets")
     func killNine() async throws {
         try await Self.withFleet(files: 12, size: 2 << 20, rate: "512k", limit: 6, perHost: 6, initially: 1) { fleet in
@@ -216,7 +266,7 @@ struct FleetDaemonTests {
                             SELECT t.id FROM haul_task t WHERE t.owner = 'n0' AND t.state = 'running'
                                 AND (SELECT SUM(s.committed - s.start) FROM haul_segment s WHERE s."taskID" = t.id) > 0
                             """
-                        ).decode(UUID.self).collect()
+                        ).decode(UUID.self).collected()
                         return !held.isEmpty
                     }
                 )
@@ -230,7 +280,7 @@ struct FleetDaemonTests {
                 for id in held {
                     committed[id] = try await db.query(
                         "SELECT COALESCE(SUM(committed - start), 0)::bigint FROM haul_segment WHERE \"taskID\" = \(id)"
-                    ).decode(Int64.self).collect().first
+                    ).decode(Int64.self).collected().first
                 }
                 #expect(
                     try await waitUntil(timeout: .seconds(180)) {
@@ -258,14 +308,5 @@ struct FleetDaemonTests {
                 #expect(completions.count == 12 && Set(completions.compactMap(\.taskID)).count == 12)
             }
         }
-    }
-}
-
-extension AsyncSequence {
-    /// Every element, in order.
-    fileprivate func collect() async throws -> [Element] {
-        var elements: [Element] = []
-        for try await element in self { elements.append(element) }
-        return elements
     }
 }

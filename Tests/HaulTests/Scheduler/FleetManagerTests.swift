@@ -20,10 +20,15 @@ struct FleetManagerTests {
     }
 
     /// Starts from the tests' downloader settings, on `store`.
-    static func configuration(_ store: PostgresStore, limit: Int, perHost: Int = 100) -> DownloadManager.Configuration {
+    static func configuration(
+        _ store: PostgresStore,
+        limit: Int,
+        perHost: Int = 100,
+        checkpoints: Duration = .milliseconds(250)
+    ) -> DownloadManager.Configuration {
         var downloader = testConfiguration(store: "")
         downloader.store = .postgres(store)
-        downloader.checkpointInterval = .milliseconds(250)
+        downloader.checkpointInterval = checkpoints
         if ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil {
             var logger = Logger(label: store.node, factory: { StreamLogHandler.standardError(label: $0) })
             logger.logLevel = .info
@@ -257,6 +262,49 @@ struct FleetManagerTests {
                     #expect(server.requests(for: "/p").count == requests + 1)
                     #expect(server.requests(for: "/p").last?.header("Range")?.hasPrefix("bytes=") == true)
                     #expect(!FileManager.default.fileExists(atPath: temp.file("c")))
+                    await a.shutdown()
+                    try await aRuns.value
+                }
+            }
+        }
+    }
+
+    @Test(
+        "a pause given to another node reaches the running node at once, by the fleet's notifications, not at its next write or heartbeat"
+    )
+    func pauseArrivesAtOnce() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/p", .init(size: 16 << 20, seed: 3, bytesPerSecond: 256 << 10))
+            // A heartbeat every 40 s and a checkpoint every two minutes: without a
+            // notification, b would go on writing for at least 40 s.
+            try await Self.withNodes(["a", "b"], lease: .seconds(120)) { nodes in
+                let a = try DownloadManager(configuration: Self.configuration(nodes[0], limit: 4))
+                let b = Self.configuration(nodes[1], limit: 4, checkpoints: .seconds(120))
+                try await DownloadManager.withDownloadManager(configuration: b) { b in
+                    let events = b.events()
+                    let told = StateLog()
+                    let watcher = Task {
+                        for await event in events {
+                            if case .stateChanged(let id, _, let to, let reason) = event { told.add(id, to, reason) }
+                        }
+                    }
+                    defer { watcher.cancel() }
+                    let p = try await b.download(
+                        DownloadRequest(url: server.url("/p"), destination: .directory(temp.path))
+                    )
+                    #expect(
+                        try await waitUntil { server.activeResponses == 1 && told.contains(p.id, .running, .started) }
+                    )
+                    let aRuns = Task { try await a.run() }
+                    defer { aRuns.cancel() }
+                    _ = try await a.pause(p.id)
+                    #expect(
+                        try await waitUntil(timeout: .seconds(20)) { told.contains(p.id, .paused, .leaseLost) },
+                        "\(told.all)"
+                    )
+                    #expect(try await waitUntil(timeout: .seconds(20)) { server.activeResponses == 0 })
+                    #expect(try await nodes[0].task(id: p.id)?.state == .paused)
                     await a.shutdown()
                     try await aRuns.value
                 }

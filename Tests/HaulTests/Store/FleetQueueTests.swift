@@ -60,7 +60,7 @@ struct FleetQueueTests {
                 try await group.waitForAll()
             }
             let versions = try await client.query("SELECT version FROM haul_migration ORDER BY version")
-                .decode(Int.self).all()
+                .decode(Int.self).collected()
             #expect(versions == Array(1...FleetQueue.migrations.count))
             try await client.query("INSERT INTO haul_migration (version) VALUES (99)")
             await #expect {
@@ -95,7 +95,7 @@ struct FleetQueueTests {
             let queue = Self.queue(client, node: "a")
             try await queue.migrate()
             let versions = try await client.query("SELECT version FROM haul_migration ORDER BY version")
-                .decode(Int.self).all()
+                .decode(Int.self).collected()
             #expect(versions == Array(1...FleetQueue.migrations.count))
             #expect(try await queue.entries().map(\.id) == [id])
             _ = try await queue.heartbeat(bytesPerSecond: 5, duration: .seconds(10), renewing: [])
@@ -200,13 +200,13 @@ struct FleetQueueTests {
                             )
                             let running = try await client.query(
                                 "SELECT host, count(*) FROM haul_task WHERE state = 'running' GROUP BY host"
-                            ).decode((String, Int).self).all()
+                            ).decode((String, Int).self).collected()
                             #expect(running.map(\.1).reduce(0, +) <= maxRunning)
                             #expect(running.allSatisfy { $0.1 <= perHost }, "\(running)")
                             if leased.isEmpty {
                                 let left = try await client.query(
                                     "SELECT count(*) FROM haul_task WHERE state IN ('queued', 'running')"
-                                ).decode(Int.self).all()
+                                ).decode(Int.self).collected()
                                 if left == [0] { return mine }
                                 await Task.yield()
                                 continue
@@ -354,14 +354,5 @@ struct FleetQueueTests {
             #expect(try await b.acquireLeases(wanted: 2, maxRunning: 2, perHost: 2) == Array(ids[0..<2]))
             #expect(try await b.fleet.entries().prefix(2).map(\.fence) == [2, 2])
         }
-    }
-}
-
-extension AsyncSequence {
-    /// Every element, in order.
-    fileprivate func all() async throws -> [Element] {
-        var elements: [Element] = []
-        for try await element in self { elements.append(element) }
-        return elements
     }
 }

@@ -156,3 +156,12 @@ func writeOwnedPart(at path: String, owner: UUID, bytes: [UInt8]) throws {
 func resumeRange(from committed: Int64) -> String {
     "bytes=\(committed - min(committed, TransferRules.overlapLength))-"
 }
+
+extension AsyncSequence {
+    /// Every element, in order (a query's rows, in the tests that read the database).
+    func collected() async throws -> [Element] {
+        var elements: [Element] = []
+        for try await element in self { elements.append(element) }
+        return elements
+    }
+}
