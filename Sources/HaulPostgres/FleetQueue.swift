@@ -149,7 +149,8 @@ public final class FleetQueue: Sendable {
                 for try await (id, fence, expires) in try await connection.query(
                     """
                     UPDATE haul_task SET state = 'running', owner = \(self.node),
-                        lease_expires = now() + make_interval(secs => \(seconds)), fence = fence + 1
+                        lease_expires = now() + make_interval(secs => \(seconds)), fence = fence + 1,
+                        leased_at = now()
                     WHERE id = ANY(\(picked))
                     RETURNING id, fence, lease_expires
                     """,
@@ -182,6 +183,58 @@ public final class FleetQueue: Sendable {
             }
             if released { try await FleetSignals.send(.queue, on: self.client, logger: self.logger) }
             return released
+        }
+    }
+
+    /// Sends tasks running over the fleet-wide limits back to waiting, at their places in
+    /// the queue: beyond `perHost` on a host, then beyond `maxRunning` in all, the most
+    /// recently started first (by when their lease was taken, then queue order), as one
+    /// machine's scheduler does when its limit is lowered. Their leases end here; the nodes
+    /// running them hear so at once (a note per task) and stop. Answers the tasks sent back.
+    public func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
+        guard maxRunning > 0, perHost > 0 else { return [] }
+        return try await store("send tasks over the fleet's limits back to waiting") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                // Under the admission lock: no lease is taken meanwhile.
+                _ = try await connection.query(
+                    "SELECT pg_advisory_xact_lock(\(Self.admissionLock))",
+                    logger: self.logger
+                )
+                // The running rows locked in id order, as every writer of many locks them.
+                _ = try await connection.query(
+                    "SELECT id FROM haul_task WHERE state = 'running' AND owner IS NOT NULL ORDER BY id FOR UPDATE",
+                    logger: self.logger
+                )
+                var sent: [UUID] = []
+                for try await id in try await connection.query(
+                    """
+                    WITH running AS (
+                        SELECT id, leased_at, priority, "queueOrder",
+                            row_number() OVER (
+                                PARTITION BY host ORDER BY leased_at NULLS FIRST, priority DESC, "queueOrder"
+                            ) AS in_host
+                        FROM haul_task
+                        WHERE state = 'running' AND owner IS NOT NULL AND lease_expires > now()
+                    ),
+                    kept AS (
+                        SELECT id FROM (
+                            SELECT id, row_number() OVER (
+                                ORDER BY leased_at NULLS FIRST, priority DESC, "queueOrder"
+                            ) AS overall
+                            FROM running WHERE in_host <= \(perHost)
+                        ) within_hosts WHERE overall <= \(maxRunning)
+                    )
+                    UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                    WHERE id IN (SELECT id FROM running) AND id NOT IN (SELECT id FROM kept)
+                    RETURNING id
+                    """,
+                    logger: self.logger
+                ).decode(UUID.self) {
+                    sent.append(id)
+                }
+                for id in sent { try await FleetSignals.send(.task(id), on: connection, logger: self.logger) }
+                return sent
+            }
         }
     }
 

@@ -152,6 +152,11 @@ enum PostgresSchema {
             "CREATE INDEX haul_task_owner ON haul_task (owner) WHERE owner IS NOT NULL",
             "DROP TABLE fleet_task",
         ],
+        [
+            // When the lease was taken: lowering the fleet-wide limit sends the most recently
+            // started tasks back first.
+            "ALTER TABLE haul_task ADD COLUMN leased_at timestamptz"
+        ],
     ]
 
     /// Creates or upgrades the schema. Several nodes may start at once: one migrates while

@@ -51,7 +51,7 @@ extension PostgresStore {
             renewing: beating
         )
         let still = Dictionary(renewed.map { ($0.task, $0) }, uniquingKeysWith: { first, _ in first })
-        return leases.withLock { held in
+        let lost = leases.withLock { held in
             var lost: Set<UUID> = []
             for lease in beating {
                 guard let entry = held[lease.task], entry.lease.fence == lease.fence, !entry.lost else { continue }
@@ -67,10 +67,21 @@ extension PostgresStore {
             }
             return lost
         }
+        for id in lost {
+            logger.notice(
+                "lost the lease: the task was taken over, paused or cancelled elsewhere, or the lease ran out; its transfer here stops and writes nothing more",
+                metadata: ["haul.task": "\(id)", "node": "\(node)"]
+            )
+        }
+        return lost
     }
 
     package func holdsLease(_ id: UUID) -> Bool {
         leases.withLock { $0[id].map { !$0.lost } ?? false }
+    }
+
+    package func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
+        try await fleet.sendBackOverLimits(maxRunning: maxRunning, perHost: perHost)
     }
 
     package func fleetSignals() -> AsyncStream<FleetSignal> {

@@ -92,7 +92,16 @@ public final class PostgresStore: FleetTaskStore {
         guard leaseDuration >= .milliseconds(100), leaseDuration <= .seconds(3_600) else {
             throw HaulError(.invalidArgument, "A lease must last from 0.1 s to an hour")
         }
-        let client = PostgresClient(configuration: location.configuration, backgroundLogger: logger)
+        var configuration = location.configuration
+        // A node stalled inside a transaction (SIGSTOP, a pause of its machine) must not hold
+        // a task's row locked past its lease: the server ends such a transaction then, so
+        // another node can take the task over (its fenced writes would fail anyway).
+        let milliseconds =
+            leaseDuration.components.seconds * 1000 + leaseDuration.components.attoseconds / 1_000_000_000_000_000
+        configuration.options.additionalStartupParameters.append(
+            ("idle_in_transaction_session_timeout", "\(max(100, milliseconds))")
+        )
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let runner = Task { await client.run() }
         let store = try PostgresStore(
             client: client,

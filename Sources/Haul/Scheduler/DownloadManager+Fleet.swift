@@ -29,6 +29,19 @@ extension DownloadManager {
         }
     }
 
+    /// In fleet mode, after the limits were lowered: the tasks running over them anywhere in
+    /// the fleet go back to waiting, the most recently started first, as on one machine
+    /// (where ``setMaxConcurrentDownloads(_:)`` alone does it). The nodes running them stop
+    /// at once and continue them later from their checkpoints.
+    package func keepFleetWithinLimits() async throws {
+        guard let fleet else { return }
+        let sent = try await fleet.sendBackOverLimits(
+            maxRunning: scheduler.maxConcurrent,
+            perHost: scheduler.perHostLimit
+        )
+        if sent.contains(where: { running.contains($0) }) { beatDoorbell.ring() }
+    }
+
     /// Acts on what another node signalled: a task running here that was changed elsewhere
     /// has its lease checked now (the heartbeat then stops it); waiting work is leased now.
     func fleetSignalled(_ signal: FleetSignal) {

@@ -395,4 +395,7 @@ package protocol FleetTaskStore: TaskStore {
     func leaveFleet() async throws
     /// What other nodes signal, from now on, until the store closes.
     func fleetSignals() -> AsyncStream<FleetSignal>
+    /// Sends the tasks running over the fleet-wide limits back to waiting, the most recently
+    /// started first; the nodes running them stop. Returns them.
+    func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID]
 }

@@ -238,6 +238,10 @@ final class DaemonCore: Sendable {
         }
         if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
         if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
+        if change.maxConcurrentDownloads != nil || change.maxConnectionsPerHost != nil {
+            // In a fleet, the limits hold across every daemon: what runs over them anywhere goes back.
+            try await manager.keepFleetWithinLimits()
+        }
         if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
         if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
     }

@@ -242,6 +242,78 @@ struct FleetDaemonTests {
         }
     }
 
+    @Test(
+        "SIGSTOP past its lease: another daemon takes the download over; the stopped one, continued, writes nothing and gives it up"
+    )
+    func stoppedPastItsLease() async throws {
+        try await Self.withFleet(files: 1, size: 6 << 20, rate: "512k", limit: 2, perHost: 2, initially: 1) { fleet in
+            let added = try await fleet.clients[0].add([
+                DownloadRequest(url: fleet.nginx.url("/slow/f0"), destination: .directory(fleet.out), session: "fleet")
+            ])
+            let id = try #require(added.first?.id)
+            let location = try PostgresLocation(parsing: fleet.store)
+            guard let server = PostgresServer.current else { return }
+            try await server.withClient(database: location.database) { db in
+                func lease() async throws -> (owner: String?, fence: Int64, committed: Int64) {
+                    let rows = try await db.query(
+                        """
+                        SELECT t.owner, t.fence, COALESCE((SELECT SUM(s.committed - s.start) FROM haul_segment s
+                            WHERE s."taskID" = t.id), 0)::bigint
+                        FROM haul_task t WHERE t.id = \(id)
+                        """
+                    ).decode((String?, Int64, Int64).self).collected()
+                    return try #require(rows.first)
+                }
+                #expect(
+                    try await waitUntil {
+                        let now = try await lease()
+                        return now.owner == "n0" && now.committed > 0
+                    }
+                )
+                let n0 = try #require(fleet.daemon(0))
+                n0.kill(SIGSTOP)
+                // n1 takes it over once n0's lease (3 s) runs out, with the next fence, and
+                // goes on from n0's checkpoint.
+                try await fleet.start(1)
+                #expect(
+                    try await waitUntil(timeout: .seconds(60)) {
+                        let now = try await lease()
+                        return now.owner == "n1" && now.fence == 2
+                    }
+                )
+                let atTakeover = try await lease().committed
+                n0.kill(SIGCONT)
+                // n0 wakes with its transfer and older checkpoint: every write it tries is
+                // refused, so the checkpoint never goes back; it says so and stops.
+                var seen = [try await lease()]
+                let refused = try await waitUntil(timeout: .seconds(60)) {
+                    seen.append(try await lease())
+                    return n0.currentStderr.contains("stopped a download whose lease this node lost")
+                }
+                #expect(refused, "\(n0.currentStderr.suffix(2000))")
+                let committed = seen.map(\.committed)
+                #expect(committed == committed.sorted() && committed[0] >= atTakeover, "went back: \(committed)")
+                #expect(seen.allSatisfy { $0.fence == 2 && ($0.owner == "n1" || $0.owner == nil) })
+                let done = try await waitUntil(timeout: .seconds(120)) {
+                    try await fleet.clients[1].info(id).state == .completed
+                }
+                let info = try await fleet.clients[1].info(id)
+                #expect(
+                    done,
+                    "\(info.state) \(info.errorMessage ?? "") n1: \(fleet.daemon(1)?.currentStderr.suffix(3000) ?? "")"
+                )
+                #expect(Self.sha256("\(fleet.out)/f0") == Self.sha256("\(fleet.nginx.root)/f0"))
+                // n0 runs on. (n1's first try may have found the part file still held by the
+                // stalled n0: it tries again once n0 let go, so the task may be leased again.)
+                #expect(try await fleet.clients[0].status().fleet?.node == "n0")
+                let completions = try await fleet.clients[0].loggedEvents(session: "fleet").filter {
+                    $0.kind == .completed
+                }
+                #expect(completions.count == 1)
+            }
+        }
+    }
+
     @Test("kill -9 of one daemon mid-way: its downloads finish on the others, resumed at their committed offsets")
     func killNine() async throws {
         try await Self.withFleet(files: 12, size: 2 << 20, rate: "512k", limit: 6, perHost: 6, initially: 1) { fleet in

@@ -312,6 +312,58 @@ struct FleetManagerTests {
         }
     }
 
+    @Test(
+        "lowering the fleet-wide limit live sends the most recently started tasks back to waiting, on whichever node runs them"
+    )
+    func loweringTheLimitFleetWide() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            for index in 0..<4 {
+                server.set("/l\(index)", .init(size: 2 << 20, seed: UInt64(40 + index), bytesPerSecond: 256 << 10))
+            }
+            try await Self.withNodes(["a", "b"]) { nodes in
+                // b alone, at 2: it takes the first two. Then a, at 4: the other two (the
+                // fleet's limit leaves it room for two). Each runs two.
+                let b = try DownloadManager(configuration: Self.configuration(nodes[1], limit: 2))
+                let bRuns = Task { try await b.run() }
+                defer { bRuns.cancel() }
+                let added = try await b.download(
+                    (0..<4).map { DownloadRequest(url: server.url("/l\($0)"), destination: .directory(temp.path)) }
+                )
+                let ids = added.map(\.id)
+                #expect(try await waitUntil { await b.runningTaskIDs.count == 2 })
+                try await DownloadManager.withDownloadManager(configuration: Self.configuration(nodes[0], limit: 4)) {
+                    a in
+                    #expect(try await waitUntil { await a.runningTaskIDs.count == 2 && server.activeResponses == 4 })
+                    #expect(Set(await b.runningTaskIDs) == Set(ids[0..<2]))
+                    #expect(Set(await a.runningTaskIDs) == Set(ids[2..<4]))
+
+                    // Lowered to 2 on both: neither runs more than 2 itself, so only the fleet
+                    // can say which go back — the two started last, on a.
+                    try await a.setMaxConcurrentDownloads(2)
+                    try await b.setMaxConcurrentDownloads(2)
+                    try await a.keepFleetWithinLimits()
+                    #expect(try await waitUntil { await a.runningTaskIDs.isEmpty && server.activeResponses == 2 })
+                    #expect(Set(await b.runningTaskIDs) == Set(ids[0..<2]))
+                    let entries = try await nodes[0].fleet.entries()
+                    #expect(entries.filter { ids[2..<4].contains($0.id) }.allSatisfy { $0.state == "queued" })
+
+                    // The two sent back continue later; every file whole in the end.
+                    #expect(
+                        try await waitUntil(timeout: .seconds(120)) {
+                            try await nodes[0].fleet.stateCounts() == ["completed": 4]
+                        }
+                    )
+                    for index in 0..<4 {
+                        #expect(sha256(file: temp.file("l\(index)")) == server.sha256("/l\(index)"))
+                    }
+                }
+                await b.shutdown()
+                try await bRuns.value
+            }
+        }
+    }
+
     /// The state changes a manager told, in order.
     final class StateLog: Sendable {
         private let changes = Mutex<[(UUID, TaskState, StateChangeReason)]>([])
