@@ -276,7 +276,10 @@ public enum API {
         public var directory: String?
         /// Background tasks by state.
         public var tasks: [String: Int]
+        /// Tasks running: this daemon's; in fleet mode, the whole fleet's (each node's
+        /// share is its leases, under ``fleet``).
         public var running: Int
+        /// Tasks waiting for a slot: this daemon's; in fleet mode, the fleet queue's.
         public var waiting: Int
         /// The running tasks' combined speed, each averaged over at least a second.
         public var bytesPerSecond: Double

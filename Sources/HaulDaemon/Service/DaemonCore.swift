@@ -130,6 +130,9 @@ final class DaemonCore: Sendable {
             network: await network(waiting: counts[TaskState.waitingForNetwork.rawValue] ?? 0)
         )
         if let fleet = sessionStore as? any FleetView {
+            // The limits are the fleet's, and so are these (each node's share: its leases).
+            status.running = counts[TaskState.running.rawValue] ?? 0
+            status.waiting = counts[TaskState.queued.rawValue] ?? 0
             status.store = fleet.storeDescription
             let lease = fleet.leaseDuration.components
             status.fleet = API.Status.Fleet(

@@ -16,6 +16,7 @@ func withDaemon(
     rpcSecret: String? = nil,
     rpcDirectory: String? = nil,
     rpcAllowsAllOrigins: Bool = false,
+    engine: StoreEngine = .sqlite,
     _ body: (HaulClient, DaemonService) async throws -> Void
 ) async throws {
     var logger = Logger(label: "haul.daemon.test")
@@ -33,7 +34,24 @@ func withDaemon(
     // The test process's one bootstrap of swift-metrics: every daemon here reports into it.
     DaemonMetrics.bootstrap()
     configuration.metrics = DaemonMetrics.registry
+    let shared = try await engine.daemonStore(home: home)
+    configuration.sharedStore = shared
     let daemon = DaemonService(configuration: configuration)
+    do {
+        try await run(daemon, home: home, body)
+    } catch {
+        try? await shared?.closeDatabase()
+        throw error
+    }
+    try await shared?.closeDatabase()
+}
+
+/// Runs `daemon` (on `home`) until `body` is done with a client of it.
+private func run(
+    _ daemon: DaemonService,
+    home: String,
+    _ body: (HaulClient, DaemonService) async throws -> Void
+) async throws {
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await daemon.run() }
         let client = HaulClient(home: HaulHome(path: home))
@@ -57,9 +75,9 @@ func withDaemon(
     }
 }
 
-@Suite("Daemon") struct DaemonTests {
-    @Test("every operation round-trips through the socket")
-    func roundTrips() async throws {
+@Suite("Daemon", .postgresServer) struct DaemonTests {
+    @Test("every operation round-trips through the socket", arguments: StoreEngine.allCases)
+    func roundTrips(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         try await TestServer.withServer { server in
@@ -67,7 +85,7 @@ func withDaemon(
             for name in ["s0", "s1", "s2"] {
                 server.set("/\(name)", .init(size: 4_000_000, seed: 9, bytesPerSecond: 400_000))
             }
-            try await withDaemon(home: temp.file("home"), maxConcurrent: 2) { client, _ in
+            try await withDaemon(home: temp.file("home"), maxConcurrent: 2, engine: engine) { client, _ in
                 let first = try await client.add([
                     DownloadRequest(url: server.url("/done"), destination: .directory(out), session: "one")
                 ])
@@ -207,8 +225,11 @@ func withDaemon(
         }
     }
 
-    @Test("a client that reattaches gets exactly the events it missed, once, in order, of its session only")
-    func reattach() async throws {
+    @Test(
+        "a client that reattaches gets exactly the events it missed, once, in order, of its session only",
+        arguments: StoreEngine.allCases
+    )
+    func reattach(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         try await TestServer.withServer { server in
@@ -217,7 +238,7 @@ func withDaemon(
             let home = temp.file("home")
             var added: [DownloadInfo] = []
             // The first client adds and goes away; nobody listens while the tasks finish.
-            try await withDaemon(home: home, maxConcurrent: 1) { client, _ in
+            try await withDaemon(home: home, maxConcurrent: 1, engine: engine) { client, _ in
                 added = try await client.add(
                     (0..<3).map {
                         DownloadRequest(url: server.url("/a\($0)"), destination: .directory(out), session: "backup")
@@ -229,7 +250,7 @@ func withDaemon(
                 #expect(try await waitUntil { try await client.tasks().allSatisfy { $0.state == .completed } })
             }
             // A new daemon and a new client: the log survived the restart.
-            try await withDaemon(home: home) { client, _ in
+            try await withDaemon(home: home, engine: engine) { client, _ in
                 var seen: [EventRecord] = []
                 for try await record in client.attach(session: "backup") {
                     #expect(record.session == "backup")
@@ -263,19 +284,26 @@ func withDaemon(
 }
 
 extension DaemonTests {
-    @Test("Last-Event-ID acknowledges up to that id and the stream goes on after it")
-    func lastEventIDHeader() async throws {
+    @Test("Last-Event-ID acknowledges up to that id and the stream goes on after it", arguments: StoreEngine.allCases)
+    func lastEventIDHeader(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         let home = temp.file("home")
         try await TestServer.withServer { server in
             server.set("/f", .init(size: 50_000, seed: 4))
-            try await withDaemon(home: home) { client, _ in
+            try await withDaemon(home: home, engine: engine) { client, _ in
                 let task = try await client.add([DownloadRequest(url: server.url("/f"), destination: .directory(out))])[
                     0
                 ]
                 #expect(try await waitUntil { try await client.info(task.id).state == .completed })
-                let logged = try await client.loggedEvents(session: "default")
+                // (The log is written just after the state: wait for its last event.)
+                var logged: [EventRecord] = []
+                #expect(
+                    try await waitUntil {
+                        logged = try await client.loggedEvents(session: "default")
+                        return logged.contains { $0.kind == .completed }
+                    }
+                )
                 #expect(logged.map(\.kind) == [.added, .state, .state, .completed])
                 let ids = logged.compactMap(\.eventID)
 

@@ -3,6 +3,7 @@ import Haul
 import HaulPostgres
 import Logging
 import PostgresNIO
+import Synchronization
 import Testing
 
 /// The store engines a suite runs on: the embedded SQLite store, and fleet mode's
@@ -38,6 +39,30 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case .postgres: try await withPostgresStore { store, _ in try await body(.postgres(store)) }
         }
     }
+
+    /// A daemon's shared store: nil for SQLite (the daemon's own, in its home); for
+    /// PostgreSQL, a store on the database kept for `home` — created with the first daemon
+    /// of that home, so a daemon restarted on the same home finds what the last one left.
+    /// Throws when there is no PostgreSQL server (a suite run on PostgreSQL has
+    /// `.postgresServer`, which fails in CI without one).
+    func daemonStore(home: String) async throws -> PostgresStore? {
+        guard self == .postgres else { return nil }
+        guard let server = PostgresServer.current else {
+            throw HaulError(.store, "PostgreSQL is not installed: cannot run this daemon test on it")
+        }
+        let existing = Self.daemonDatabases.withLock { $0[home] }
+        let location: PostgresLocation
+        if let existing {
+            location = existing
+        } else {
+            location = try await server.newDatabase()
+            Self.daemonDatabases.withLock { $0[home] = location }
+        }
+        return try await PostgresStore.connect(to: location, node: "test", logger: Self.logger)
+    }
+
+    /// The database of each daemon home that ran on PostgreSQL.
+    private static let daemonDatabases = Mutex<[String: PostgresLocation]>([:])
 
     /// A PostgreSQL store on a new database of the suite's server, and the database's location
     /// (for a second store on the same database, as another node would open).
