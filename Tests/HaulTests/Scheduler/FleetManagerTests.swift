@@ -318,8 +318,10 @@ struct FleetManagerTests {
     func loweringTheLimitFleetWide() async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
+            // A minute each at first: none can end before the limit is lowered, however
+            // loaded the machine; full speed once the test has seen what goes back.
             for index in 0..<4 {
-                server.set("/l\(index)", .init(size: 2 << 20, seed: UInt64(40 + index), bytesPerSecond: 256 << 10))
+                server.set("/l\(index)", .init(size: 16 << 20, seed: UInt64(40 + index), bytesPerSecond: 256 << 10))
             }
             try await Self.withNodes(["a", "b"]) { nodes in
                 // b alone, at 2: it takes the first two. Then a, at 4: the other two (the
@@ -337,6 +339,12 @@ struct FleetManagerTests {
                     #expect(try await waitUntil { await a.runningTaskIDs.count == 2 && server.activeResponses == 4 })
                     #expect(Set(await b.runningTaskIDs) == Set(ids[0..<2]))
                     #expect(Set(await a.runningTaskIDs) == Set(ids[2..<4]))
+                    #expect(
+                        try await waitUntil {
+                            try await nodes[0].infos(ids: ids, background: true, session: nil)
+                                .allSatisfy { $0.bytesCommitted > 0 }
+                        }
+                    )
 
                     // Lowered to 2 on both: neither runs more than 2 itself, so only the fleet
                     // can say which go back — the two started last, on a.
@@ -348,15 +356,24 @@ struct FleetManagerTests {
                     let entries = try await nodes[0].fleet.entries()
                     #expect(entries.filter { ids[2..<4].contains($0.id) }.allSatisfy { $0.state == "queued" })
 
-                    // The two sent back continue later; every file whole in the end.
+                    // Raised again: the two sent back continue from their checkpoints (at full
+                    // speed now), and end whole.
+                    for index in 0..<4 { server.update("/l\(index)") { $0.bytesPerSecond = nil } }
+                    try await a.setMaxConcurrentDownloads(4)
+                    try await b.setMaxConcurrentDownloads(4)
                     #expect(
                         try await waitUntil(timeout: .seconds(120)) {
-                            try await nodes[0].fleet.stateCounts() == ["completed": 4]
+                            try await nodes[0].infos(ids: Array(ids[2..<4]), background: true, session: nil)
+                                .allSatisfy { $0.state == .completed }
                         }
                     )
-                    for index in 0..<4 {
+                    for index in 2..<4 {
                         #expect(sha256(file: temp.file("l\(index)")) == server.sha256("/l\(index)"))
+                        #expect(server.requests(for: "/l\(index)").last?.header("Range")?.hasPrefix("bytes=") == true)
                     }
+                    // The first two, still at a minute's pace, are not waited for.
+                    try await b.cancel(ids[0])
+                    try await b.cancel(ids[1])
                 }
                 await b.shutdown()
                 try await bRuns.value
