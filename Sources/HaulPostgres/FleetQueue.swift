@@ -169,20 +169,23 @@ public final class FleetQueue: Sendable {
     /// still holds it; false when it does not: nothing was written.
     public func release(_ lease: Lease) async throws -> Bool {
         try await store("give a lease back") {
-            var released = false
-            for try await _ in try await self.client.query(
-                """
-                UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
-                WHERE id = \(lease.task) AND fence = \(lease.fence) AND owner = \(self.node)
-                    AND state = 'running' AND lease_expires > now()
-                RETURNING id
-                """,
-                logger: self.logger
-            ) {
-                released = true
+            // One transaction with its note, so that running it again (a conflict) is safe.
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                var released = false
+                for try await _ in try await connection.query(
+                    """
+                    UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                    WHERE id = \(lease.task) AND fence = \(lease.fence) AND owner = \(self.node)
+                        AND state = 'running' AND lease_expires > now()
+                    RETURNING id
+                    """,
+                    logger: self.logger
+                ) {
+                    released = true
+                }
+                if released { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
+                return released
             }
-            if released { try await FleetSignals.send(.queue, on: self.client, logger: self.logger) }
-            return released
         }
     }
 
@@ -290,7 +293,7 @@ public final class FleetQueue: Sendable {
                 ).decode((UUID, Int64, Date).self) {
                     held.append(Lease(task: id, fence: fence, expires: expires))
                 }
-                return held.sorted { $0.task.uuidString < $1.task.uuidString }
+                return held
             }
         }
     }

@@ -216,6 +216,11 @@ extension PostgresStore {
         )
     }
 
+    /// Records task `id` completed, its part file forgotten (it is the finished file now).
+    static func setCompleted(_ db: some PostgresQueryable, _ id: UUID, logger: Logger) async throws {
+        try await setState(db, id, .completed, error: nil, code: nil, forgettingPart: true, logger: logger)
+    }
+
     /// Locks task `id`'s row for the rest of the transaction and throws
     /// ``HaulError/Code/invalidArgument`` if it is completed: a stop decided on an older
     /// reading of it comes too late.

@@ -364,17 +364,7 @@ public final class PostgresStore: FleetTaskStore {
         try await Postgres.run("record a checkpoint") {
             try await client.withTransaction(logger: logger) { connection in
                 try await self.checkFence(connection, id)
-                if completing {
-                    try await Self.setState(
-                        connection,
-                        id,
-                        .completed,
-                        error: nil,
-                        code: nil,
-                        forgettingPart: true,
-                        logger: self.logger
-                    )
-                }
+                if completing { try await Self.setCompleted(connection, id, logger: self.logger) }
                 try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
                 if let verifiedPieces {
                     _ = try await connection.query(
@@ -465,15 +455,7 @@ public final class PostgresStore: FleetTaskStore {
             // The row is locked under this node's lease until the commit: a pause or cancel
             // from another node waits, then finds the task completed.
             try await place()
-            try await Self.setState(
-                connection,
-                id,
-                .completed,
-                error: nil,
-                code: nil,
-                forgettingPart: true,
-                logger: self.logger
-            )
+            try await Self.setCompleted(connection, id, logger: self.logger)
         }
         // Completed toward every node: the full completion that follows is this node's to
         // record, with no lease left to check.

@@ -209,6 +209,12 @@ final class DaemonCore: Sendable {
             try await manager.store.saveLimits(change)
             if let meteredInterfaces { try await manager.store.saveMeteredInterfaces(meteredInterfaces) }
             try await Self.apply(change, meteredInterfaces: meteredInterfaces, to: manager)
+            if change.maxConcurrentDownloads != nil || change.maxConnectionsPerHost != nil {
+                // In a fleet the limits hold across every daemon: what runs over them anywhere
+                // goes back — sent once, by the daemon the change came through (the others
+                // only apply the stored limits when they hear of it).
+                try await manager.keepFleetWithinLimits()
+            }
         }
     }
 
@@ -241,10 +247,6 @@ final class DaemonCore: Sendable {
         }
         if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
         if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
-        if change.maxConcurrentDownloads != nil || change.maxConnectionsPerHost != nil {
-            // In a fleet, the limits hold across every daemon: what runs over them anywhere goes back.
-            try await manager.keepFleetWithinLimits()
-        }
         if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
         if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
     }

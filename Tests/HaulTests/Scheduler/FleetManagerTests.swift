@@ -209,11 +209,7 @@ struct FleetManagerTests {
                     b in
                     let events = b.events()
                     let told = StateLog()
-                    let watcher = Task {
-                        for await event in events {
-                            if case .stateChanged(let id, _, let to, let reason) = event { told.add(id, to, reason) }
-                        }
-                    }
+                    let watcher = told.record(events)
                     defer { watcher.cancel() }
                     let p = try await b.download(
                         DownloadRequest(url: server.url("/p"), destination: .directory(temp.path))
@@ -284,11 +280,7 @@ struct FleetManagerTests {
                 try await DownloadManager.withDownloadManager(configuration: b) { b in
                     let events = b.events()
                     let told = StateLog()
-                    let watcher = Task {
-                        for await event in events {
-                            if case .stateChanged(let id, _, let to, let reason) = event { told.add(id, to, reason) }
-                        }
-                    }
+                    let watcher = told.record(events)
                     defer { watcher.cancel() }
                     let p = try await b.download(
                         DownloadRequest(url: server.url("/p"), destination: .directory(temp.path))
@@ -391,5 +383,14 @@ struct FleetManagerTests {
             changes.withLock { $0.contains { $0.0 == id && $0.1 == to && $0.2 == reason } }
         }
         var all: [String] { changes.withLock { $0.map { "\($0.0.uuidString.prefix(4)) \($0.1) \($0.2)" } } }
+
+        /// Records every state change of `events` until the returned task is cancelled.
+        func record(_ events: DownloadEvents) -> Task<Void, Never> {
+            Task {
+                for await event in events {
+                    if case .stateChanged(let id, _, let to, let reason) = event { self.add(id, to, reason) }
+                }
+            }
+        }
     }
 }
