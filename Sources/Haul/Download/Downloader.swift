@@ -197,11 +197,15 @@ public final class Downloader: Sendable {
 
     /// ``prepare(_:background:)`` for many, in one transaction: every request is checked
     /// first, then all are found or recorded, or none.
-    /// - Parameter priority: the priority of the tasks it records (an existing task keeps its own).
+    /// - Parameters:
+    ///   - priority: the priority of the tasks it records (an existing task keeps its own).
+    ///   - paused: the tasks it records are recorded paused, in the same transaction, so
+    ///     that no runner (another node of a fleet) can start one before it is paused.
     func prepare(
         _ requests: [DownloadRequest],
         background: Bool = false,
-        priority: Int = 0
+        priority: Int = 0,
+        paused: Bool = false
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         let now = Date()
         let items = try requests.map { request -> (new: TaskRecord, reAdd: TaskReAdd) in
@@ -234,6 +238,7 @@ public final class Downloader: Sendable {
             record.pieces = request.pieceHashes
             record.followsMetalink = request.followsMetalink
             record.priority = priority
+            if paused { record.state = .paused }
             let reAdd = TaskReAdd(
                 background: background,
                 session: request.session,

@@ -29,32 +29,51 @@ extension DownloadManager {
 
     /// Queues many downloads, in order, as ``download(_:priority:)`` does each: all are
     /// checked, then found or recorded in one transaction, so a bad one adds none.
+    /// - Parameter paused: the downloads are added paused (aria2's `pause` option): a new
+    ///   one is recorded paused, so it never starts, here or on another node of a fleet,
+    ///   until resumed; one already there that is going on is paused.
     /// - Returns: the tasks as they stand now, in the order of `requests`.
-    public func download(_ requests: [DownloadRequest], priority: Int = 0) async throws -> [DownloadInfo] {
+    public func download(
+        _ requests: [DownloadRequest],
+        priority: Int = 0,
+        paused: Bool = false
+    ) async throws -> [DownloadInfo] {
         try DownloadManager.validatePriority(priority)
-        let prepared = try await downloader.prepare(requests, background: background, priority: priority)
+        let prepared = try await downloader.prepare(
+            requests,
+            background: background,
+            priority: priority,
+            paused: paused
+        )
         var infos: [DownloadInfo] = []
         infos.reserveCapacity(prepared.count)
         for item in prepared {
             if item.isNew {
                 infos.append(enqueueNew(item.record))
             } else {
-                infos.append(try await reAdded(item.record, priority: priority))
+                var info = try await reAdded(item.record, priority: priority)
+                if paused, [.queued, .running, .retrying, .waitingForNetwork].contains(info.state) {
+                    try await pause(info.id)
+                    info = try await self.info(info.id)
+                }
+                infos.append(info)
             }
         }
         admitAndStart()
         return infos
     }
 
-    /// A task just recorded: it waits for its turn, announced; nothing to read back.
+    /// A task just recorded: it waits for its turn (or stays paused, as recorded), announced;
+    /// nothing to read back.
     func enqueueNew(_ record: TaskRecord) -> DownloadInfo {
         let id = record.id
+        let paused = record.state == .paused
         let info = DownloadInfo(
             id: id,
             url: record.url,
             path: record.destinationPath,
             directory: record.directory,
-            state: .queued,
+            state: paused ? .paused : .queued,
             priority: record.priority,
             bytesCommitted: 0,
             totalBytes: record.totalLength,
@@ -70,9 +89,9 @@ extension DownloadManager {
             return current
         }
         let entry = DownloadManager.entry(for: record)
-        known[id] = ManagedTask(.queued, entry: entry)
+        known[id] = ManagedTask(paused ? .paused : .queued, entry: entry)
         hub.publish(.added(info))
-        scheduler.enqueue(entry)
+        if !paused { scheduler.enqueue(entry) }
         return info
     }
 

@@ -265,11 +265,9 @@ extension Aria2RPC {
         var request = try downloadRequest(uris: uris, options: options)
         request.session = Self.session
         try request.validate()
-        let info = try await core.manager.download([request])[0]
+        // Added paused in the same transaction: it cannot start (or finish) first.
+        let info = try await core.manager.download([request], paused: Self.flag(options["pause"]))[0]
         try await place([info.id], at: position)
-        if Self.flag(options["pause"]) {
-            _ = try? await core.apply(.pause, to: API.Selector(ids: [info.id]))
-        }
         return .string(GID.of(info.id))
     }
 
@@ -305,11 +303,8 @@ extension Aria2RPC {
             }
         }
         for request in requests { try request.validate() }
-        let infos = try await core.manager.download(requests)
+        let infos = try await core.manager.download(requests, paused: Self.flag(options["pause"]))
         try await place(infos.map(\.id), at: position)
-        if Self.flag(options["pause"]) {
-            _ = try? await core.apply(.pause, to: API.Selector(ids: infos.map(\.id)))
-        }
         return .array(infos.map { .string(GID.of($0.id)) })
     }
 

@@ -11,7 +11,7 @@ import Testing
 
 /// Hostile bodies for the daemon's API: nothing reaches a trap, a rejected request changes
 /// nothing, and the daemon keeps answering.
-@Suite("Daemon API: hostile input")
+@Suite("Daemon API: hostile input", .postgresServer)
 struct APIHardeningTests {
     /// Sends `body` to the daemon's socket; returns the status and the answer's text.
     static func send(_ method: HTTPMethod, _ path: String, _ body: String, home: String) async throws -> (Int, String) {
@@ -42,7 +42,8 @@ struct APIHardeningTests {
 
     @Test(
         "PUT /v1/settings with an out-of-range or mixed body: 400, nothing applied, the daemon still answers",
-        arguments: [
+        arguments: StoreEngine.allCases,
+        [
             #"{"overallRateLimit": 9223372036854775807}"#,
             #"{"maxConcurrentDownloads": 7, "overallRateLimit": -1}"#,
             #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": 0}"#,
@@ -52,9 +53,9 @@ struct APIHardeningTests {
             #"{"allowMetered": false, "meteredInterfaces": ["wwan*", "bad name!"]}"#,
         ]
     )
-    func settingsValidatedBeforeApplied(body: String) async throws {
+    func settingsValidatedBeforeApplied(engine: StoreEngine, body: String) async throws {
         let temp = try TemporaryDirectory()
-        try await withDaemon(home: temp.file("home"), maxConcurrent: 3) { client, _ in
+        try await withDaemon(on: engine, home: temp.file("home"), maxConcurrent: 3) { client, _ in
             let before = try await client.settings()
             let (status, text) = try await Self.send(.PUT, "/settings", body, home: temp.file("home"))
             #expect(status == 400, "\(text)")
@@ -65,9 +66,10 @@ struct APIHardeningTests {
     }
 
     @Test(
-        "limits set live outlive a restart; a start's own flag wins and is kept; a kept value out of range is ignored"
+        "limits set live outlive a restart; a start's own flag wins and is kept; a kept value out of range is ignored",
+        arguments: StoreEngine.allCases
     )
-    func settingsKept() async throws {
+    func settingsKept(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
         let defaults = API.Settings(
@@ -86,24 +88,24 @@ struct APIHardeningTests {
             allowMetered: false,
             meteredInterfaces: ["wwan*", "usb0"]
         )
-        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+        try await withDaemon(on: engine, home: home, maxConcurrent: nil) { client, _ in
             let first = try await client.settings()
             #expect(first == defaults)
             let answered = try await client.update(changed)
             #expect(answered == changed)
         }
-        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+        try await withDaemon(on: engine, home: home, maxConcurrent: nil) { client, _ in
             let kept = try await client.settings()
             #expect(kept == changed)
             let status = try await client.status()
             #expect(status.maxConcurrentDownloads == 7)
         }
         // A flag given at start wins over the kept value, and is kept itself.
-        try await withDaemon(home: home, maxConcurrent: 2) { client, _ in
+        try await withDaemon(on: engine, home: home, maxConcurrent: 2) { client, _ in
             let given = try await client.settings()
             #expect(given.maxConcurrentDownloads == 2)
         }
-        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+        try await withDaemon(on: engine, home: home, maxConcurrent: nil) { client, _ in
             let kept = try await client.settings()
             #expect(
                 kept
@@ -120,9 +122,10 @@ struct APIHardeningTests {
             _ = try await client.update(API.Settings(overallRateLimit: 0))
         }
         // A store edited by hand: the bad value is ignored, the good ones kept.
-        try await Store(path: home + "/haul.sqlite")
-            .saveLimits(StoredLimits(maxConcurrentDownloads: 0, maxConnectionsPerHost: 4))
-        try await withDaemon(home: home, maxConcurrent: nil) { client, _ in
+        try await engine.withDaemonStore(home: home) { store in
+            try await store.saveLimits(StoredLimits(maxConcurrentDownloads: 0, maxConnectionsPerHost: 4))
+        }
+        try await withDaemon(on: engine, home: home, maxConcurrent: nil) { client, _ in
             let kept = try await client.settings()
             #expect(
                 kept
@@ -138,13 +141,13 @@ struct APIHardeningTests {
         }
     }
 
-    @Test("POST /v1/tasks with one good and one bad download adds neither")
-    func addIsAllOrNothing() async throws {
+    @Test("POST /v1/tasks with one good and one bad download adds neither", arguments: StoreEngine.allCases)
+    func addIsAllOrNothing(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         try await TestServer.withServer { server in
             server.set("/good", .init(size: 10_000))
-            try await withDaemon(home: temp.file("home")) { client, _ in
+            try await withDaemon(on: engine, home: temp.file("home")) { client, _ in
                 let body = """
                     {"downloads": [
                         {"url": "\(server.url("/good"))", "directory": "\(out)"},
@@ -167,13 +170,16 @@ struct APIHardeningTests {
         }
     }
 
-    @Test("a header with CR/LF is refused by the API and the library; nothing is added")
-    func headerInjectionRefused() async throws {
+    @Test(
+        "a header with CR/LF is refused by the API and the library; nothing is added",
+        arguments: StoreEngine.allCases
+    )
+    func headerInjectionRefused(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         try await TestServer.withServer { server in
             server.set("/f", .init(size: 10_000))
-            try await withDaemon(home: temp.file("home")) { client, _ in
+            try await withDaemon(on: engine, home: temp.file("home")) { client, _ in
                 let body = """
                     {"downloads": [{"url": "\(server.url("/f"))", "directory": "\(out)",
                         "headers": [{"name": "X", "value": "a\\r\\nInjected: b"}]}]}
@@ -207,15 +213,18 @@ struct APIHardeningTests {
         try DownloadRequest.validateRateLimit(RateLimiter.maxBytesPerSecond)
     }
 
-    @Test("an acknowledgement beyond the last event is refused, and later events stay visible")
-    func ackBeyondLastEvent() async throws {
+    @Test(
+        "an acknowledgement beyond the last event is refused, and later events stay visible",
+        arguments: StoreEngine.allCases
+    )
+    func ackBeyondLastEvent(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         let home = temp.file("home")
         try await TestServer.withServer { server in
             server.set("/a", .init(size: 10_000, seed: 1))
             server.set("/b", .init(size: 10_000, seed: 2))
-            try await withDaemon(home: home) { client, _ in
+            try await withDaemon(on: engine, home: home) { client, _ in
                 let a = try await client.add([
                     DownloadRequest(url: server.url("/a"), destination: .directory(out), session: "s")
                 ])
@@ -232,11 +241,14 @@ struct APIHardeningTests {
                     DownloadRequest(url: server.url("/b"), destination: .directory(out), session: "s")
                 ])
                 #expect(try await waitUntil { try await client.info(b[0].id).state == .completed })
+                // The log is written in groups, a moment behind the task's state.
+                let shown = try await waitUntil {
+                    try await client.loggedEvents(session: "s").contains {
+                        $0.kind == .completed && $0.taskID == b[0].id
+                    }
+                }
+                #expect(shown, "later events are not hidden")
                 let logged = try await client.loggedEvents(session: "s")
-                #expect(
-                    logged.contains { $0.kind == .completed && $0.taskID == b[0].id },
-                    "later events are not hidden"
-                )
                 #expect(logged.contains { $0.kind == .completed && $0.taskID == a[0].id }, "nothing was acknowledged")
             }
         }
@@ -283,11 +295,14 @@ struct APIHardeningTests {
         }
     }
 
-    @Test("unknown paths answer the API's JSON 404; known paths with another method 405 with Allow")
-    func unknownEndpoints() async throws {
+    @Test(
+        "unknown paths answer the API's JSON 404; known paths with another method 405 with Allow",
+        arguments: StoreEngine.allCases
+    )
+    func unknownEndpoints(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
-        try await withDaemon(home: home) { _, _ in
+        try await withDaemon(on: engine, home: home) { _, _ in
             let (missing, missingText, _) = try await Self.exchange(.GET, "/nothing/here", "", home: home)
             #expect(missing == 404)
             #expect(
@@ -544,16 +559,17 @@ struct APIHardeningTests {
     }
 
     @Test(
-        "every route × malformed JSON, wrong types, out-of-range numbers, huge bodies, bad headers, unknown ids: a 4xx JSON error, nothing changed, the daemon still answering"
+        "every route × malformed JSON, wrong types, out-of-range numbers, huge bodies, bad headers, unknown ids: a 4xx JSON error, nothing changed, the daemon still answering",
+        arguments: StoreEngine.allCases
     )
-    func badInputTable() async throws {
+    func badInputTable(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
         let out = try temp.directory("out")
         try await TestServer.withServer { server in
             // A task that stays put: its server sends nothing after the first bytes.
             server.set("/seed", .init(size: 1_000_000, stallAt: 1_000))
-            try await withDaemon(home: home) { client, _ in
+            try await withDaemon(on: engine, home: home) { client, _ in
                 let added = try await client.add([
                     DownloadRequest(url: server.url("/seed"), destination: .directory(out), session: "s")
                 ])

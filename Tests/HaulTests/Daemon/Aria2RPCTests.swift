@@ -19,7 +19,7 @@ private final class Inbox: Sendable {
 
 /// aria2's JSON-RPC on the daemon's TCP listener, driven over HTTP as aria2's clients do, and
 /// compared with a real `aria2c --enable-rpc` answering the same calls.
-@Suite("aria2 JSON-RPC", .serialized)
+@Suite("aria2 JSON-RPC", .serialized, .postgresServer)
 struct Aria2RPCTests {
     /// A JSON-RPC endpoint and its secret.
     struct Endpoint {
@@ -73,10 +73,15 @@ struct Aria2RPCTests {
     }
 
     /// Runs a daemon listening on loopback TCP with `--rpc-secret`, and its `/jsonrpc`.
-    static func withHaul(allowsAllOrigins: Bool = false, _ body: (Endpoint, String) async throws -> Void) async throws {
+    static func withHaul(
+        on engine: StoreEngine,
+        allowsAllOrigins: Bool = false,
+        _ body: (Endpoint, String) async throws -> Void
+    ) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         try await withDaemon(
+            on: engine,
             home: temp.file("home"),
             listen: ("127.0.0.1", 0),
             rpcSecret: "s3cret",
@@ -103,9 +108,12 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("the secret as aria2 takes it: none or a wrong one is Unauthorized; listing methods needs none")
-    func authorisation() async throws {
-        try await Self.withHaul { haul, _ in
+    @Test(
+        "the secret as aria2 takes it: none or a wrong one is Unauthorized; listing methods needs none",
+        arguments: StoreEngine.allCases
+    )
+    func authorisation(engine: StoreEngine) async throws {
+        try await Self.withHaul(on: engine) { haul, _ in
             let wrong = try await haul.call("aria2.getVersion", secret: "nope")
             #expect(wrong["error"] == ["code": .int(1), "message": "Unauthorized"])
             let none = try await haul.post(["jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion"])
@@ -119,9 +127,12 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("what is not a request: parse error, invalid request, no such method, a missing parameter")
-    func malformed() async throws {
-        try await Self.withHaul { haul, _ in
+    @Test(
+        "what is not a request: parse error, invalid request, no such method, a missing parameter",
+        arguments: StoreEngine.allCases
+    )
+    func malformed(engine: StoreEngine) async throws {
+        try await Self.withHaul(on: engine) { haul, _ in
             let parse = try await haul.post(data: Data("not json".utf8))
             #expect(
                 parse == ["id": .null, "jsonrpc": "2.0", "error": ["code": .int(-32700), "message": "Parse error."]]
@@ -140,12 +151,13 @@ struct Aria2RPCTests {
     }
 
     @Test(
-        "addUri downloads the file: tellStatus goes to complete with the lengths, the file is right, tellStopped lists it"
+        "addUri downloads the file: tellStatus goes to complete with the lengths, the file is right, tellStopped lists it",
+        arguments: StoreEngine.allCases
     )
-    func addURIToCompletion() async throws {
+    func addURIToCompletion(engine: StoreEngine) async throws {
         try await TestServer.withServer { server in
             server.set("/a.bin", .init(size: 3 << 20, seed: 4))
-            try await Self.withHaul { haul, out in
+            try await Self.withHaul(on: engine) { haul, out in
                 let gid = try #require(
                     try await haul.result(
                         "aria2.addUri",
@@ -188,8 +200,11 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("addMetalink: each file from its URLs, checked against its hash, in dir; a name leaving dir is refused")
-    func addMetalink() async throws {
+    @Test(
+        "addMetalink: each file from its URLs, checked against its hash, in dir; a name leaving dir is refused",
+        arguments: StoreEngine.allCases
+    )
+    func addMetalink(engine: StoreEngine) async throws {
         try await TestServer.withServer { a in
             try await TestServer.withServer { b in
                 a.set("/one.bin", .init(size: 2 << 20, seed: 31))
@@ -211,7 +226,7 @@ struct Aria2RPCTests {
                         """
                     )
                 }
-                try await Self.withHaul { haul, out in
+                try await Self.withHaul(on: engine) { haul, out in
                     let encoded = document("one.bin").base64EncodedString()
                     let gids = try await haul.result("aria2.addMetalink", [.string(encoded)]).array?.compactMap(
                         \.string
@@ -243,11 +258,14 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("pause and unpause: paused in tellWaiting, then active or complete; the file is right")
-    func pauseAndUnpause() async throws {
+    @Test(
+        "pause and unpause: paused in tellWaiting, then active or complete; the file is right",
+        arguments: StoreEngine.allCases
+    )
+    func pauseAndUnpause(engine: StoreEngine) async throws {
         try await TestServer.withServer { server in
             server.set("/slow.bin", .init(size: 4 << 20, seed: 5, bytesPerSecond: 1 << 20))
-            try await Self.withHaul { haul, out in
+            try await Self.withHaul(on: engine) { haul, out in
                 let gid = try #require(
                     try await haul.result("aria2.addUri", [[.string(server.url("/slow.bin").absoluteString)]]).string
                 )
@@ -278,12 +296,15 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("changePosition and addUri's position order the waiting list, and the next to start is the first of it")
-    func positions() async throws {
+    @Test(
+        "changePosition and addUri's position order the waiting list, and the next to start is the first of it",
+        arguments: StoreEngine.allCases
+    )
+    func positions(engine: StoreEngine) async throws {
         try await TestServer.withServer { server in
             server.set("/blocker.bin", .init(size: 4 << 20, seed: 7, bytesPerSecond: 256 << 10))
             for name in ["a", "b", "c", "d"] { server.set("/\(name).bin", .init(size: 100_000, seed: 8)) }
-            try await Self.withHaul { haul, _ in
+            try await Self.withHaul(on: engine) { haul, _ in
                 #expect(try await haul.result("aria2.changeGlobalOption", [["max-concurrent-downloads": "1"]]) == "OK")
                 func add(_ name: String, _ position: JSONValue? = nil) async throws -> String {
                     var params: [JSONValue] = [[.string(server.url("/\(name).bin").absoluteString)], [:]]
@@ -351,9 +372,12 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("a batch, system.multicall, and a GET with Base64 params and a JSONP callback")
-    func batchesAndGet() async throws {
-        try await Self.withHaul { haul, _ in
+    @Test(
+        "a batch, system.multicall, and a GET with Base64 params and a JSONP callback",
+        arguments: StoreEngine.allCases
+    )
+    func batchesAndGet(engine: StoreEngine) async throws {
+        try await Self.withHaul(on: engine) { haul, _ in
             let batch = try await haul.post([
                 ["jsonrpc": "2.0", "id": "a", "method": "aria2.getVersion", "params": ["token:s3cret"]],
                 ["jsonrpc": "2.0", "id": "b", "method": "aria2.getGlobalStat", "params": ["token:nope"]],
@@ -394,13 +418,14 @@ struct Aria2RPCTests {
     }
 
     @Test(
-        "over WebSocket: answers to calls, and aria2's notifications in order — start, complete, pause, stop, error"
+        "over WebSocket: answers to calls, and aria2's notifications in order — start, complete, pause, stop, error",
+        arguments: StoreEngine.allCases
     )
-    func webSocketNotifications() async throws {
+    func webSocketNotifications(engine: StoreEngine) async throws {
         try await TestServer.withServer { server in
             server.set("/a.bin", .init(size: 1 << 20, seed: 7))
             server.set("/slow.bin", .init(size: 8 << 20, seed: 8, bytesPerSecond: 1 << 20))
-            try await Self.withHaul { haul, out in
+            try await Self.withHaul(on: engine) { haul, out in
                 let inbox = Inbox()
                 func messages() -> [JSONValue] { inbox.messages.withLock { $0 } }
                 func notified(_ method: String, _ gid: String) -> Bool {
@@ -502,14 +527,15 @@ struct Aria2RPCTests {
     }
 
     @Test(
-        "aria2p, a real aria2 client, drives Haul: its add, show, pause, resume, purge, its API and its notifications"
+        "aria2p, a real aria2 client, drives Haul: its add, show, pause, resume, purge, its API and its notifications",
+        arguments: StoreEngine.allCases
     )
-    func aria2p() async throws {
+    func aria2p(engine: StoreEngine) async throws {
         try await TestServer.withServer { server in
             server.set("/fast.bin", .init(size: 2 << 20, seed: 11))
             server.set("/slow.bin", .init(size: 16 << 20, seed: 12, bytesPerSecond: 1 << 20))
             server.set("/notify.bin", .init(size: 1 << 20, seed: 13))
-            try await Self.withHaul { haul, out in
+            try await Self.withHaul(on: engine) { haul, out in
                 let urls = ["/fast.bin", "/slow.bin", "/notify.bin"].map { server.url($0) }
                 guard let (status, output) = try await Self.runScript("drive.py", against: haul, urls) else { return }
                 #expect(status == 0, "\(output)")
@@ -539,12 +565,15 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("a raw WebSocket client (Python's websockets): Unauthorized, multicall, and every notification")
-    func pythonWebSocketClient() async throws {
+    @Test(
+        "a raw WebSocket client (Python's websockets): Unauthorized, multicall, and every notification",
+        arguments: StoreEngine.allCases
+    )
+    func pythonWebSocketClient(engine: StoreEngine) async throws {
         try await TestServer.withServer { server in
             server.set("/fast.bin", .init(size: 1 << 20, seed: 41))
             server.set("/slow.bin", .init(size: 16 << 20, seed: 42, bytesPerSecond: 1 << 20))
-            try await Self.withHaul { haul, out in
+            try await Self.withHaul(on: engine) { haul, out in
                 let urls = ["/fast.bin", "/slow.bin", "/missing.bin"].map { server.url($0) }
                 guard let (status, output) = try await Self.runScript("websocket_check.py", against: haul, urls)
                 else { return }
@@ -565,10 +594,13 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("CORS only with --rpc-allow-origin-all: the header on answers, and the preflight allowed")
-    func crossOrigin() async throws {
+    @Test(
+        "CORS only with --rpc-allow-origin-all: the header on answers, and the preflight allowed",
+        arguments: StoreEngine.allCases
+    )
+    func crossOrigin(engine: StoreEngine) async throws {
         for allowed in [false, true] {
-            try await Self.withHaul(allowsAllOrigins: allowed) { haul, _ in
+            try await Self.withHaul(on: engine, allowsAllOrigins: allowed) { haul, _ in
                 var post = HTTPClientRequest(url: haul.url)
                 post.method = .POST
                 post.headers.add(name: "Origin", value: "http://ui.example")
@@ -592,8 +624,11 @@ struct Aria2RPCTests {
         }
     }
 
-    @Test("each method's answer has the shape of aria2c's own (keys and types), for the same calls")
-    func shapesMatchAria2() async throws {
+    @Test(
+        "each method's answer has the shape of aria2c's own (keys and types), for the same calls",
+        arguments: StoreEngine.allCases
+    )
+    func shapesMatchAria2(engine: StoreEngine) async throws {
         guard ExternalServer.aria2c != nil else {
             if ExternalServer.isCI { Issue.record("aria2c is not installed (Debian package aria2)") }
             return
@@ -603,7 +638,7 @@ struct Aria2RPCTests {
             let url = JSONValue.string(server.url("/f.bin").absoluteString)
             try await ExternalServer.with(try await ExternalServer.startAria2RPC(secret: "s3cret")) { aria2 in
                 let reference = Endpoint(url: "http://127.0.0.1:\(aria2.port)/jsonrpc", secret: "s3cret")
-                try await Self.withHaul { haul, _ in
+                try await Self.withHaul(on: engine) { haul, _ in
                     // The same calls on both: a paused download (so both stay put), then what
                     // clients ask of it and of the daemon.
                     var gids: [String] = []

@@ -8,15 +8,16 @@ import HaulWire
 import Logging
 import Testing
 
-/// Runs a daemon in this process on a temporary home, and a client of it.
+/// Runs a daemon in this process on a temporary home, on the store `engine` (SQLite in its
+/// home, or a PostgreSQL database kept for that home), and a client of it.
 func withDaemon(
+    on engine: StoreEngine = .sqlite,
     home: String,
     maxConcurrent: Int? = 3,
     listen: (host: String, port: Int)? = nil,
     rpcSecret: String? = nil,
     rpcDirectory: String? = nil,
     rpcAllowsAllOrigins: Bool = false,
-    engine: StoreEngine = .sqlite,
     _ body: (HaulClient, DaemonService) async throws -> Void
 ) async throws {
     var logger = Logger(label: "haul.daemon.test")
@@ -85,7 +86,7 @@ private func run(
             for name in ["s0", "s1", "s2"] {
                 server.set("/\(name)", .init(size: 4_000_000, seed: 9, bytesPerSecond: 400_000))
             }
-            try await withDaemon(home: temp.file("home"), maxConcurrent: 2, engine: engine) { client, _ in
+            try await withDaemon(on: engine, home: temp.file("home"), maxConcurrent: 2) { client, _ in
                 let first = try await client.add([
                     DownloadRequest(url: server.url("/done"), destination: .directory(out), session: "one")
                 ])
@@ -163,8 +164,8 @@ private func run(
         }
     }
 
-    @Test("socket 0600 in a 0700 home; a second daemon on the same home refuses")
-    func privateSocketAndOneDaemon() async throws {
+    @Test("socket 0600 in a 0700 home; a second daemon on the same home refuses", arguments: StoreEngine.allCases)
+    func privateSocketAndOneDaemon(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
         try FileManager.default.createDirectory(
@@ -174,7 +175,7 @@ private func run(
         )
         // A stale socket, as a killed daemon leaves: bound, then closed without unlinking.
         try makeStaleSocket(home + "/daemon.sock")
-        try await withDaemon(home: home) { client, _ in
+        try await withDaemon(on: engine, home: home) { client, _ in
             let socketMode =
                 try FileManager.default.attributesOfItem(atPath: home + "/daemon.sock")[.posixPermissions] as? Int
             let homeMode = try FileManager.default.attributesOfItem(atPath: home)[.posixPermissions] as? Int
@@ -195,11 +196,11 @@ private func run(
         #expect(!FileManager.default.fileExists(atPath: home + "/daemon.sock"), "a clean stop removes the socket")
     }
 
-    @Test("the TCP listener answers only requests with the token")
-    func tcpNeedsToken() async throws {
+    @Test("the TCP listener answers only requests with the token", arguments: StoreEngine.allCases)
+    func tcpNeedsToken(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let home = temp.file("home")
-        try await withDaemon(home: home, listen: ("127.0.0.1", 0)) { client, _ in
+        try await withDaemon(on: engine, home: home, listen: ("127.0.0.1", 0)) { client, _ in
             #expect(try await waitUntil { try await client.status().listen != nil })
             let listen = try #require(try await client.status().listen)
             let port = try #require(Int(listen.split(separator: ":").last ?? ""))
@@ -238,7 +239,7 @@ private func run(
             let home = temp.file("home")
             var added: [DownloadInfo] = []
             // The first client adds and goes away; nobody listens while the tasks finish.
-            try await withDaemon(home: home, maxConcurrent: 1, engine: engine) { client, _ in
+            try await withDaemon(on: engine, home: home, maxConcurrent: 1) { client, _ in
                 added = try await client.add(
                     (0..<3).map {
                         DownloadRequest(url: server.url("/a\($0)"), destination: .directory(out), session: "backup")
@@ -250,7 +251,7 @@ private func run(
                 #expect(try await waitUntil { try await client.tasks().allSatisfy { $0.state == .completed } })
             }
             // A new daemon and a new client: the log survived the restart.
-            try await withDaemon(home: home, engine: engine) { client, _ in
+            try await withDaemon(on: engine, home: home) { client, _ in
                 var seen: [EventRecord] = []
                 for try await record in client.attach(session: "backup") {
                     #expect(record.session == "backup")
@@ -291,7 +292,7 @@ extension DaemonTests {
         let home = temp.file("home")
         try await TestServer.withServer { server in
             server.set("/f", .init(size: 50_000, seed: 4))
-            try await withDaemon(home: home, engine: engine) { client, _ in
+            try await withDaemon(on: engine, home: home) { client, _ in
                 let task = try await client.add([DownloadRequest(url: server.url("/f"), destination: .directory(out))])[
                     0
                 ]

@@ -13,7 +13,7 @@ import Testing
 /// it, adds another with the keyboard only, changes the global limits and removes all; this test judges
 /// what the script saw against what the daemon did and what nginx served. Screenshots go to
 /// .build/test-artifacts/dashboard.
-@Suite("Dashboard in a browser", .serialized)
+@Suite("Dashboard in a browser", .serialized, .postgresServer)
 struct DashboardBrowserTests {
     static let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first {
         FileManager.default.isExecutableFile(atPath: $0)
@@ -23,9 +23,10 @@ struct DashboardBrowserTests {
     static let artifacts = TestPaths.file(".build/test-artifacts/dashboard")
 
     @Test(
-        "log in, add, watch it move, pause, resume to 100 %, add by keyboard, change the limits, remove all; no console errors"
+        "log in, add, watch it move, pause, resume to 100 %, add by keyboard, change the limits, remove all; no console errors",
+        arguments: StoreEngine.allCases
     )
-    func drive() async throws {
+    func drive(engine: StoreEngine) async throws {
         guard let python = TestPaths.python, let chromium = Self.chromium,
             let chromedriver = Self.chromedriver, ExternalServer.nginx != nil
         else {
@@ -49,7 +50,7 @@ struct DashboardBrowserTests {
             let small = TestContent.bytes(count: 300_000, seed: 62)
             try Data(big).write(to: URL(fileURLWithPath: nginx.root + "/big.bin"))
             try Data(small).write(to: URL(fileURLWithPath: nginx.root + "/small.bin"))
-            try await withDaemon(home: temp.file("home"), listen: ("127.0.0.1", 0)) { client, _ in
+            try await withDaemon(on: engine, home: temp.file("home"), listen: ("127.0.0.1", 0)) { client, _ in
                 let link = try await client.loginLink()
                 let script = TestPaths.file("Tests/dashboard/drive.py")
                 let (status, output) = try await Command.run(

@@ -205,7 +205,7 @@ import Testing
 }
 
 /// Many clients following one session while tasks pour in (issue 11 item 11).
-@Suite("Event followers", .tags(.slow), .leftOutOfFastLoop) struct FollowerTests {
+@Suite("Event followers", .tags(.slow), .leftOutOfFastLoop, .postgresServer) struct FollowerTests {
     final class Seen: Sendable {
         private let completions = Mutex<[Int: [UUID]]>([:])
         func add(_ follower: Int, _ id: UUID) { completions.withLock { $0[follower, default: []].append(id) } }
@@ -213,15 +213,18 @@ import Testing
         var all: [Int: [UUID]] { completions.withLock { $0 } }
     }
 
-    @Test("20 acknowledging followers of one session each receive all 600 completions, once")
-    func everyFollowerGetsEveryEvent() async throws {
+    @Test(
+        "20 acknowledging followers of one session each receive all 600 completions, once",
+        arguments: StoreEngine.allCases
+    )
+    func everyFollowerGetsEveryEvent(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         let out = try temp.directory("out")
         let home = temp.file("home")
         let followers = 20
         try await TestServer.withServer { server in
             for index in 0..<600 { server.set("/t\(index)", .init(size: 512, seed: UInt64(index))) }
-            try await withDaemon(home: home, maxConcurrent: 16) { client, _ in
+            try await withDaemon(on: engine, home: home, maxConcurrent: 16) { client, _ in
                 let seen = Seen()
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     for follower in 0..<followers {

@@ -12,7 +12,7 @@ import Testing
 
 /// `GET /metrics` in Prometheus's text format, read by Prometheus's own Python parser
 /// (`prometheus_client`, from PyPI) after downloads that completed, retried and failed.
-@Suite("Daemon metrics", .serialized)
+@Suite("Daemon metrics", .serialized, .postgresServer)
 struct MetricsTests {
     /// The samples of every family, as prometheus_client parsed them: name → [(labels, value)].
     typealias Samples = [String: [(labels: [String: String], value: Double)]]
@@ -47,8 +47,11 @@ struct MetricsTests {
         samples[name]?.first { sample in labels.allSatisfy { sample.labels[$0.key] == $0.value } }?.value
     }
 
-    @Test("after a download completed, one retried and one failed: the series Prometheus parses, with their counts")
-    func metricsAfterDownloads() async throws {
+    @Test(
+        "after a download completed, one retried and one failed: the series Prometheus parses, with their counts",
+        arguments: StoreEngine.allCases
+    )
+    func metricsAfterDownloads(engine: StoreEngine) async throws {
         guard let python = TestPaths.python else {
             if ExternalServer.isCI { Issue.record("prometheus_client is not installed in .build/test-python") }
             return
@@ -59,7 +62,7 @@ struct MetricsTests {
             // Half a second at least: checkpoints (every 100 ms in these daemons) are made on the way.
             server.set("/ok.bin", .init(size: 3 << 20, seed: 21, bytesPerSecond: 6 << 20))
             server.set("/flaky.bin", .init(size: 1 << 20, seed: 22, failFirst: 1, failStatus: 503))
-            try await withDaemon(home: temp.file("home"), listen: ("127.0.0.1", 0)) { client, _ in
+            try await withDaemon(on: engine, home: temp.file("home"), listen: ("127.0.0.1", 0)) { client, _ in
                 let added = try await client.add([
                     DownloadRequest(url: server.url("/ok.bin"), destination: .directory(out)),
                     DownloadRequest(url: server.url("/flaky.bin"), destination: .directory(out)),

@@ -344,6 +344,66 @@ struct DownloadManagerTests {
         }
     }
 
+    @Test(
+        "added paused: recorded paused, never started until resumed; a re-add that is paused pauses the running task",
+        arguments: StoreEngine.allCases
+    )
+    func addedPaused(_ engine: StoreEngine) async throws {
+        let temp = try TemporaryDirectory()
+        try await engine.withLocation(temp, "s.sqlite") { location in
+            try await TestServer.withServer { server in
+                server.set("/held", .init(size: 1 << 20, seed: 3))
+                server.set("/after", .init(size: 1 << 20, seed: 4))
+                server.set("/slow", .init(size: 4 << 20, seed: 5, bytesPerSecond: 512 << 10))
+                try await DownloadManager.withDownloadManager(
+                    configuration: Self.configuration(location, limit: 4)
+                ) { manager in
+                    let events = await manager.events()
+                    let held = try await manager.download(
+                        [DownloadRequest(url: server.url("/held"), destination: .directory(temp.path))],
+                        paused: true
+                    )[0]
+                    #expect(held.state == .paused)
+                    // One added after it runs to the end: the manager has admitted what it could.
+                    let after = try await manager.download(
+                        DownloadRequest(url: server.url("/after"), destination: .directory(temp.path))
+                    )
+                    #expect(try await waitUntil { try await manager.info(after.id).state == .completed })
+                    #expect(server.requests(for: "/held").isEmpty, "a task added paused was started")
+                    #expect(try await manager.info(held.id).state == .paused)
+
+                    _ = try await manager.resume(held.id)
+                    #expect(try await waitUntil { try await manager.info(held.id).state == .completed })
+                    #expect(sha256(file: temp.file("held")) == server.sha256("/held"))
+
+                    // A task already going on, added again paused, is paused.
+                    let slow = try await manager.download(
+                        DownloadRequest(url: server.url("/slow"), destination: .directory(temp.path))
+                    )
+                    #expect(try await waitUntil { try await manager.info(slow.id).state == .running })
+                    let again = try await manager.download(
+                        [DownloadRequest(url: server.url("/slow"), destination: .directory(temp.path))],
+                        paused: true
+                    )[0]
+                    #expect(again.id == slow.id)
+                    #expect(again.state == .paused)
+
+                    // What was told of the first: added (paused), then resumed and on to completed.
+                    var states: [TaskState] = []
+                    reading: for await event in events {
+                        switch event {
+                        case .added(let info) where info.id == held.id: states.append(info.state)
+                        case .stateChanged(let id, _, let to, _) where id == held.id: states.append(to)
+                        case .completed(let id, _) where id == held.id: break reading
+                        default: continue
+                        }
+                    }
+                    #expect(Array(states.prefix(2)) == [.paused, .queued], "\(states)")
+                }
+            }
+        }
+    }
+
     @Test("limits below 1 or above 1,000 are refused", arguments: StoreEngine.allCases)
     func badLimits(_ engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()

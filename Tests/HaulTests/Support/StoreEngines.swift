@@ -61,6 +61,26 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         return try await PostgresStore.connect(to: location, node: "test", logger: Self.logger)
     }
 
+    /// Runs `body` with the store of a daemon's `home` while no daemon has it open, as an
+    /// operator's hand (or another program) would: its SQLite file, or its PostgreSQL database.
+    func withDaemonStore(home: String, _ body: (any TaskStore) async throws -> Void) async throws {
+        switch self {
+        case .sqlite:
+            let store = try await Store.opened(at: home + "/haul.sqlite")
+            try await body(store)
+            try store.closeDatabase()
+        case .postgres:
+            guard let store = try await daemonStore(home: home) else { return }
+            do {
+                try await body(store)
+                try await store.closeDatabase()
+            } catch {
+                try? await store.closeDatabase()
+                throw error
+            }
+        }
+    }
+
     /// The database of each daemon home that ran on PostgreSQL.
     private static let daemonDatabases = Mutex<[String: PostgresLocation]>([:])
 
