@@ -99,6 +99,8 @@ let package = Package(
             dependencies: [
                 "Haul", "HaulWire", "HaulDaemon",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                // Only to name the pool's errors (a database unreachable for a minute) in words.
+                .product(name: "_ConnectionPoolModule", package: "postgres-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

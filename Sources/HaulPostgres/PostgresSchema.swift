@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import Logging
 import PostgresNIO
+import _ConnectionPoolModule
 
 /// Haul's tables in PostgreSQL and their migrations: the fleet's queue (``FleetQueue``) and
 /// the tasks, segments, pieces and settings (``PostgresStore``), in one schema, migrated
@@ -285,6 +286,16 @@ enum Postgres {
             }
         }
         if error is CancellationError { return "it was cancelled" }
+        if let error = error as? ConnectionPoolError {
+            switch error {
+            case .connectionCreationCircuitBreakerTripped:
+                return
+                    "the database has refused or not answered connections for a minute (is PostgreSQL running and reachable?); Haul keeps trying to reconnect"
+            case .poolShutdown: return "the store is closing"
+            case .requestCancelled: return "it was cancelled"
+            default: break
+            }
+        }
         return "the database client failed"
     }
 }

@@ -20,6 +20,10 @@ extension PostgresStore {
     /// A lease in this node's book.
     struct HeldLease: Sendable {
         var lease: FleetQueue.Lease
+        /// Until when this node may take the lease as held without a renewal: the lease's
+        /// length from the moment the acquisition or the last renewal was sent — never later
+        /// than the time the database gives it, which counts from when it ran the query.
+        var validUntil: ContinuousClock.Instant
         /// Found lost (by a heartbeat or a refused write): every write about its task is
         /// refused until the run here that held it has ended.
         var lost = false
@@ -28,6 +32,7 @@ extension PostgresStore {
     package var node: String { fleet.node }
 
     package func acquireLeases(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
+        let sent = ContinuousClock.now
         let taken = try await fleet.acquire(
             wanted: wanted,
             maxRunning: maxRunning,
@@ -36,7 +41,7 @@ extension PostgresStore {
             excluding: leases.withLock { Array($0.keys) }
         )
         leases.withLock { held in
-            for lease in taken { held[lease.task] = HeldLease(lease: lease) }
+            for lease in taken { held[lease.task] = HeldLease(lease: lease, validUntil: sent + leaseDuration) }
         }
         return taken.map(\.task)
     }
@@ -44,6 +49,7 @@ extension PostgresStore {
     package func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID> {
         // Judged: the leases held when the beat began. One taken while it is under way is not
         // in its answer, and is not lost for that.
+        let sent = ContinuousClock.now
         let beating = leases.withLock { held in held.values.filter { !$0.lost }.map(\.lease) }
         let renewed = try await fleet.heartbeat(
             bytesPerSecond: bytesPerSecond,
@@ -57,6 +63,7 @@ extension PostgresStore {
                 guard let entry = held[lease.task], entry.lease.fence == lease.fence, !entry.lost else { continue }
                 if let renewal = still[lease.task] {
                     held[lease.task]?.lease = renewal
+                    held[lease.task]?.validUntil = sent + leaseDuration
                 } else {
                     // Kept, marked lost, until the run here has ended: forgetting it now
                     // would let that run's next writes through unfenced, and its "queued"
@@ -80,12 +87,35 @@ extension PostgresStore {
         leases.withLock { $0[id].map { !$0.lost } ?? false }
     }
 
+    package func leasesRunOut() -> Set<UUID> {
+        let now = ContinuousClock.now
+        let runOut = leases.withLock { held in
+            var runOut: Set<UUID> = []
+            for (id, entry) in held where !entry.lost && entry.validUntil <= now {
+                held[id]?.lost = true
+                runOut.insert(id)
+            }
+            return runOut
+        }
+        if !runOut.isEmpty {
+            logger.warning(
+                "the database has not renewed this node's leases in time: their transfers here stop and write nothing more (another node may take the tasks over)",
+                metadata: ["leases": "\(runOut.count)", "node": "\(node)"]
+            )
+        }
+        return runOut
+    }
+
     package func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
         try await fleet.sendBackOverLimits(maxRunning: maxRunning, perHost: perHost)
     }
 
     package func fleetSignals() -> AsyncStream<FleetSignal> {
         signals.subscribe(client: client, logger: logger)
+    }
+
+    package func abandonLease(_ id: UUID) {
+        endLease(id)
     }
 
     package func runEnded(_ id: UUID) {
@@ -159,12 +189,40 @@ extension PostgresStore {
         _ what: String,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
-        try await Postgres.run(what) {
-            try await client.withTransaction(logger: logger) { connection in
-                try await self.checkFence(connection, id)
-                return try await body(connection)
+        // A lease known lost is refused at once, without waiting for a connection (the
+        // database may be the reason it was lost).
+        let held = leases.withLock { $0[id] }
+        if held?.lost == true { throw leaseLost(id) }
+        let write: @Sendable () async throws -> T = {
+            try await Postgres.run(what) {
+                try await self.client.withTransaction(logger: self.logger) { connection in
+                    try await self.checkFence(connection, id)
+                    return try await body(connection)
+                }
             }
         }
+        guard held != nil else { return try await write() }
+        // Not waited for past the lease's time (the database not answering: a request waits
+        // up to a minute for a connection): by then the write would be refused anyway, and the
+        // run must stop before another node takes the task over. The write is not cancelled
+        // (it may be inside its transaction): it ends by itself, and a late success was a
+        // write the fence allowed.
+        let written = try await valueOrNil(
+            of: write,
+            unlessFirst: {
+                // The lease's time, as renewed meanwhile by the heartbeat.
+                while !Task.isCancelled, let held = self.leases.withLock({ $0[id] }), !held.lost,
+                    held.validUntil > .now
+                {
+                    try? await Task.sleep(until: held.validUntil)
+                }
+            }
+        )
+        guard let written else {
+            leases.withLock { entries in entries[id]?.lost = true }
+            throw leaseLost(id)
+        }
+        return written
     }
 }
 

@@ -102,7 +102,8 @@ public final class PostgresStore: FleetTaskStore {
             ("idle_in_transaction_session_timeout", "\(max(100, milliseconds))")
         )
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        let runner = Task { await client.run() }
+        // Started at once, so the client runs before the first query leases a connection.
+        let runner = Task.immediate { await client.run() }
         let store = try PostgresStore(
             client: client,
             node: node,
@@ -186,7 +187,12 @@ public final class PostgresStore: FleetTaskStore {
             let rows = try await client.query(
                 """
                 SELECT t.id, t.url, t.directory, t."fileName", t.state, t.priority, t."totalLength",
-                    t."errorMessage", COALESCE(SUM(s.committed - s.start), 0)::bigint, t.session,
+                    t."errorMessage",
+                    -- A completed file is whole: its length, also in the moment between placing
+                    -- it (recorded completed) and the completing checkpoint's segments.
+                    CASE WHEN t.state = 'completed' AND t."totalLength" IS NOT NULL THEN t."totalLength"
+                        ELSE COALESCE(SUM(s.committed - s.start), 0)::bigint END,
+                    t.session,
                     t."rateLimit", t.connections, t."nextTryAt", t."errorCode", t.sources,
                     CASE WHEN t.state = 'running' THEN t.owner END
                 FROM haul_task t LEFT JOIN haul_segment s ON s."taskID" = t.id
@@ -320,36 +326,33 @@ public final class PostgresStore: FleetTaskStore {
         claimingPart part: (path: String, identity: String?)?,
         recordingRunning: Bool
     ) async throws -> Bool {
-        try await Postgres.run("record a server's response") {
-            try await client.withTransaction(logger: logger) { connection in
-                try await self.checkFence(connection, task.id)
-                if recordingRunning {
-                    try await Self.setState(
-                        connection,
-                        task.id,
-                        .running,
-                        error: nil,
-                        code: nil,
-                        forgettingPart: false,
-                        logger: self.logger
-                    )
-                }
-                var claimed = false
-                if let part {
-                    claimed = try await Self.claimPart(
-                        connection,
-                        task.id,
-                        path: part.path,
-                        identity: part.identity,
-                        logger: self.logger
-                    )
-                }
-                var task = task
-                task.updatedAt = Date()
-                try await Self.update(connection, task, columns: Self.responseColumns, logger: self.logger)
-                try await Self.replaceSegments(connection, of: task.id, with: segments, logger: self.logger)
-                return claimed
+        try await fenced(task.id, "record a server's response") { connection in
+            if recordingRunning {
+                try await Self.setState(
+                    connection,
+                    task.id,
+                    .running,
+                    error: nil,
+                    code: nil,
+                    forgettingPart: false,
+                    logger: self.logger
+                )
             }
+            var claimed = false
+            if let part {
+                claimed = try await Self.claimPart(
+                    connection,
+                    task.id,
+                    path: part.path,
+                    identity: part.identity,
+                    logger: self.logger
+                )
+            }
+            var task = task
+            task.updatedAt = Date()
+            try await Self.update(connection, task, columns: Self.responseColumns, logger: self.logger)
+            try await Self.replaceSegments(connection, of: task.id, with: segments, logger: self.logger)
+            return claimed
         }
     }
 
@@ -361,28 +364,25 @@ public final class PostgresStore: FleetTaskStore {
         completing: Bool
     ) async throws {
         let sourcesText = try sources.map { try TaskRecord.json($0) }
-        try await Postgres.run("record a checkpoint") {
-            try await client.withTransaction(logger: logger) { connection in
-                try await self.checkFence(connection, id)
-                if completing { try await Self.setCompleted(connection, id, logger: self.logger) }
-                try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
-                if let verifiedPieces {
-                    _ = try await connection.query(
-                        "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verifiedPieces)) WHERE \"taskID\" = \(id)",
-                        logger: self.logger
-                    )
-                }
-                if let sourcesText {
-                    _ = try await connection.query(
-                        "UPDATE haul_task SET sources = \(sourcesText), \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
-                        logger: self.logger
-                    )
-                } else {
-                    _ = try await connection.query(
-                        "UPDATE haul_task SET \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
-                        logger: self.logger
-                    )
-                }
+        try await fenced(id, "record a checkpoint") { connection in
+            if completing { try await Self.setCompleted(connection, id, logger: self.logger) }
+            try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
+            if let verifiedPieces {
+                _ = try await connection.query(
+                    "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verifiedPieces)) WHERE \"taskID\" = \(id)",
+                    logger: self.logger
+                )
+            }
+            if let sourcesText {
+                _ = try await connection.query(
+                    "UPDATE haul_task SET sources = \(sourcesText), \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
+                    logger: self.logger
+                )
+            } else {
+                _ = try await connection.query(
+                    "UPDATE haul_task SET \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
+                    logger: self.logger
+                )
             }
         }
         if completing { endLease(id) }
@@ -401,11 +401,8 @@ public final class PostgresStore: FleetTaskStore {
     }
 
     package func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
-        try await Postgres.run("record a task's part file") {
-            try await client.withTransaction(logger: logger) { connection in
-                try await self.checkFence(connection, id)
-                return try await Self.claimPart(connection, id, path: path, identity: identity, logger: self.logger)
-            }
+        try await fenced(id, "record a task's part file") { connection in
+            try await Self.claimPart(connection, id, path: path, identity: identity, logger: self.logger)
         }
     }
 

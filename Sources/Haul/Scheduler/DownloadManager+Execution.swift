@@ -50,9 +50,15 @@ extension DownloadManager {
         var outcome = ended.mapError { told($0, about: id) }
         if case .failure(let error) = outcome, error.code == .leaseLost {
             // What the task is now, as the fleet's store has it: paused or cancelled from
-            // another node, taken over, or removed.
-            let now: TaskState?? = (try? await store.task(id: id)).map { $0?.state }
-            await noteStateElsewhere(id, now)
+            // another node, taken over, or removed — unknown when the database does not
+            // answer within a lease's time (the lease may have been lost for that reason).
+            let store = self.store
+            let wait = fleet?.leaseDuration ?? .seconds(15)
+            let read = try? await valueOrNil(
+                of: { try await store.task(id: id) },
+                unlessFirst: { try? await Task.sleep(for: wait) }
+            )
+            await noteStateElsewhere(id, read.map { $0?.state })
         }
         if case .success(let result) = outcome, let task {
             // A Metalink's files are added before its completion is announced, so whoever
@@ -171,6 +177,8 @@ extension DownloadManager {
             ended(id, .completed(result), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
         case .failure(let error) where error.code == .leaseLost:
             leaseLost(id)
+        case .failure(let error) where error.code == .store && fleet != nil:
+            storeFailedInFleet(id, error: error, stop: stop)
         case .failure(let error) where error.code == .store:
             storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:

@@ -10,7 +10,8 @@ extension DownloadManager {
     /// fleet-wide limits leave room and starts them here — when a run here ends, and every
     /// ``fleetPollInterval`` for what other nodes freed — and, apart, so that a slow
     /// admission never delays it, renews this node's leases (the heartbeat, at a third of
-    /// the lease's length); a task whose lease was lost stops here, writing nothing. At
+    /// the lease's length); a task whose lease was lost, or ran out while the database did
+    /// not answer, stops here, writing nothing. At
     /// shutdown, once the transfers have yielded, the leases still held go back at once.
     nonisolated func takeLeasesUntilShutdown() async {
         guard let fleet else { return }
@@ -20,6 +21,7 @@ extension DownloadManager {
                 for await signal in signals { await self.fleetSignalled(signal) }
             }
             group.addTask { await self.beatUntilShutdown(fleet) }
+            group.addTask { await self.watchLeasesUntilShutdown(fleet) }
             while await !self.isShuttingDown, !Task.isCancelled {
                 await self.takeLeases()
                 await self.leaseDoorbell.wait(atMost: DownloadManager.fleetPollInterval)
@@ -69,6 +71,17 @@ extension DownloadManager {
             }
             // Until the next beat is due, or a task running here was changed elsewhere.
             await beatDoorbell.wait(atMost: began + beat - ContinuousClock.now)
+        }
+    }
+
+    /// Stops, while the database does not answer (a heartbeat can wait a minute for a
+    /// connection), the runs whose leases ran out unrenewed, before another node can take
+    /// their tasks over: checked at a tenth of the lease's length.
+    nonisolated private func watchLeasesUntilShutdown(_ fleet: any FleetTaskStore) async {
+        while await !isShuttingDown, !Task.isCancelled {
+            try? await Task.sleep(for: fleet.leaseDuration / 10)
+            let runOut = fleet.leasesRunOut()
+            if !runOut.isEmpty { await stopLost(runOut) }
         }
     }
 

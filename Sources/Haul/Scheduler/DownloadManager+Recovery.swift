@@ -91,6 +91,25 @@ extension DownloadManager {
         if known[id]?.unrecorded == nil { known[id]?.unrecorded = .some(nil) }
     }
 
+    /// In fleet mode, a run ended because the database could not record it (it did not
+    /// answer): the lease is left to run out there, and the task goes back to the fleet's
+    /// queue, to continue from its last recorded checkpoint on whichever node takes it
+    /// next — this one too. A pause or cancel that was stopping it is recorded later, as
+    /// on one machine (``storeFailed(_:error:stop:)``).
+    func storeFailedInFleet(_ id: UUID, error: HaulError, stop: StopReason?) {
+        fleet?.abandonLease(id)
+        if stop == .pause || stop == .cancel {
+            storeFailed(id, error: error, stop: stop)
+            return
+        }
+        logger.warning(
+            "the database could not record this download; it goes back to the fleet's queue and continues from its last checkpoint",
+            metadata: ["haul.task": "\(id)", "error": "\(error)"]
+        )
+        scheduler.remove(id)
+        move(id, .yield, reason: .storeRefused)
+    }
+
     nonisolated func reconcileUntilShutdown() async {
         while await reconcile() {
             do {

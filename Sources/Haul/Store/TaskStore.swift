@@ -385,10 +385,18 @@ package protocol FleetTaskStore: TaskStore {
     func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID>
     /// Whether this node holds the lease of task `id` (as far as it knows).
     func holdsLease(_ id: UUID) -> Bool
+    /// The leases whose time ran out without a renewal this node saw (the database did not
+    /// answer the heartbeats): from now on they are lost here — their writes are refused,
+    /// and their runs must stop before another node takes the tasks over. Returns them.
+    func leasesRunOut() -> Set<UUID>
     /// The run of task `id` here has ended: a lease of it found lost is forgotten (until then
     /// it refuses every write about the task, so that a stopping run cannot overwrite what
     /// was done elsewhere). A lease still held stays, for the task's state to be recorded.
     func runEnded(_ id: UUID)
+    /// Forgets the lease of task `id`, whose run here ended without the database recording
+    /// it: the lease runs out there, and the fleet's queue gives the task to the next node
+    /// that asks (this one too), to continue from its last recorded checkpoint.
+    func abandonLease(_ id: UUID)
     /// Gives one lease back: its task waits in the queue again, at its place.
     func releaseLease(_ id: UUID) async throws
     /// Leaves the fleet cleanly: every lease still held goes back to the queue at once.

@@ -19,6 +19,13 @@ struct FleetManagerTests {
         var all: [String: Int] { counts.withLock { $0 } }
     }
 
+    /// The tasks told completed, in order (one may appear twice: that is a fault).
+    final class CompletionCount: Sendable {
+        private let ids = Mutex<[UUID]>([])
+        func add(_ id: UUID) { ids.withLock { $0.append(id) } }
+        var all: [UUID] { ids.withLock { $0 } }
+    }
+
     /// Starts from the tests' downloader settings, on `store`.
     static func configuration(
         _ store: PostgresStore,
@@ -261,6 +268,115 @@ struct FleetManagerTests {
                     await a.shutdown()
                     try await aRuns.value
                 }
+            }
+        }
+    }
+
+    @Test(
+        "the database goes away while downloads run: they stop, an add is refused with a sentence; once it is back every download completes from its checkpoint, once"
+    )
+    func databaseOutage() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            // Sixteen seconds each at least, one connection each: a run that went on without
+            // its store would fetch on.
+            let size = 16 << 20
+            for index in 0..<4 {
+                server.set("/f\(index)", .init(size: size, seed: UInt64(index), bytesPerSecond: 1 << 20))
+            }
+            server.set("/late", .init(size: 1_000, seed: 9))
+            // A server of its own: this test stops it.
+            try await PostgresServer.with { database in
+                let location = try await database.newDatabase()
+                let node = try await PostgresStore.connect(
+                    to: location,
+                    node: "a",
+                    leaseDuration: .seconds(5),
+                    logger: StoreEngine.logger
+                )
+                try await DownloadManager.withDownloadManager(
+                    configuration: Self.configuration(node, limit: 2)
+                ) { manager in
+                    let completions = CompletionCount()
+                    let events = manager.events()
+                    let watcher = Task {
+                        for await event in events { if case .completed(let id, _) = event { completions.add(id) } }
+                    }
+                    defer { watcher.cancel() }
+                    let added = try await manager.download(
+                        (0..<4).map {
+                            var request = DownloadRequest(
+                                url: server.url("/f\($0)"),
+                                destination: .directory(temp.path)
+                            )
+                            request.connections = 1
+                            return request
+                        }
+                    )
+                    // Two run, each with a checkpoint past the 64 KiB a resume fetches again to
+                    // compare (below it, a resume asks from byte 0).
+                    #expect(
+                        try await waitUntil(timeout: .seconds(60)) {
+                            let infos = try await node.infos(ids: nil, background: true, session: nil)
+                            return infos.filter { $0.state == .running && $0.bytesCommitted > 1 << 20 }.count == 2
+                        }
+                    )
+
+                    // (A loaded machine may have stopped and resumed a run before: what counts
+                    // is from here.)
+                    let requestsBefore = (0..<4).map { server.requests(for: "/f\($0)").count }
+                    let sentBefore = (0..<4).map { server.bodyBytesSent("/f\($0)") }
+                    await database.stop()
+                    // An add waits for the database, then — a minute on — is refused, in a sentence.
+                    let late = Task {
+                        await expectHaulError(.store) {
+                            _ = try await manager.download(
+                                DownloadRequest(url: server.url("/late"), destination: .directory(temp.path))
+                            )
+                        }
+                    }
+                    // The leases run out unrenewed (5 s): the transfers stop, long before their
+                    // files' ends, and before another node could take the tasks over.
+                    #expect(try await waitUntil(timeout: .seconds(30)) { server.activeResponses == 0 })
+                    #expect(try await waitUntil(timeout: .seconds(30)) { await manager.runningTaskIDs.isEmpty })
+                    for index in 0..<4 {
+                        // At 1 MiB/s, about five seconds' worth, not the rest of the file.
+                        #expect(server.bodyBytesSent("/f\(index)") - sentBefore[index] < size / 2, "f\(index)")
+                    }
+                    let refused = await late.value
+                    let message = refused?.description ?? ""
+                    #expect(message.contains("PostgreSQL running and reachable"), "\(message)")
+                    #expect(!message.contains("PSQLError") && !message.contains("ConnectionPool"), "\(message)")
+
+                    for index in 0..<4 { server.update("/f\(index)") { $0.bytesPerSecond = 4 << 20 } }
+                    try await database.restart()
+                    // (The database client tries again after a growing pause, up to a minute.)
+                    let done = try await waitUntil(timeout: .seconds(240)) {
+                        guard let infos = try? await node.infos(ids: nil, background: true, session: nil) else {
+                            return false
+                        }
+                        return infos.count == 4 && infos.allSatisfy { $0.state == .completed }
+                    }
+                    let states = try await node.infos(ids: nil, background: true, session: nil).map(\.state)
+                    #expect(done, "\(states)")
+                    for index in 0..<4 {
+                        #expect(sha256(file: temp.file("f\(index)")) == server.sha256("/f\(index)"))
+                        // Since the outage, only requests from a recorded checkpoint: what was kept
+                        // was not fetched again.
+                        let later = server.requests(for: "/f\(index)").dropFirst(max(1, requestsBefore[index]))
+                        #expect(
+                            later.allSatisfy { ($0.header("Range") ?? "bytes=0-") != "bytes=0-" },
+                            "f\(index): \(server.requests(for: "/f\(index)").map { $0.header("Range") ?? "whole" })"
+                        )
+                    }
+                    #expect(try await waitUntil { completions.all.count == 4 })
+                    #expect(
+                        completions.all.count == 4 && Set(completions.all) == Set(added.map(\.id)),
+                        "\(completions.all)"
+                    )
+                    #expect(!FileManager.default.fileExists(atPath: temp.file("late")))
+                }
+                try await node.closeDatabase()
             }
         }
     }

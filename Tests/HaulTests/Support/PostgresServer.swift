@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import Logging
 import PostgresNIO
+import Synchronization
 import Testing
 
 /// A real PostgreSQL server (Debian's `postgresql`) for a test: `initdb` into a temporary
@@ -11,7 +12,11 @@ import Testing
 final class PostgresServer: Sendable {
     let port: Int
     private let directory: TemporaryDirectory
-    private let process: ChildProcess
+    /// The running postmaster's process; another after ``restart()``.
+    private let process: Mutex<ChildProcess>
+    /// How to start it again: its programs, and the command prefix that runs them as `account`.
+    private let bin: String
+    private let prefix: [String]
     static let user = "haul"
 
     /// The newest PostgreSQL's programs, or nil when none is installed.
@@ -29,10 +34,12 @@ final class PostgresServer: Sendable {
         return getpwnam("postgres") != nil ? "postgres" : "nobody"
     }
 
-    private init(port: Int, directory: TemporaryDirectory, process: ChildProcess) {
+    private init(port: Int, directory: TemporaryDirectory, process: ChildProcess, bin: String, prefix: [String]) {
         self.port = port
         self.directory = directory
-        self.process = process
+        self.process = Mutex(process)
+        self.bin = bin
+        self.prefix = prefix
     }
 
     /// Starts a server; nil (a recorded failure in CI) when PostgreSQL is not installed.
@@ -43,65 +50,69 @@ final class PostgresServer: Sendable {
         }
         let directory = try TemporaryDirectory()
         chmod(directory.path, 0o755)
-        let data = directory.file("data")
-        let run = directory.file("run")
-        for path in [data, run] {
+        for path in [directory.file("data"), directory.file("run")] {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             if let account, let entry = getpwnam(account) { chown(path, entry.pointee.pw_uid, entry.pointee.pw_gid) }
         }
         let prefix = account.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? []
-        func command(_ arguments: [String]) -> (String, [String]) {
-            let all = prefix + arguments
-            return (all[0], Array(all.dropFirst()))
-        }
-        let (initdb, initArguments) = command([
-            "\(bin)/initdb", "-D", data, "-U", user, "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions",
-        ])
-        let (status, output) = try await Command.run(initdb, initArguments)
+        let initdb =
+            prefix + [
+                "\(bin)/initdb", "-D", directory.file("data"), "-U", user, "-A", "trust", "-E", "UTF8", "--no-sync",
+                "--no-instructions",
+            ]
+        let (status, output) = try await Command.run(initdb[0], Array(initdb.dropFirst()))
         guard status == 0 else { throw HaulError(.store, "initdb failed: \(output.suffix(2000))") }
 
         // A free port can be taken by another test between the check and the bind: then
         // the server exits at once, and another port is tried.
         for _ in 1...3 {
-            if let server = try await launch(bin: bin, data: data, run: run, directory: directory, command: command) {
-                return server
+            let port = try ExternalServer.freePort()
+            if let process = try await launch(bin: bin, prefix: prefix, directory: directory, port: port) {
+                return PostgresServer(port: port, directory: directory, process: process, bin: bin, prefix: prefix)
             }
         }
         let log = (try? String(contentsOfFile: directory.file("server.log"), encoding: .utf8)) ?? ""
         throw HaulError(.store, "PostgreSQL did not start: \(log.suffix(2000))")
     }
 
-    /// Starts the server on a free port; nil when it exited before it was ready.
+    /// Starts the postmaster on `port`; nil when it exited before it was ready.
     private static func launch(
         bin: String,
-        data: String,
-        run: String,
+        prefix: [String],
         directory: TemporaryDirectory,
-        command: ([String]) -> (String, [String])
-    ) async throws -> PostgresServer? {
-        let port = try ExternalServer.freePort()
-        let (postgres, arguments) = command([
-            "\(bin)/postgres", "-D", data, "-p", "\(port)", "-k", run, "-c", "listen_addresses=127.0.0.1",
-            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-            "-c", "max_connections=200",
-        ])
+        port: Int
+    ) async throws -> ChildProcess? {
+        let command =
+            prefix + [
+                "\(bin)/postgres", "-D", directory.file("data"), "-p", "\(port)", "-k", directory.file("run"),
+                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+                "-c", "full_page_writes=off", "-c", "max_connections=200",
+            ]
         let process = try ChildProcess(
-            postgres,
-            arguments: arguments,
+            command[0],
+            arguments: Array(command.dropFirst()),
             standardOutput: .file(directory.file("server.log"), append: true),
             standardError: .file(directory.file("server.log"), append: true)
         )
-        let server = PostgresServer(port: port, directory: directory, process: process)
         // Ready when pg_isready says it accepts connections (not merely that it listens).
         let ready = try await waitUntil(timeout: .seconds(60), every: .milliseconds(50)) {
             guard process.isRunning else { return true }
             return try await Command.run("\(bin)/pg_isready", ["-q", "-h", "127.0.0.1", "-p", "\(port)"]).status == 0
         }
         guard ready, process.isRunning else {
-            await server.stop()
+            await stop(process, directory: directory)
             return nil
         }
-        return server
+        return process
+    }
+
+    /// Starts the stopped server again, on its port and data (as after an outage).
+    func restart() async throws {
+        guard let process = try await Self.launch(bin: bin, prefix: prefix, directory: directory, port: port) else {
+            let log = (try? String(contentsOfFile: directory.file("server.log"), encoding: .utf8)) ?? ""
+            throw HaulError(.store, "PostgreSQL did not start again: \(log.suffix(2000))")
+        }
+        self.process.withLock { $0 = process }
     }
 
     /// Runs `body` with a started server (skipped when there is none, outside CI), then stops it.
@@ -118,6 +129,10 @@ final class PostgresServer: Sendable {
 
     /// A fast shutdown (SIGINT to the postmaster, whose id its pid file holds), waited for.
     func stop() async {
+        await Self.stop(process.withLock { $0 }, directory: directory)
+    }
+
+    private static func stop(_ process: ChildProcess, directory: TemporaryDirectory) async {
         guard process.isRunning else { return }
         let pidFile = directory.file("data/postmaster.pid")
         if let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
