@@ -63,7 +63,7 @@ final class PartFile: Sendable {
     }
 
     /// Device and inode, `"dev:ino"`: the file's identity where extended attributes are
-    /// missing; nil when it cannot be read.
+    /// missing (compared by ``sameFile(_:_:)``); nil when it cannot be read.
     var identity: String? {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return nil }
@@ -71,6 +71,20 @@ final class PartFile: Sendable {
     }
 
     private static func identity(_ info: stat) -> String { "\(info.st_dev):\(info.st_ino)" }
+
+    /// Whether two identities (`"dev:ino"`) name one file. The inodes must match; the
+    /// devices need not: machines that mount one share (NFS) give it different device
+    /// numbers, while the inode is the file's id on the server — so a node of a fleet that
+    /// takes over a task finds the part file another machine was writing.
+    static func sameFile(_ recorded: String, _ actual: String) -> Bool {
+        func inode(_ identity: String) -> Substring? {
+            let parts = identity.split(separator: ":")
+            guard parts.count == 2, UInt64(parts[0]) != nil, UInt64(parts[1]) != nil else { return nil }
+            return parts[1]
+        }
+        guard let recordedInode = inode(recorded), let actualInode = inode(actual) else { return false }
+        return recordedInode == actualInode
+    }
 
     /// The identity of the regular file at `path` (not following a link); nil when there is none.
     static func identity(at path: String) -> String? {
@@ -118,7 +132,9 @@ final class PartFile: Sendable {
             throw refuse("Haul did not create it")
         case .unsupported:
             // No extended attributes here: the store's record of the file is the proof.
-            guard identity == PartFile.identity(info) else { throw refuse("Haul did not create it") }
+            guard let identity, PartFile.sameFile(identity, PartFile.identity(info)) else {
+                throw refuse("Haul did not create it")
+            }
         }
         return try PartFile(lockingAt: path, descriptor: fd)
     }

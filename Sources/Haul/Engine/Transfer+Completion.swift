@@ -18,12 +18,14 @@ extension Transfer {
         }
         let recorded = task.state == .completed && size == task.totalLength ?? size
         // Moved into place by a run that stopped before recording it: the part file is gone,
-        // and the file there is it — every byte committed, or the very file (its device and
-        // inode, kept by the rename) whose last checkpoint was to be recorded with completion.
+        // and the file there is it — every byte committed, or the very file (its inode, kept
+        // by the rename) whose last checkpoint was to be recorded with completion.
         let renamedBeforeCrash =
             task.totalLength == size && !FileOps.exists(task.partPath ?? destination + ".part")
             && (committedBytes == size
-                || (task.partIdentity != nil && PartFile.identity(at: destination) == task.partIdentity))
+                || (task.partIdentity.map { recorded in
+                    PartFile.identity(at: destination).map { PartFile.sameFile(recorded, $0) } ?? false
+                } ?? false))
         guard recorded || renamedBeforeCrash else { return nil }
         if let checksum {
             // Reading the whole file: on FileIO, like the digest before the rename.

@@ -1,3 +1,4 @@
+import CHaulSystem
 import Foundation
 import HaulClient
 import HaulTesting
@@ -153,5 +154,50 @@ struct PartOwnershipTests {
             #expect(result.bytesFetched == Int64(Self.size))
             #expect(FileManager.default.contents(atPath: temp.file("f.bin.part")) == theirs)
         }
+    }
+
+    @Test(
+        "without extended attributes (ramfs), a part file is known by its inode: found again from a record another machine made (another device number), a replaced file refused",
+        .enabled(if: getuid() == 0)
+    )
+    func identityAcrossMachines() async throws {
+        let temp = try TemporaryDirectory()
+        let mountPoint = try temp.directory("ramfs")
+        guard try await DiskFullTests.run("/bin/mount", ["-t", "ramfs", "ramfs", mountPoint]) == 0 else {
+            // Some containers forbid mounting even as root; nothing to test there.
+            if ExternalServer.isCI { Issue.record("cannot mount a ramfs in CI") }
+            return
+        }
+        do {
+            try Self.findsPartFilesByInode(in: mountPoint)
+        } catch {
+            _ = try await DiskFullTests.run("/bin/umount", [mountPoint])
+            throw error
+        }
+        _ = try await DiskFullTests.run("/bin/umount", [mountPoint])
+    }
+
+    static func findsPartFilesByInode(in mountPoint: String) throws {
+        let owner = UUID()
+        let path = mountPoint + "/f.bin.part"
+        let made = try PartFile.create(at: path, owner: owner)
+        let identity = try #require(made.identity)
+        made.close()
+        // The premise: no extended attributes here, so the store's record is the proof.
+        let descriptor = open(path, O_RDONLY)
+        #expect(chaul_fsetxattr(descriptor, PartFile.ownerAttribute, [1], 1) != 0 && errno == EOPNOTSUPP)
+        close(descriptor)
+        let inode = try #require(identity.split(separator: ":").last)
+        // Recorded by a node on another machine: the share has another device number there.
+        let elsewhere = "4242:\(inode)"
+        #expect(elsewhere != identity)
+        let reopened = try PartFile.openOwned(at: path, owner: owner, identity: elsewhere)
+        reopened.close()
+        // Nothing recorded, or another file put in its place: not Haul's to write.
+        #expect(throws: PartFile.Claim.self) { try PartFile.openOwned(at: path, owner: owner, identity: nil) }
+        try FileManager.default.removeItem(atPath: path)
+        try Data("theirs".utf8).write(to: URL(fileURLWithPath: path))
+        #expect(throws: PartFile.Claim.self) { try PartFile.openOwned(at: path, owner: owner, identity: elsewhere) }
+        #expect(!PartFile.sameFile("1:2", "1:3") && PartFile.sameFile("1:2", "7:2") && !PartFile.sameFile("x", "1:2"))
     }
 }
