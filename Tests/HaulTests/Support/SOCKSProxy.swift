@@ -76,9 +76,10 @@ final class SOCKSProxy: Sendable {
             standardError: .null
         )
         let proxy = SOCKSProxy(port: port, directory: directory, process: process)
-        for _ in 0..<500 where !proxy.listening() {
-            guard process.isRunning else { break }
-            try await Task.sleep(for: .milliseconds(10))
+        // Python can take seconds to start on a loaded machine: bounded at a minute, which
+        // only turns a hang into a failure (it ends at once if the proxy exits).
+        _ = try await waitUntil(timeout: .seconds(60), every: .milliseconds(20)) {
+            proxy.listening() || !process.isRunning
         }
         try #require(proxy.listening(), "the SOCKS proxy did not start")
         return proxy
