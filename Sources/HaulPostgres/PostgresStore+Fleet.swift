@@ -207,19 +207,27 @@ extension PostgresStore {
         // run must stop before another node takes the task over. The write is not cancelled
         // (it may be inside its transaction): it ends by itself, and a late success was a
         // write the fence allowed.
+        let fence = held?.lease.fence
         let written = try await valueOrNil(
             of: write,
             unlessFirst: {
-                // The lease's time, as renewed meanwhile by the heartbeat.
-                while !Task.isCancelled, let held = self.leases.withLock({ $0[id] }), !held.lost,
-                    held.validUntil > .now
-                {
-                    try? await Task.sleep(until: held.validUntil)
+                // The lease's time, as renewed meanwhile by the heartbeat. Only its time: a
+                // lease this node ended meanwhile (a completion, a release) times nothing,
+                // and the write's own fence check judges a lease lost elsewhere.
+                while !Task.isCancelled {
+                    guard let now = self.leases.withLock({ $0[id] }), now.lease.fence == fence else {
+                        try? await Task.sleep(for: .seconds(3600))
+                        continue
+                    }
+                    if now.validUntil <= .now { return }
+                    try? await Task.sleep(until: now.validUntil)
                 }
             }
         )
         guard let written else {
-            leases.withLock { entries in entries[id]?.lost = true }
+            leases.withLock { entries in
+                if entries[id]?.lease.fence == fence { entries[id]?.lost = true }
+            }
             throw leaseLost(id)
         }
         return written
