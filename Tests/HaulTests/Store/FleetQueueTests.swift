@@ -297,6 +297,26 @@ struct FleetQueueTests {
     }
 
     @Test(
+        "a task waiting to be tried again by a node that died is queued again two leases past its time, not before"
+    )
+    func retryingOfADeadNode() async throws {
+        try await Self.withDatabase { client in
+            let (a, b) = (try await Self.node(client, "a", lease: .seconds(5)), try await Self.node(client, "b"))
+            let ids = try await Self.add(a, 2)
+            #expect(try await a.acquireLeases(wanted: 2, maxRunning: 5, perHost: 5) == ids)
+            // Node a set both to be tried again — one due 11 s ago, one due now — then died.
+            try await a.setRetrying(ids[0], error: "503", nextTryAt: Date() - 11, since: Date() - 20)
+            try await a.setRetrying(ids[1], error: "503", nextTryAt: Date(), since: Date() - 20)
+            // b, with 5 s leases: the first is 10 s overdue, so b takes it; the second waits for
+            // its own node's timer (or its time to pass two leases).
+            let c = try await Self.node(client, "c", lease: .seconds(5))
+            #expect(try await c.acquireLeases(wanted: 5, maxRunning: 5, perHost: 5) == [ids[0]])
+            #expect(try await b.task(id: ids[1])?.state == .retrying)
+            #expect(try await b.fleet.entries().first { $0.id == ids[0] }?.owner == "c")
+        }
+    }
+
+    @Test(
         "a finished file is placed under the lease: a cancel from elsewhere lands before (nothing placed) or after (refused: it completed)"
     )
     func placingIsFenced() async throws {
