@@ -272,13 +272,14 @@ struct FleetDaemonTests {
                 )
                 let n0 = try #require(fleet.daemon(0))
                 n0.kill(SIGSTOP)
-                // n1 takes it over once n0's lease (3 s) runs out, with the next fence, and
-                // goes on from n0's checkpoint.
+                // n1 takes it over once n0's lease (3 s) runs out, with a later fence, and
+                // goes on from n0's checkpoint. (On a loaded machine n1 may itself miss a
+                // renewal in time and take the task again: a later fence still.)
                 try await fleet.start(1)
                 #expect(
                     try await waitUntil(timeout: .seconds(60)) {
                         let now = try await lease()
-                        return now.owner == "n1" && now.fence == 2
+                        return now.owner == "n1" && now.fence >= 2
                     }
                 )
                 let atTakeover = try await lease().committed
@@ -293,7 +294,7 @@ struct FleetDaemonTests {
                 #expect(refused, "\(n0.currentStderr.suffix(2000))")
                 let committed = seen.map(\.committed)
                 #expect(committed == committed.sorted() && committed[0] >= atTakeover, "went back: \(committed)")
-                #expect(seen.allSatisfy { $0.fence == 2 && ($0.owner == "n1" || $0.owner == nil) })
+                #expect(seen.allSatisfy { $0.fence >= 2 && $0.owner != "n0" }, "\(seen)")
                 let done = try await waitUntil(timeout: .seconds(120)) {
                     try await fleet.clients[1].info(id).state == .completed
                 }

@@ -68,8 +68,10 @@ struct DownloadManagerTests {
         let temp = try TemporaryDirectory()
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { server in
+                // Three seconds each: a third start that is slow on a loaded machine still finds
+                // the first two running (at one second, a CI run once saw at most two at once).
                 for index in 0..<8 {
-                    server.set("/f\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 1 << 20))
+                    server.set("/f\(index)", .init(size: 3 << 20, seed: UInt64(index), bytesPerSecond: 1 << 20))
                 }
                 try await DownloadManager.withDownloadManager(
                     configuration: Self.configuration(location, limit: 3)
