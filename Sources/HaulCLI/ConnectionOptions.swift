@@ -162,8 +162,8 @@ struct TimingOptions: ParsableArguments {
         for value in [connectTimeout, timeout].compactMap({ $0 }) where !(value > 0 && value <= year) {
             throw ValidationError("Timeouts must be positive numbers of seconds, at most a year")
         }
-        if let retryMaxWait, !(retryMaxWait >= 0 && retryMaxWait <= 1e9) {
-            throw ValidationError("--retry-max-wait must be 0 or more seconds")
+        if let retryMaxWait, !(retryMaxWait >= 0 && retryMaxWait <= year) {
+            throw ValidationError("--retry-max-wait must be from 0 to \(Int(year)) seconds (a year)")
         }
         if let waitForNetwork, waitForNetwork.seconds > KeepTrying.longestGiveUp.components.seconds {
             throw ValidationError("--wait-for-network must be at most 366 days")

@@ -420,7 +420,8 @@ public enum API {
 
     /// `POST /v1/login-links`: a one-time link that logs a browser into the dashboard.
     public struct LoginLink: Codable, Sendable, Equatable {
-        /// `http://HOST:PORT/login?code=…`; it works once.
+        /// `http://HOST:PORT/#login=…`: the code in the fragment, which the browser never
+        /// sends to a server; the page spends it. It works once.
         public var url: String
         public var expiresAt: Date
 

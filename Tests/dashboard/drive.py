@@ -93,6 +93,10 @@ try:
     driver.get(login)
     wait.until(lambda d: d.find_element(By.ID, "app").is_displayed())
     seen["landed"] = driver.current_url
+    # The login leaves no cookie a server on another port of this host would receive, and
+    # the code is gone from the address bar.
+    seen["cookies"] = [cookie["name"] for cookie in driver.get_cookies()]
+    seen["sessionKept"] = driver.execute_script("return sessionStorage.getItem('haul.session') !== null")
     seen["prefilledDirectory"] = driver.find_element(By.ID, "add-directory").get_attribute("value")
     wait.until(lambda d: "on" in d.find_element(By.ID, "live").get_attribute("class"))
 

@@ -166,7 +166,13 @@ public final class NetworkMonitor: Sendable {
     /// route and the source address.
     public static func route(to host: String) -> Route? {
         let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        if let bytes = IPAddress.bytes(bare) { return route(toAddress: bytes) }
+        if let bytes = IPAddress.bytes(bare) {
+            // An IPv4-mapped IPv6 address (::ffff:a.b.c.d) goes out as IPv4, from the IPv4
+            // address of an interface: asked as IPv6, its source address is on no interface.
+            let mapped =
+                bytes.count == 16 && bytes[0..<10].allSatisfy { $0 == 0 } && bytes[10] == 0xff && bytes[11] == 0xff
+            return route(toAddress: mapped ? Array(bytes[12..<16]) : bytes)
+        }
         // Documentation addresses (RFC 5737, RFC 3849): only the route table is consulted.
         return route(toAddress: [192, 0, 2, 1])
             ?? route(toAddress: [0x20, 0x01, 0x0d, 0xb8] + [UInt8](repeating: 0, count: 11) + [1])

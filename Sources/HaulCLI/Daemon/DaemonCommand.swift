@@ -190,8 +190,9 @@ extension HaulCommand {
                     }
                 }
                 if listenPublic, listen == nil { throw ValidationError("--listen-public goes with --listen") }
-                if let rpcSecret, rpcSecret.utf8.count < 8 || rpcSecret.contains(where: \.isWhitespace) {
-                    throw ValidationError("--rpc-secret must be at least 8 characters, without spaces")
+                try Start.check { _ = try givenRPCSecret() }
+                if let checkpointInterval, !(checkpointInterval >= 0.01 && checkpointInterval <= 3600) {
+                    throw ValidationError("--checkpoint-interval must be from 0.01 to 3600 seconds")
                 }
                 if let directory, !directory.hasPrefix("/") {
                     throw ValidationError("--dir must be an absolute path")
@@ -208,6 +209,13 @@ extension HaulCommand {
                 for delay in [retryFirstDelay, retryMaxDelay].compactMap({ $0 }) where !(delay > 0 && delay <= 86400) {
                     throw ValidationError("Retry delays must be positive numbers of seconds, at most a day")
                 }
+            }
+
+            /// The RPC secret given: --rpc-secret, else HAUL_RPC_SECRET (empty means unset), checked.
+            func givenRPCSecret() throws -> String? {
+                if let rpcSecret { return try RPCSecret.checked(rpcSecret, from: "--rpc-secret") }
+                let environment = ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
+                return try RPCSecret.checked(environment, from: "HAUL_RPC_SECRET")
             }
 
             /// The fleet's database: --store, else HAUL_STORE.
@@ -255,7 +263,7 @@ extension HaulCommand {
                     overallRateLimit: totalLimitRate?.bytes,
                     logger: logger
                 )
-                configuration.rpcSecret = rpcSecret ?? ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
+                configuration.rpcSecret = try givenRPCSecret()
                 configuration.rpcDirectory = directory
                 configuration.rpcAllowsAllOrigins = rpcAllowOriginAll
                 DaemonMetrics.bootstrap()
@@ -331,7 +339,7 @@ extension HaulCommand {
                 let client = HaulClient(home: home)
                 do {
                     // The secret through the environment: arguments are visible to every user.
-                    let secret = rpcSecret ?? ProcessInfo.processInfo.environment["HAUL_RPC_SECRET"]
+                    let secret = try givenRPCSecret()
                     // And the fleet's database URL, which may hold a password.
                     var environment = secret.map { ["HAUL_RPC_SECRET": $0] } ?? [:]
                     if let storeURL { environment["HAUL_STORE"] = storeURL }

@@ -14,8 +14,10 @@ extension HaulCommand {
             discussion: """
                 The daemon serves its dashboard on its TCP listener, so start it with one \
                 (haul daemon --listen 127.0.0.1:7800). The link logs one browser in; it works \
-                once, within five minutes. It is opened with $BROWSER, or xdg-open when a \
-                display is there; otherwise open it yourself.
+                once, within five minutes, and logs in that browser tab only. It is opened with \
+                $BROWSER, or xdg-open when a display is there, through a private file in \
+                $HAUL_HOME (never on the browser's command line, which every user can read); \
+                otherwise open it yourself.
                 """
                     + Examples.block([
                         ("haul ui", "print the link and open it"),
@@ -32,10 +34,11 @@ extension HaulCommand {
                 print(link.url)
                 guard !noOpen, let browser = UI.browser() else { return }
                 do {
+                    let opener = try LoginFile.write(link: link.url, in: HaulHome.resolve())
                     // Not waited for: the browser lives on after this command.
                     _ = try ChildProcess(
                         browser.program,
-                        arguments: UI.arguments(browser.arguments, url: link.url),
+                        arguments: UI.arguments(browser.arguments, url: opener),
                         standardOutput: .null,
                         standardError: .null,
                         newSession: true

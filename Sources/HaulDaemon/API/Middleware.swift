@@ -7,8 +7,9 @@ import Logging
 import NIOCore
 
 /// Requires `Authorization: Bearer TOKEN` on every request (the TCP listener), or the
-/// dashboard's session cookie (``DashboardLogins``); a change asked with the cookie must
-/// also carry `X-Haul-Dashboard`, which no page of another site can send.
+/// dashboard's session in `X-Haul-Session` (``DashboardLogins``). Both are headers, which a
+/// browser never adds on its own: a page of another origin (another port included) can
+/// neither read the session nor send it. Cookies are not looked at.
 struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
     let token: String
     /// Paths that check their callers themselves (aria2's `/jsonrpc`) or hold no data (the
@@ -25,19 +26,7 @@ struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
         if exempt.contains(request.uri.path) { return try await next(request, context) }
         let given = request.headers[.authorization] ?? ""
         if Secret.matches(given, "Bearer " + token) { return try await next(request, context) }
-        if let logins, let cookie = request.headers[.cookie],
-            let session = DashboardLogins.session(inCookieHeader: cookie), logins.isSession(session)
-        {
-            let safe = request.method == .get || request.method == .head
-            guard safe || request.headers[.haulDashboard] != nil else {
-                return APIFailure.response(
-                    API.Failure(
-                        error: "A change from the dashboard must carry X-Haul-Dashboard; reload the page",
-                        code: "forbidden"
-                    ),
-                    status: .forbidden
-                )
-            }
+        if let logins, let session = request.headers[.haulSession], logins.isSession(session) {
             return try await next(request, context)
         }
         return APIFailure.response(
@@ -45,6 +34,11 @@ struct TokenMiddleware<Context: RequestContext>: RouterMiddleware {
             status: .unauthorized
         )
     }
+}
+
+extension HTTPField.Name {
+    /// The dashboard's session (``DashboardLogins``).
+    static let haulSession = HTTPField.Name(DashboardLogins.headerName)!
 }
 
 /// Compares a secret someone gave with the one expected, in time that does not depend on

@@ -248,7 +248,7 @@ struct DaemonRoutes {
             }
             let link = core.logins.issueLink()
             return API.LoginLink(
-                url: "http://\(Self.browserAddress(listen))/login?code=\(link.code)",
+                url: "http://\(Self.browserAddress(listen))/#login=\(link.code)",
                 expiresAt: link.expires
             )
         }

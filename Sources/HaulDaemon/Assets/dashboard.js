@@ -8,8 +8,9 @@ const ENDED = new Set(["completed", "failed", "cancelled"]);
 const tasks = new Map(); // id → task, as /v1/tasks gives it, plus live progress
 const live = new Map(); // id → {bytesPerSecond, etaSeconds, received, total}
 const speeds = []; // overall bytes per second, one sample a second, oldest first
-let events = null;
+let events = null; // the live event stream's AbortController
 let refreshing = null;
+const SESSION_KEY = "haul.session";
 
 const $ = (id) => document.getElementById(id);
 
@@ -19,9 +20,37 @@ class APIError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
+// The session is a header the page adds itself, never a cookie: a browser sends cookies on
+// its own to every port of this host; a header only where this page's script puts it.
+function authorised(headers) {
+  const session = sessionStorage.getItem(SESSION_KEY);
+  if (session) headers["X-Haul-Session"] = session;
+  return headers;
+}
+
+// A link from `haul ui` carries a one-time code in its fragment (never sent to a server):
+// spend it for a session kept in this tab, and take it out of the address bar and history.
+async function logIn() {
+  const match = /^#login=([0-9a-f]{1,128})$/.exec(window.location.hash);
+  if (!match) return;
+  history.replaceState(null, "", window.location.pathname);
+  const response = await fetch("/login", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Accept": "application/json" },
+    body: JSON.stringify({ code: match[1] }),
+    credentials: "omit",
+  });
+  const value = await response.json().catch(() => null);
+  if (response.ok && value && value.session) {
+    sessionStorage.setItem(SESSION_KEY, value.session);
+  } else {
+    sessionStorage.removeItem(SESSION_KEY);
+    $("login-expired").hidden = false;
+  }
+}
+
 async function api(method, path, body) {
-  const options = { method, headers: { "Accept": "application/json" }, credentials: "same-origin" };
-  if (method !== "GET") options.headers["X-Haul-Dashboard"] = "1";
+  const options = { method, headers: authorised({ "Accept": "application/json" }), credentials: "omit" };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
@@ -41,7 +70,7 @@ function showLogin() {
   $("login").hidden = false;
   $("app").hidden = true;
   setLive(false, "Not logged in");
-  if (events) { events.close(); events = null; }
+  if (events) { events.abort(); events = null; }
 }
 
 function say(text, kind) {
@@ -286,30 +315,83 @@ function setLive(on, text) {
   node.className = "live " + (on ? "on" : "off");
 }
 
+// The daemon's event stream (server-sent events) read with fetch, since EventSource cannot
+// send the session header; after a break it reconnects with Last-Event-ID, so nothing is missed.
 function listen() {
-  if (events) events.close();
-  events = new EventSource("/v1/events");
-  events.addEventListener("open", () => { setLive(true, "Live"); attempt(refreshAll); });
-  events.addEventListener("error", () => setLive(false, "Reconnecting…"));
-  events.addEventListener("progress", (message) => {
-    const record = JSON.parse(message.data);
-    live.set(record.id, { received: record.received, total: record.total, bytesPerSecond: record.bytesPerSecond, etaSeconds: record.etaSeconds });
-    const task = tasks.get(record.id);
-    if (!task) { refreshTask(record.id); return; }
-    if (task.state !== "running") { refreshTask(record.id); return; }
-    const old = document.querySelector(`li.task[data-id="${CSS.escape(record.id)}"]`);
-    if (!old) return; // Not among those shown.
-    const focused = old.contains(document.activeElement) ? document.activeElement.dataset.key : null;
-    const fresh = renderTask(task);
-    old.replaceWith(fresh);
-    refocus(fresh, focused);
-  });
-  for (const kind of ["added", "state", "resumed", "completed", "failed"]) {
-    events.addEventListener(kind, (message) => {
-      const record = JSON.parse(message.data);
-      if (record.id) refreshTask(record.id);
-    });
+  if (events) events.abort();
+  const controller = new AbortController();
+  events = controller;
+  const handlers = { progress: onProgress };
+  for (const kind of ["added", "state", "resumed", "completed", "failed"]) handlers[kind] = onChange;
+  let lastId = null;
+  (async () => {
+    while (!controller.signal.aborted) {
+      try {
+        const headers = authorised({ "Accept": "text/event-stream" });
+        if (lastId !== null) headers["Last-Event-ID"] = lastId;
+        const response = await fetch("/v1/events", { headers, credentials: "omit", signal: controller.signal });
+        if (response.status === 401) { showLogin(); return; }
+        if (!response.ok || !response.body) throw new Error(`The daemon answered ${response.status}`);
+        setLive(true, "Live");
+        attempt(refreshAll);
+        lastId = await readEvents(response.body, handlers, lastId);
+      } catch (error) {
+        if (controller.signal.aborted) return;
+      }
+      setLive(false, "Reconnecting…");
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+    }
+  })();
+}
+
+// Reads server-sent events until the stream ends; returns the last event's id.
+async function readEvents(body, handlers, lastId) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let message = { event: "message", data: [], id: null };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return lastId;
+    buffer += value;
+    let end;
+    while ((end = buffer.search(/\r\n|\r|\n/)) >= 0) {
+      const line = buffer.slice(0, end);
+      buffer = buffer.slice(end + (buffer.startsWith("\r\n", end) ? 2 : 1));
+      if (line === "") {
+        if (message.id !== null) lastId = message.id;
+        const handler = handlers[message.event];
+        if (handler && message.data.length) handler(message.data.join("\n"));
+        message = { event: "message", data: [], id: null };
+        continue;
+      }
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+      if (field === "event") message.event = text;
+      else if (field === "data") message.data.push(text);
+      else if (field === "id") message.id = text;
+    }
   }
+}
+
+function onProgress(data) {
+  const record = JSON.parse(data);
+  live.set(record.id, { received: record.received, total: record.total, bytesPerSecond: record.bytesPerSecond, etaSeconds: record.etaSeconds });
+  const task = tasks.get(record.id);
+  if (!task) { refreshTask(record.id); return; }
+  if (task.state !== "running") { refreshTask(record.id); return; }
+  const old = document.querySelector(`li.task[data-id="${CSS.escape(record.id)}"]`);
+  if (!old) return; // Not among those shown.
+  const focused = old.contains(document.activeElement) ? document.activeElement.dataset.key : null;
+  const fresh = renderTask(task);
+  old.replaceWith(fresh);
+  refocus(fresh, focused);
+}
+
+function onChange(data) {
+  const record = JSON.parse(data);
+  if (record.id) refreshTask(record.id);
 }
 
 async function sample() {
@@ -403,6 +485,11 @@ async function start() {
     if (ids.length) await operate("remove", { ids });
   }));
   window.addEventListener("resize", drawGraph);
+  try {
+    await logIn();
+  } catch (error) {
+    say(error.message || String(error));
+  }
   try {
     const status = await api("GET", "/status");
     $("add-directory").value = status.directory || "";

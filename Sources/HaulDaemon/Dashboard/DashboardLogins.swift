@@ -5,15 +5,18 @@ import Synchronization
 /// they open. Kept in memory only: a restarted daemon asks for a new link.
 ///
 /// A link's code works once, within ``linkLifetime``; redeeming it opens a session whose
-/// id the browser keeps in an HttpOnly, SameSite=Strict cookie. Both are 256 random bits,
-/// compared in constant time; at most ``maxLinks`` links and ``maxSessions`` sessions are
-/// kept (the oldest goes first), so nobody can grow them without bound.
+/// id the page keeps in `sessionStorage` and sends as ``headerName`` with every request. No
+/// cookie: a browser sends cookies on its own to every port of the same host (another
+/// user's server on 127.0.0.1 would receive it), a header only when the page's own script
+/// adds it. Both are 256 random bits, compared in constant time; at most ``maxLinks`` links
+/// and ``maxSessions`` sessions are kept (the oldest goes first), so nobody can grow them
+/// without bound.
 final class DashboardLogins: Sendable {
     static let linkLifetime: TimeInterval = 300
     static let maxLinks = 16
     static let maxSessions = 64
-    /// The cookie that carries a session.
-    static let cookieName = "haul_session"
+    /// The header that carries a session.
+    static let headerName = "X-Haul-Session"
 
     private struct State {
         var links: [(code: String, expires: Date)] = []
@@ -54,16 +57,6 @@ final class DashboardLogins: Sendable {
             // Every entry compared, so the time says nothing about which one was close.
             state.sessions.reduce(false) { $0 || Secret.matches($1, session) }
         }
-    }
-
-    /// The session id in a `Cookie` header, if it carries one.
-    static func session(inCookieHeader header: String) -> String? {
-        for pair in header.split(separator: ";") {
-            let parts = pair.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == cookieName else { continue }
-            return parts[1].trimmingCharacters(in: .whitespaces)
-        }
-        return nil
     }
 
     private static func randomToken() -> String {

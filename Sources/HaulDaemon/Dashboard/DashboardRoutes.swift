@@ -3,17 +3,14 @@ import HTTPTypes
 import HaulWire
 import Hummingbird
 import NIOCore
-
-extension HTTPField.Name {
-    /// Sent by the dashboard's scripts with every change it asks for: a page on another
-    /// site cannot send it without a CORS preflight the daemon never grants.
-    static let haulDashboard = HTTPField.Name("X-Haul-Dashboard")!
-}
+import NIOFoundationCompat
 
 /// The web dashboard on the TCP listener: its page and files at `/`, open to anyone (they
-/// hold no data), and `/login?code=…`, which spends a one-time link from `haul ui` and
-/// gives the browser its session cookie. Everything the page shows comes from `/v1`, which
-/// needs that cookie (or the token).
+/// hold no data), and `POST /login`, which spends a one-time code from `haul ui` and answers
+/// with a session for the page to keep. The link `haul ui` gives carries the code in its
+/// fragment (`/#login=CODE`), which a browser never sends to a server nor puts in a
+/// `Referer`; the page posts it here. Everything the page shows comes from `/v1`, which
+/// needs that session in `X-Haul-Session` (or the token).
 struct DashboardRoutes {
     let logins: DashboardLogins
 
@@ -30,23 +27,37 @@ struct DashboardRoutes {
         for name in ["dashboard.js", "dashboard.css", "favicon.svg"] {
             router.get(RouterPath(name)) { _, _ in Self.asset(name) }
         }
-        router.get("/login") { request, _ in
-            let code = request.uri.queryParameters.get("code") ?? ""
-            guard code.count <= 128, let session = logins.redeem(String(code)) else {
-                return Self.page(
-                    status: .unauthorized,
-                    title: "This login link has expired",
-                    text: "A link from haul ui works once, within five minutes. Run haul ui again for a new one."
+        router.post("/login") { request, _ in
+            var request = request
+            let body = try? await request.collectBody(upTo: 1024)
+            let login = body.flatMap { try? JSONDecoder().decode(Login.self, from: Data(buffer: $0)) }
+            guard let login, let session = logins.redeem(login.code) else {
+                return APIFailure.response(
+                    API.Failure(
+                        error: "This login link has expired or was used; run haul ui again for a new one",
+                        code: "unauthorized"
+                    ),
+                    status: .unauthorized
                 )
             }
-            var response = Response(status: .seeOther)
-            response.headers[.location] = "/"
-            response.headers[.setCookie] =
-                "\(DashboardLogins.cookieName)=\(session); Path=/; HttpOnly; SameSite=Strict"
-            response.headers[.cacheControl] = "no-store"
+            var response = Response(
+                status: .ok,
+                headers: [.contentType: "application/json", .cacheControl: "no-store"],
+                body: .init(byteBuffer: ByteBuffer(data: try JSONEncoder().encode(Session(session: session))))
+            )
             response.headers[.referrerPolicy] = "no-referrer"
             return response
         }
+    }
+
+    /// `POST /login`'s body: the code from the link's fragment.
+    private struct Login: Decodable {
+        var code: String
+    }
+
+    /// `POST /login`'s answer: the session the page sends as `X-Haul-Session`.
+    private struct Session: Encodable {
+        var session: String
     }
 
     static func asset(_ name: String) -> Response {

@@ -28,7 +28,8 @@ struct Aria2RPC: Sendable {
         var code: Int
         var message: String
 
-        static func failed(_ message: String) -> Failure { Failure(code: 1, message: message) }
+        /// A method that fails, in a sentence with the secrets of any URL in it hidden.
+        static func failed(_ message: String) -> Failure { Failure(code: 1, message: Redaction.text(message)) }
         static let unauthorized = Failure(code: 1, message: "Unauthorized")
         static let parseError = Failure(code: -32700, message: "Parse error.")
         static let invalidRequest = Failure(code: -32600, message: "Invalid Request.")

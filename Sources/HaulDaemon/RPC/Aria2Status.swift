@@ -74,7 +74,7 @@ struct Aria2Status {
         ]
         if info.state == .failed {
             fields["errorCode"] = .string(errorCode(info.errorCode))
-            fields["errorMessage"] = .string(info.errorMessage ?? "")
+            fields["errorMessage"] = .string(Redaction.text(info.errorMessage ?? ""))
         } else if info.state == .completed {
             fields["errorCode"] = "0"
             fields["errorMessage"] = ""
@@ -96,9 +96,10 @@ struct Aria2Status {
     }
 
     /// Every source of the download: aria2 calls one in use `used`, one not yet `waiting`.
+    /// Shown as every API answer shows a URL: passwords and secret query values as `***`.
     static func uris(_ info: DownloadInfo) -> [JSONValue] {
         let sources = info.sources.isEmpty ? [info.url] : info.sources.filter { $0.dropped == nil }.map(\.url)
         let used = info.state == .running || info.state == .completed
-        return sources.map { ["uri": .string($0.absoluteString), "status": used ? "used" : "waiting"] }
+        return sources.map { ["uri": .string(Redaction.url($0)), "status": used ? "used" : "waiting"] }
     }
 }

@@ -18,13 +18,20 @@ extension Aria2RPC {
     static let maxPending = 10_000
 
     /// HTTP/1.1 that upgrades a request for `/jsonrpc` to this WebSocket; every other request
-    /// goes to the router.
+    /// goes to the router. A connection with no request begun closes at a graceful shutdown
+    /// (``QuiescingUpgradeChannel``).
     var webSocketServer: HTTPServerBuilder {
-        .http1WebSocketUpgrade { request, _, _ in
-            guard request.path?.split(separator: "?", maxSplits: 1).first == "/jsonrpc" else { return .dontUpgrade }
-            return .upgrade([:]) { inbound, outbound, _ in
-                try await serve(inbound: inbound, outbound: outbound)
-            }
+        HTTPServerBuilder { responder in
+            QuiescingUpgradeChannel(
+                base: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: .init()) { request, _, _ in
+                    guard request.path?.split(separator: "?", maxSplits: 1).first == "/jsonrpc" else {
+                        return .dontUpgrade
+                    }
+                    return .upgrade([:]) { inbound, outbound, _ in
+                        try await serve(inbound: inbound, outbound: outbound)
+                    }
+                }
+            )
         }
     }
 

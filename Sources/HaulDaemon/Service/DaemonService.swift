@@ -126,6 +126,7 @@ public final class DaemonService: Service, Sendable {
         if let listen = configuration.listen {
             try DaemonService.checkListenAddress(listen.host, publicly: configuration.listenPublicly, logger: logger)
         }
+        let givenSecret = try RPCSecret.checked(configuration.rpcSecret, from: "The RPC secret")
         try DaemonService.prepareHome(paths.home.path, logger: logger)
         let lock = try DaemonLock.acquire(paths.lock)
         defer { withExtendedLifetime(lock) {} }
@@ -140,6 +141,8 @@ public final class DaemonService: Service, Sendable {
             }
         }
         guard let store: any TaskStore & EventLogStore = configuration.sharedStore ?? local else { return }
+        // Read before the manager exists: nothing may throw between its creation and its run.
+        let token = try DaemonService.loadOrCreateToken(paths.token)
         let limits = try await DaemonService.startingLimits(configuration, store: store, logger: logger)
         var managerConfiguration = DownloadManager.Configuration(
             store: .engine(store),
@@ -190,7 +193,7 @@ public final class DaemonService: Service, Sendable {
         // on the socket as on TCP.
         var rpc = Aria2RPC(
             core: core,
-            secret: try configuration.rpcSecret ?? DaemonService.loadOrCreateToken(paths.token),
+            secret: givenSecret ?? token,
             defaultDirectory: directory
         )
         rpc.allowsAllOrigins = configuration.rpcAllowsAllOrigins
@@ -209,7 +212,6 @@ public final class DaemonService: Service, Sendable {
             .init(service: Listener(address: socketPath, server: unixServer))
         ]
         if let listen = configuration.listen {
-            let token = try DaemonService.loadOrCreateToken(paths.token)
             let tcpServer = Application(
                 router: Routes.router(core: core, token: token, rpc: rpc, metrics: configuration.metrics),
                 server: rpc.webSocketServer,

@@ -8,7 +8,7 @@ import Testing
 @testable import Haul
 
 /// `haul get` as a user meets it: exit codes, one-line errors, quiet output.
-@Suite("haul get command line", .tags(.process), .leftOutOfFastLoop)
+@Suite("haul get command line", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct CLITests {
     @Test func downloadsQuietlyAndSaysNothing() async throws {
         let temp = try TemporaryDirectory()

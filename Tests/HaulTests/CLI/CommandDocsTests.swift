@@ -6,7 +6,7 @@ import Testing
 
 /// What `haul` says about itself: completion scripts, the manual page, and the examples in
 /// every command's `--help`.
-@Suite("Completions, the manual and --help examples", .tags(.process))
+@Suite("Completions, the manual and --help examples", .tags(.process), .timeLimit(.minutes(10)))
 struct CommandDocsTests {
     /// Every command, with its path from the root (`["daemon", "start"]`).
     static func commands(

@@ -6,7 +6,7 @@ import Testing
 
 /// The configuration file: defaults for `haul get`, `haul add` and `haul daemon`, the
 /// command line winning, as wget's `.wgetrc` and aria2's `aria2.conf`.
-@Suite("Configuration file", .tags(.process), .leftOutOfFastLoop)
+@Suite("Configuration file", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct ConfigTests {
     static func write(_ text: String, to path: String) throws {
         try FileManager.default.createDirectory(

@@ -7,7 +7,7 @@ import Testing
 
 /// `haul get --continue`: a partial file another tool left is continued, as `wget -c URL`,
 /// `curl -C - -o FILE URL` and `aria2c -c URL` do, but only once the server confirms it.
-@Suite("haul get --continue", .tags(.process), .leftOutOfFastLoop)
+@Suite("haul get --continue", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct ContinueTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
     static let size = 4_000_000
@@ -127,7 +127,7 @@ struct ContinueTests {
 }
 
 /// The two file conventions cross the daemon's API as the request had them.
-@Suite("-N and --continue through the API")
+@Suite("-N and --continue through the API", .timeLimit(.minutes(10)))
 struct FileConventionWireTests {
     @Test func roundTrip() throws {
         var request = DownloadRequest(url: URL(string: "http://127.0.0.1:1/f")!, destination: .directory("/data"))

@@ -8,7 +8,7 @@ import Testing
 
 /// `haul get` killed with SIGKILL at chosen moments; the same command run again must finish
 /// with the right bytes, continuing from the committed offset.
-@Suite("Crash safety (kill -9)", .serialized, .tags(.process, .slow), .leftOutOfFastLoop)
+@Suite("Crash safety (kill -9)", .serialized, .tags(.process, .slow), .leftOutOfFastLoop, .timeLimit(.minutes(20)))
 struct CrashSafetyTests {
     enum KillPoint: String, CaseIterable, Sendable {
         /// Before any checkpoint: nothing committed, the rerun starts from 0.

@@ -5,7 +5,7 @@ import Testing
 /// `scripts/demo`, the first thing a newcomer runs, and `scripts/demo-mirrors`, run small
 /// against the built `haul`: they must work at any machine speed (the first kills by
 /// progress, not by time).
-@Suite("scripts/demo", .tags(.process), .leftOutOfFastLoop)
+@Suite("scripts/demo", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct DemoScriptTests {
     static let repository = TestPaths.repository
 

@@ -6,7 +6,7 @@ import Testing
 
 /// The exit status by class: every error code has its class, several failures share theirs
 /// only when they agree, and `haul status` without a daemon says so with 8.
-@Suite struct ExitStatusTests {
+@Suite(.timeLimit(.minutes(10))) struct ExitStatusTests {
     /// Haul's, not Swift Testing's exit status.
     typealias ExitStatus = HaulCLI.ExitStatus
 

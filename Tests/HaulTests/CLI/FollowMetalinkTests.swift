@@ -7,7 +7,7 @@ import Testing
 /// A URL that turns out to be a Metalink (`--follow-metalink`, on by default, as aria2's):
 /// the Metalink is kept, and the files it describes are downloaded too — checked by their
 /// hashes, by what `haul get` says and exits with, and by the headers each server saw.
-@Suite("Following a Metalink", .tags(.process))
+@Suite("Following a Metalink", .tags(.process), .timeLimit(.minutes(10)))
 struct FollowMetalinkTests {
     static func document(_ files: [(name: String, urls: [URL], hash: String)]) -> String {
         let entries = files.map { file in

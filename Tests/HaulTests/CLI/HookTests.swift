@@ -7,7 +7,7 @@ import Testing
 
 /// `--on-complete` and `--on-error`: programs run when a download ends, as aria2's
 /// `--on-download-complete` and `--on-download-error`.
-@Suite("Hooks", .tags(.process), .leftOutOfFastLoop)
+@Suite("Hooks", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct HookTests {
     /// A hook that appends its arguments and HAUL_* variables to `$HOOK_OUT`, then exits
     /// `$HOOK_EXIT` (0 by default).

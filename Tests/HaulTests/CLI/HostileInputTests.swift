@@ -1,5 +1,6 @@
 import Foundation
 import HaulClient
+import HaulDaemon
 import HaulTesting
 import HaulWire
 import Testing
@@ -9,7 +10,7 @@ import Testing
 /// `haul get` against hostile input and hostile output: names that climb out of `-d`, a
 /// closed stdout, a full stderr, impossible ports and malformed option values. None of
 /// them may crash it, write outside its directory or lose a checkpoint.
-@Suite("haul get: hostile input and output", .serialized, .tags(.process), .leftOutOfFastLoop)
+@Suite("haul get: hostile input and output", .serialized, .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct HostileInputTests {
     @Test(
         "an input file's out= cannot leave -d",
@@ -149,5 +150,63 @@ struct HostileInputTests {
         #expect(result.stderr.hasPrefix("haul: error: "))
         #expect(result.stderr.filter { $0 == "\n" }.count == 1, "\(result.stderr)")
         #expect(result.stderr.contains(form), "\(result.stderr)")
+    }
+}
+
+/// Issue 32's hostile values, each once refused badly or not at all.
+@Suite("haul: values an attacker or a typo gives", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
+struct HostileValueTests {
+    @Test("an IPv4-mapped IPv6 address is fetched like its IPv4 address, not left waiting for a route")
+    func mappedAddress() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 100_000, seed: 3))
+            let url = "http://[::ffff:127.0.0.1]:\(server.port)/f.bin"
+            let result = try await HaulProcess.run(
+                ["get", "-q", "--wait-for-network", "5s", "-d", temp.path, url],
+                home: temp.file("home")
+            )
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"))
+            #expect(server.requests(for: "/f.bin").count == 1)
+        }
+        #expect(NetworkMonitor.route(to: "[::ffff:127.0.0.1]")?.interface == "lo")
+    }
+
+    @Test("--checkpoint-interval out of range is refused in a sentence", arguments: ["inf", "nan", "1e19", "0", "-1"])
+    func checkpointInterval(value: String) async throws {
+        let temp = try TemporaryDirectory()
+        let result = try await HaulProcess.run(
+            ["daemon", "--foreground", "--checkpoint-interval=\(value)"],
+            home: temp.file("home")
+        )
+        #expect(result.status == 2, "\(result.stderr)")
+        #expect(result.stderr.contains("--checkpoint-interval must be from 0.01 to 3600 seconds"), "\(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+    }
+
+    @Test(
+        "HAUL_RPC_SECRET goes through the same check as --rpc-secret; empty means unset",
+        arguments: ["a", "short", "  padded  "]
+    )
+    func weakRPCSecret(secret: String) async throws {
+        let temp = try TemporaryDirectory()
+        let result = try await HaulProcess(
+            ["daemon", "--foreground"],
+            home: temp.file("home"),
+            environment: ["HAUL_RPC_SECRET": secret]
+        ).finish()
+        #expect(result.status == 2, "\(result.stderr)")
+        #expect(result.stderr.contains("HAUL_RPC_SECRET must be 8 to 1024 characters"), "\(result.stderr)")
+        let flag = try await HaulProcess.run(
+            ["daemon", "--foreground", "--rpc-secret", secret],
+            home: temp.file("home")
+        )
+        #expect(flag.status == 2)
+        #expect(flag.stderr.contains("--rpc-secret must be 8 to 1024 characters"), "\(flag.stderr)")
+        #expect(throws: HaulError.self) { try RPCSecret.checked(secret, from: "the secret") }
+        #expect(try RPCSecret.checked("", from: "the secret") == nil)
+        #expect(try RPCSecret.checked(nil, from: "the secret") == nil)
+        #expect(try RPCSecret.checked("a long secret", from: "the secret") == "a long secret")
     }
 }

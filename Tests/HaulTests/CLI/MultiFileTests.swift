@@ -8,7 +8,7 @@ import Testing
 
 /// `haul get` with several files: the limit, input files, JSON events, the summary, and
 /// rerunning an interrupted batch.
-@Suite("haul get with several files", .tags(.process), .leftOutOfFastLoop)
+@Suite("haul get with several files", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct MultiFileTests {
     @Test func manyURLsWithALimit() async throws {
         let temp = try TemporaryDirectory()

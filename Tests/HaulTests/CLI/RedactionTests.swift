@@ -8,7 +8,7 @@ import Testing
 @testable import Haul
 
 /// Credentials and tokens in URLs are never shown or logged (issue 11 item 10).
-@Suite("Secrets in URLs", .tags(.process), .leftOutOfFastLoop)
+@Suite("Secrets in URLs", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct RedactionTests {
     @Test(
         "passwords, user-name tokens and secret query values are hidden; other text is kept",

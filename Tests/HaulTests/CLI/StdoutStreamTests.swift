@@ -5,7 +5,7 @@ import Testing
 @testable import Haul
 
 /// `haul get -o - URL`: the body on stdout, as `curl URL` and `wget -O - URL` write it.
-@Suite("haul get -o - (stdout)", .tags(.process), .leftOutOfFastLoop)
+@Suite("haul get -o - (stdout)", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct StdoutStreamTests {
     /// Runs `haul get ARGUMENTS` in `temp` with stdout into `temp/out`.
     static func get(_ arguments: [String], in temp: TemporaryDirectory) async throws -> (status: Int32, stderr: String)

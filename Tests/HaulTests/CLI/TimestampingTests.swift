@@ -6,7 +6,7 @@ import Testing
 
 /// `haul get -N`: a file already at the destination is checked against the server, as
 /// `wget -N URL` and `curl -z FILE -o FILE URL` do.
-@Suite("haul get -N (timestamping)", .tags(.process), .leftOutOfFastLoop)
+@Suite("haul get -N (timestamping)", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct TimestampingTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
     static let firstTime = Date(timeIntervalSince1970: 1_735_689_600)  // 2025-01-01

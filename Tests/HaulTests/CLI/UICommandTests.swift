@@ -1,12 +1,14 @@
 import AsyncHTTPClient
 import Foundation
+import NIOCore
+import NIOHTTP1
 import Testing
 
 @testable import HaulCLI
 
 /// `haul ui`: the login link from a running daemon, printed and handed to `$BROWSER`; the
 /// link logs a browser in once; without a TCP listener, a sentence saying how to start one.
-@Suite("haul ui", .tags(.process), .serialized)
+@Suite("haul ui", .tags(.process), .serialized, .timeLimit(.minutes(10)))
 struct UICommandTests {
     @Test("prints a one-time link that logs in; opens it with $BROWSER; no TCP listener is one sentence")
     func loginLink() async throws {
@@ -19,10 +21,11 @@ struct UICommandTests {
         let printed = try await HaulProcess.run(["ui", "--no-open"], home: home)
         #expect(printed.status == 0, "\(printed.stderr)")
         let url = printed.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let pattern = #/^http://127\.0\.0\.1:[0-9]+/login\?code=[0-9a-f]{64}$/#
+        let pattern = ##/^http://127\.0\.0\.1:[0-9]+/#login=[0-9a-f]{64}$/##
         #expect(url.wholeMatch(of: pattern) != nil, "\(url)")
 
-        // Opened with $BROWSER, the link where it says %s.
+        // Opened with $BROWSER, where it says %s: a private file that sends the browser on to
+        // the link, never the link itself (every user can read a program's arguments).
         let seen = temp.file("browser-saw")
         let browser = temp.file("browser.sh")
         try "#!/bin/sh\nprintf '%s\\n' \"$@\" > \(seen)\n".write(toFile: browser, atomically: true, encoding: .utf8)
@@ -35,28 +38,28 @@ struct UICommandTests {
         #expect(opened.status == 0, "\(opened.stderr)")
         #expect(opened.stderr.contains("Opened in \(browser)"))
         let link = opened.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(
-            try await waitUntil {
-                (try? String(contentsOfFile: seen, encoding: .utf8)) == "--new-window\n\(link)\n"
-            }
-        )
+        #expect(try await waitUntil { FileManager.default.fileExists(atPath: seen) })
+        let arguments = try String(contentsOfFile: seen, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(arguments.count == 2 && arguments[0] == "--new-window", "\(arguments)")
+        let code = String(link.split(separator: "=").last ?? "")
+        #expect(!arguments.joined().contains(code), "the code is in the browser's arguments")
+        let file = try #require(URL(string: arguments.last ?? "")).path
+        #expect(arguments.last?.hasPrefix("file://\(home)/ui-login-") == true, "\(arguments)")
+        let mode = try FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        let page = try String(contentsOfFile: file, encoding: .utf8)
+        #expect(page.contains(#"<meta http-equiv="refresh" content="0;url=\#(link)">"#), "\(page)")
 
-        // The printed link logs in once: a session cookie, then a refusal (redirects not
-        // followed, to see the login's own answer).
-        let http = HTTPClient(configuration: .init(redirectConfiguration: .disallow))
-        do {
-            let request = HTTPClientRequest(url: url)
-            let first = try await http.execute(request, timeout: .seconds(30))
-            _ = try await first.body.collect(upTo: 1 << 20)
-            #expect(first.status == .seeOther)
-            #expect(first.headers["Set-Cookie"].first?.hasPrefix("haul_session=") == true)
-            let again = try await http.execute(request, timeout: .seconds(30))
-            _ = try await again.body.collect(upTo: 1 << 20)
-            #expect(again.status == .unauthorized)
-            try await http.shutdown()
-        } catch {
-            try? await http.shutdown()
-            throw error
+        // The printed link's code logs in once: a session, then a refusal.
+        let port = try #require(link.wholeMatch(of: #/http://127\.0\.0\.1:([0-9]+)/.*/#)?.output.1)
+        for expected in [HTTPResponseStatus.ok, .unauthorized] {
+            var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/login")
+            request.method = .POST
+            request.body = .bytes(ByteBuffer(string: #"{"code":"\#(code)"}"#))
+            let answer = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+            let body = try await answer.body.collect(upTo: 1 << 20)
+            #expect(answer.status == expected, "\(String(buffer: body))")
+            #expect(answer.headers["Set-Cookie"].isEmpty)
         }
 
         // A daemon without a TCP listener: nothing a browser could open.

@@ -8,7 +8,7 @@ import Testing
 @testable import HaulDaemon
 
 /// What `haul watch` draws from live events, without a daemon.
-@Suite struct WatchBoardTests {
+@Suite(.timeLimit(.minutes(10))) struct WatchBoardTests {
     private let a = UUID(uuidString: "AAAAAAAA-0000-4000-8000-000000000001")!
     private let b = UUID(uuidString: "BBBBBBBB-0000-4000-8000-000000000002")!
 

@@ -11,7 +11,7 @@ import Testing
 
 /// Hostile bodies for the daemon's API: nothing reaches a trap, a rejected request changes
 /// nothing, and the daemon keeps answering.
-@Suite("Daemon API: hostile input", .postgresServer)
+@Suite("Daemon API: hostile input", .postgresServer, .timeLimit(.minutes(10)))
 struct APIHardeningTests {
     /// Sends `body` to the daemon's socket; returns the status and the answer's text.
     static func send(_ method: HTTPMethod, _ path: String, _ body: String, home: String) async throws -> (Int, String) {

@@ -19,7 +19,7 @@ private final class Inbox: Sendable {
 
 /// aria2's JSON-RPC on the daemon's TCP listener, driven over HTTP as aria2's clients do, and
 /// compared with a real `aria2c --enable-rpc` answering the same calls.
-@Suite("aria2 JSON-RPC", .serialized, .postgresServer)
+@Suite("aria2 JSON-RPC", .serialized, .postgresServer, .timeLimit(.minutes(10)))
 struct Aria2RPCTests {
     /// A JSON-RPC endpoint and its secret.
     struct Endpoint {
@@ -84,14 +84,14 @@ struct Aria2RPCTests {
             on: engine,
             home: temp.file("home"),
             listen: ("127.0.0.1", 0),
-            rpcSecret: "s3cret",
+            rpcSecret: "s3cret-rpc",
             rpcDirectory: out,
             rpcAllowsAllOrigins: allowsAllOrigins
         ) {
             client,
             _ in
             let listen = try #require(try await client.status().listen)
-            try await body(Endpoint(url: "http://\(listen)/jsonrpc", secret: "s3cret"), out)
+            try await body(Endpoint(url: "http://\(listen)/jsonrpc", secret: "s3cret-rpc"), out)
         }
     }
 
@@ -379,7 +379,7 @@ struct Aria2RPCTests {
     func batchesAndGet(engine: StoreEngine) async throws {
         try await Self.withHaul(on: engine) { haul, _ in
             let batch = try await haul.post([
-                ["jsonrpc": "2.0", "id": "a", "method": "aria2.getVersion", "params": ["token:s3cret"]],
+                ["jsonrpc": "2.0", "id": "a", "method": "aria2.getVersion", "params": ["token:s3cret-rpc"]],
                 ["jsonrpc": "2.0", "id": "b", "method": "aria2.getGlobalStat", "params": ["token:nope"]],
             ])
             let answers = try #require(batch.array)
@@ -391,8 +391,8 @@ struct Aria2RPCTests {
                 "jsonrpc": "2.0", "id": "m", "method": "system.multicall",
                 "params": [
                     [
-                        ["methodName": "aria2.getVersion", "params": ["token:s3cret"]],
-                        ["methodName": "aria2.tellStatus", "params": ["token:s3cret", "ffffffffffffffff"]],
+                        ["methodName": "aria2.getVersion", "params": ["token:s3cret-rpc"]],
+                        ["methodName": "aria2.tellStatus", "params": ["token:s3cret-rpc", "ffffffffffffffff"]],
                     ]
                 ],
             ])
@@ -401,7 +401,7 @@ struct Aria2RPCTests {
             #expect(results[0].array?.first?.object?["version"] == .string(HaulVersion.current))
             #expect(results[1].object?["message"] == "GID ffffffffffffffff is not found")
 
-            let params = Data(#"["token:s3cret"]"#.utf8).base64EncodedString()
+            let params = Data(#"["token:s3cret-rpc"]"#.utf8).base64EncodedString()
                 .addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
             let (status, body) = try await haul.get("method=aria2.getGlobalStat&id=g&params=\(params)")
             #expect(status == 200)
@@ -442,7 +442,12 @@ struct Aria2RPCTests {
                     }
                     return found
                 }
-                func call(_ id: String, _ method: String, _ params: [JSONValue], secret: String = "s3cret") -> String {
+                func call(
+                    _ id: String,
+                    _ method: String,
+                    _ params: [JSONValue],
+                    secret: String = "s3cret-rpc"
+                ) -> String {
                     let request: JSONValue = [
                         "jsonrpc": "2.0", "id": .string(id), "method": .string(method),
                         "params": .array([.string("token:" + secret)] + params),
@@ -594,6 +599,100 @@ struct Aria2RPCTests {
         }
     }
 
+    @Test("an empty RPC secret means none given: 'token:' is refused, the daemon's token is the secret")
+    func emptySecret() async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        try await withDaemon(home: home, listen: ("127.0.0.1", 0), rpcSecret: "") { client, _ in
+            let listen = try #require(try await client.status().listen)
+            let token = try String(contentsOfFile: home + "/daemon.token", encoding: .utf8)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            let empty = Endpoint(url: "http://\(listen)/jsonrpc", secret: "")
+            #expect(try await empty.call("aria2.getVersion")["error"] == ["code": .int(1), "message": "Unauthorized"])
+            let added = try await empty.call(
+                "aria2.addUri",
+                [["http://127.0.0.1:9/a.bin"], ["dir": .string(temp.path)]]
+            )
+            #expect(added["error"] == ["code": .int(1), "message": "Unauthorized"])
+            #expect(try await client.tasks().isEmpty)
+            let right = Endpoint(url: "http://\(listen)/jsonrpc", secret: token)
+            #expect(try await right.result("aria2.getVersion").object?["version"] != nil)
+        }
+    }
+
+    @Test("no answer shows a URL's password or secret query value: every aria2 method and every /v1 read")
+    func plantedSecretsHidden() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/held.bin", .init(size: 1 << 20, seed: 4))
+            let planted = "http://user:planted-password@127.0.0.1:\(server.port)"
+            try await withDaemon(
+                home: home,
+                listen: ("127.0.0.1", 0),
+                rpcSecret: "s3cret-rpc",
+                rpcDirectory: out
+            ) { client, _ in
+                let listen = try #require(try await client.status().listen)
+                let rpc = Endpoint(url: "http://\(listen)/jsonrpc", secret: "s3cret-rpc")
+                // Through /v1: one that fails (its error names the URL), one paused; through
+                // aria2: one paused with a mirror.
+                let failed = try await client.add([
+                    DownloadRequest(
+                        url: URL(string: planted + "/missing.bin?token=planted-token")!,
+                        destination: .directory(out)
+                    )
+                ])
+                #expect(try await waitUntil { try await client.info(failed[0].id).state == .failed })
+                var held = DownloadRequest(
+                    url: URL(string: planted + "/held.bin?X-Amz-Signature=planted-signature")!,
+                    destination: .directory(out)
+                )
+                held.mirrors = [URL(string: "http://planted-user@127.0.0.1:\(server.port)/held.bin")!]
+                let added = try await client.add([held])
+                _ = try await client.pause(.tasks([added[0].id]))
+                let gid = try await rpc.result(
+                    "aria2.addUri",
+                    [[.string(planted + "/held.bin?access_token=planted-access")], ["pause": "true", "out": "b.bin"]]
+                )
+                let gids = [GID.of(failed[0].id), GID.of(added[0].id), try #require(gid.string)]
+                var answers: [String] = []
+                for gid in gids {
+                    for method in ["aria2.tellStatus", "aria2.getUris", "aria2.getFiles", "aria2.getOption"] {
+                        answers.append("\(try await rpc.call(method, [.string(gid)]))")
+                    }
+                }
+                answers.append("\(try await rpc.call("aria2.tellActive"))")
+                answers.append("\(try await rpc.call("aria2.tellWaiting", [0, 100]))")
+                answers.append("\(try await rpc.call("aria2.tellStopped", [0, 100]))")
+                answers.append("\(try await rpc.call("aria2.getGlobalOption"))")
+                answers.append("\(try await rpc.call("aria2.addUri", [["http://u:planted-bad@[::1"]]))")
+                let token = try String(contentsOfFile: home + "/daemon.token", encoding: .utf8)
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
+                var paths = ["/v1/tasks", "/v1/sessions", "/v1/status", "/v1/sessions/default/log?after=0"]
+                paths += [failed[0].id, added[0].id].map { "/v1/tasks/\($0.uuidString)" }
+                for path in paths {
+                    var request = HTTPClientRequest(url: "http://\(listen)\(path)")
+                    request.headers.add(name: "Authorization", value: "Bearer \(token)")
+                    let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+                    let body = try await response.body.collect(upTo: 16 << 20)
+                    #expect(response.status == .ok, "\(path)")
+                    answers.append(String(buffer: body))
+                }
+                #expect(answers.joined().contains("user:***@"), "the answers show the URLs, redacted")
+                for answer in answers {
+                    for secret in [
+                        "planted-password", "planted-token", "planted-signature", "planted-user", "planted-access",
+                        "planted-bad",
+                    ] {
+                        #expect(!answer.contains(secret), "\(answer.prefix(600))")
+                    }
+                }
+            }
+        }
+    }
+
     @Test(
         "CORS only with --rpc-allow-origin-all: the header on answers, and the preflight allowed",
         arguments: StoreEngine.allCases
@@ -636,8 +735,8 @@ struct Aria2RPCTests {
         try await TestServer.withServer { server in
             server.set("/f.bin", .init(size: 1 << 20, seed: 6))
             let url = JSONValue.string(server.url("/f.bin").absoluteString)
-            try await ExternalServer.with(try await ExternalServer.startAria2RPC(secret: "s3cret")) { aria2 in
-                let reference = Endpoint(url: "http://127.0.0.1:\(aria2.port)/jsonrpc", secret: "s3cret")
+            try await ExternalServer.with(try await ExternalServer.startAria2RPC(secret: "s3cret-rpc")) { aria2 in
+                let reference = Endpoint(url: "http://127.0.0.1:\(aria2.port)/jsonrpc", secret: "s3cret-rpc")
                 try await Self.withHaul(on: engine) { haul, _ in
                     // The same calls on both: a paused download (so both stay put), then what
                     // clients ask of it and of the daemon.

@@ -8,7 +8,8 @@ import Testing
 @testable import Haul
 
 /// The daemon as a separate `haul daemon` process: killed, stopped, restarted.
-@Suite("Daemon process", .tags(.process, .slow), .leftOutOfFastLoop) struct DaemonProcessTests {
+@Suite("Daemon process", .tags(.process, .slow), .leftOutOfFastLoop, .timeLimit(.minutes(20))) struct DaemonProcessTests
+{
     @Test("kill -9 in the middle of a 10-file session, restart: every file completes once, with the right bytes")
     func killNineAndRestart() async throws {
         let temp = try TemporaryDirectory()

@@ -76,7 +76,7 @@ private func run(
     }
 }
 
-@Suite("Daemon", .postgresServer) struct DaemonTests {
+@Suite("Daemon", .postgresServer, .timeLimit(.minutes(10))) struct DaemonTests {
     @Test("every operation round-trips through the socket", arguments: StoreEngine.allCases)
     func roundTrips(engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()

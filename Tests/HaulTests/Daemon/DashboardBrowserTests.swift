@@ -13,7 +13,7 @@ import Testing
 /// it, adds another with the keyboard only, changes the global limits and removes all; this test judges
 /// what the script saw against what the daemon did and what nginx served. Screenshots go to
 /// .build/test-artifacts/dashboard.
-@Suite("Dashboard in a browser", .serialized, .postgresServer)
+@Suite("Dashboard in a browser", .serialized, .postgresServer, .timeLimit(.minutes(10)))
 struct DashboardBrowserTests {
     static let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first {
         FileManager.default.isExecutableFile(atPath: $0)
@@ -65,7 +65,9 @@ struct DashboardBrowserTests {
                 let seen = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
 
                 // Logged in: the link led to the page, which knew the daemon's directory.
-                #expect((seen["landed"] as? String)?.hasSuffix("/") == true)
+                #expect((seen["landed"] as? String)?.hasSuffix("/") == true, "the code left in the address bar")
+                #expect(seen["cookies"] as? [String] == [], "a cookie every port of the host would receive")
+                #expect(seen["sessionKept"] as? Bool == true)
                 #expect(seen["prefilledDirectory"] as? String == (try await client.status().directory))
                 // The bar moved through values between 0 and 100 before it reached 100.
                 let percents = seen["percents"] as? [Int] ?? []

@@ -11,7 +11,7 @@ import Testing
 
 /// The session event log on its own: ids, acknowledgement, the bound, and the repair of
 /// final states a killed daemon never told.
-@Suite("Event log", .postgresServer) struct EventLogTests {
+@Suite("Event log", .postgresServer, .timeLimit(.minutes(10))) struct EventLogTests {
     /// A new store of `engine`, as the daemon's event log sees it.
     private func withStore(
         _ engine: StoreEngine,
@@ -205,7 +205,8 @@ import Testing
 }
 
 /// Many clients following one session while tasks pour in (issue 11 item 11).
-@Suite("Event followers", .tags(.slow), .leftOutOfFastLoop, .postgresServer) struct FollowerTests {
+@Suite("Event followers", .tags(.slow), .leftOutOfFastLoop, .postgresServer, .timeLimit(.minutes(20)))
+struct FollowerTests {
     final class Seen: Sendable {
         private let completions = Mutex<[Int: [UUID]]>([:])
         func add(_ follower: Int, _ id: UUID) { completions.withLock { $0[follower, default: []].append(id) } }

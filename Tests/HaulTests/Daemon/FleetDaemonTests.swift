@@ -14,7 +14,7 @@ import Testing
 /// nginx. What the server saw decides: each file fetched in full once, never more requests
 /// in flight than the fleet's limits, a killed daemon's tasks resumed elsewhere at their
 /// committed offsets.
-@Suite("Fleet of daemons on PostgreSQL", .postgresServer, .serialized)
+@Suite("Fleet of daemons on PostgreSQL", .postgresServer, .serialized, .timeLimit(.minutes(20)))
 struct FleetDaemonTests {
     /// Three daemons on one new database (as many started at first as `initially` says;
     /// ``Fleet/start(_:)`` starts the others), their clients, and nginx; all stopped afterwards.

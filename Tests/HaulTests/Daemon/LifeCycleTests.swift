@@ -10,7 +10,7 @@ import Testing
 @testable import Haul
 
 /// Starting and stopping the daemon when things are not as they should be (issue 11, A–F).
-@Suite("Daemon life cycle", .tags(.process), .leftOutOfFastLoop)
+@Suite("Daemon life cycle", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct LifeCycleTests {
     /// A TCP port on loopback that something else holds for the scope of `body`.
     static func withPortInUse(_ body: (Int) async throws -> Void) async throws {

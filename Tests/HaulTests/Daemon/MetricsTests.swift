@@ -12,7 +12,7 @@ import Testing
 
 /// `GET /metrics` in Prometheus's text format, read by Prometheus's own Python parser
 /// (`prometheus_client`, from PyPI) after downloads that completed, retried and failed.
-@Suite("Daemon metrics", .serialized, .postgresServer)
+@Suite("Daemon metrics", .serialized, .postgresServer, .timeLimit(.minutes(10)))
 struct MetricsTests {
     /// The samples of every family, as prometheus_client parsed them: name → [(labels, value)].
     typealias Samples = [String: [(labels: [String: String], value: Double)]]

@@ -13,7 +13,7 @@ import Testing
 /// The OpenAPI 3.1 document of `/v1` (Sources/HaulDaemon/Assets/openapi.json): valid as
 /// OpenAPIKit reads it, describing exactly the routes the daemon registers, served at
 /// `/v1/openapi.json` — and, in SchemathesisTests, what the daemon answers.
-@Suite("OpenAPI document")
+@Suite("OpenAPI document", .timeLimit(.minutes(10)))
 struct OpenAPITests {
     static func document() throws -> OpenAPI.Document {
         let file = try #require(EmbeddedAssets.file("openapi.json"), "the document is not embedded")

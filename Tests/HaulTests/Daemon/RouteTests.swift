@@ -14,7 +14,7 @@ import Testing
 /// The API's routes in process (HummingbirdTesting's router framework: no socket, no
 /// daemon process), over a real manager and a real store. DaemonTests and APIHardeningTests
 /// drive the same routes through the daemon's socket.
-@Suite("API routes in process")
+@Suite("API routes in process", .timeLimit(.minutes(10)))
 struct RouteTests {
     /// Runs `body` with a test client of the API over a manager on a temporary store.
     private func withAPI(

@@ -12,7 +12,7 @@ import Testing
 /// URL that does not parse, a directory that is not there). The daemon and schemathesis run
 /// in a network namespace with only loopback (Tests/openapi/schemathesis.sh): the downloads
 /// schemathesis invents name any host, and none can be reached from there.
-@Suite("schemathesis against the OpenAPI document", .serialized)
+@Suite("schemathesis against the OpenAPI document", .serialized, .timeLimit(.minutes(10)))
 struct SchemathesisTests {
     @Test("no 5xx and every answer as the document describes, over about 1,700 generated requests")
     func schemathesis() async throws {

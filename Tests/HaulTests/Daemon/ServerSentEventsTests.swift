@@ -7,7 +7,7 @@ import Testing
 @testable import HaulDaemon
 
 /// The event stream's wire format, as the daemon writes it and the client reads it.
-@Suite struct ServerSentEventsTests {
+@Suite(.timeLimit(.minutes(10))) struct ServerSentEventsTests {
     private let taskID = UUID(uuidString: "6F1C9B0E-2D4A-4E55-9D0B-7A51C2F0A001")!
 
     private func logged(_ id: Int64) -> EventRecord {

@@ -8,7 +8,7 @@ import Testing
 
 @testable import Haul
 
-@Suite("The store's disk fills", .tags(.slow), .leftOutOfFastLoop) struct StoreFaultTests {
+@Suite("The store's disk fills", .tags(.slow), .leftOutOfFastLoop, .timeLimit(.minutes(20))) struct StoreFaultTests {
     @Test("while tasks run: refused changes change nothing, and every task completes once there is space again")
     func storeFullRecovers() async throws {
         let temp = try TemporaryDirectory()

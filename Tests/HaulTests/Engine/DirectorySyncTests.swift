@@ -7,7 +7,7 @@ import Testing
 
 /// Renames into one directory share its syncs (group commit), and no rename is called
 /// durable by a sync that began before it was asked for.
-@Suite struct DirectorySyncTests {
+@Suite(.timeLimit(.minutes(10))) struct DirectorySyncTests {
     /// A stand-in for `fsync` that counts the syncs and holds the first until released.
     private final class Syncs: Sendable {
         let made = Mutex<[String]>([])

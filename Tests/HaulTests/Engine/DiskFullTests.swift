@@ -8,7 +8,7 @@ import Testing
 
 /// Running out of space, on a real 2 MiB tmpfs. Mounting needs root; elsewhere the test is
 /// skipped (the ENOSPC mapping is still checked).
-@Suite("Disk full", .tags(.process), .leftOutOfFastLoop)
+@Suite("Disk full", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct DiskFullTests {
     @Test func enospcIsReportedAsDiskFull() {
         let error = HaulError.fileSystem("write to", path: "/data/x.part", errno: ENOSPC)

@@ -6,7 +6,7 @@ import Testing
 
 @testable import Haul
 
-@Suite("Server faults, redirects, names and bad input")
+@Suite("Server faults, redirects, names and bad input", .timeLimit(.minutes(10)))
 struct FaultTests {
     @Test("5xx and 429 are retried from the last checkpoint", arguments: [500, 503, 429, 408])
     func retryableStatuses(status: Int) async throws {

@@ -10,7 +10,7 @@ import Testing
 /// Blocking file work (writes, syncs, digests, renames, opening the store) must not hold
 /// Swift's cooperative threads: with two of them, two blocked writes would stall every task
 /// of the process, the daemon's API included.
-@Suite struct FileIOTests {
+@Suite(.timeLimit(.minutes(10))) struct FileIOTests {
     private final class Flag: Sendable {
         let raised = Mutex(false)
     }

@@ -9,7 +9,7 @@ import Testing
 /// The ways a wrong file was once called done: weak validators that changed, a 416 from a
 /// file that shrank, and a body of unknown length cut by a clean close. Each test checks the
 /// final file's SHA-256 against exactly one version and the requests the server saw.
-@Suite("Integrity: never a wrong file called done")
+@Suite("Integrity: never a wrong file called done", .timeLimit(.minutes(10)))
 struct IntegrityTests {
     static let size = 3 << 20
     static let committed = 1 << 20

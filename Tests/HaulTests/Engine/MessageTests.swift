@@ -7,7 +7,7 @@ import Testing
 @testable import Haul
 
 /// Failures say what happened in words a person uses: "timed out", "ended early".
-@Suite("Failure messages")
+@Suite("Failure messages", .timeLimit(.minutes(10)))
 struct MessageTests {
     func downloader(_ temp: TemporaryDirectory, readTimeout: Duration = .seconds(10)) -> Downloader.Configuration {
         var configuration = testConfiguration(store: temp.file("home/haul.sqlite"), retries: 1)

@@ -6,7 +6,7 @@ import Testing
 
 /// Metalink 4 (RFC 5854) and 3 documents: what is read from them, and every hostile one
 /// refused in one sentence.
-@Suite("Metalink")
+@Suite("Metalink", .timeLimit(.minutes(10)))
 struct MetalinkTests {
     static let hash = String(repeating: "ab", count: 32)
 
@@ -149,7 +149,7 @@ struct MetalinkTests {
 }
 
 /// `haul get -M`, as a user runs it.
-@Suite("haul get -M", .tags(.process))
+@Suite("haul get -M", .tags(.process), .timeLimit(.minutes(10)))
 struct MetalinkCommandTests {
     @Test("haul get -M: each file from its URLs at once, named and checked as the Metalink says")
     func getMetalink() async throws {

@@ -7,7 +7,7 @@ import Testing
 @testable import HaulCLI
 
 /// The small values behind progress and limits, tested without a network or a clock's mercy.
-@Suite("Speed, limits and sizes")
+@Suite("Speed, limits and sizes", .timeLimit(.minutes(10)))
 struct MeteringTests {
     // MARK: SpeedMeter
 

@@ -7,7 +7,7 @@ import Testing
 /// One file from several sources (`--mirror`): spread over all of them, each mirror's bytes
 /// compared with another source's before it takes a segment, a failing or different one
 /// dropped, checked byte for byte and by the requests each server saw.
-@Suite("Mirrors")
+@Suite("Mirrors", .timeLimit(.minutes(10)))
 struct MirrorTests {
     static let size = 6 << 20
 
@@ -440,7 +440,7 @@ struct MirrorTests {
 }
 
 /// `haul get --mirror`, as a user runs it.
-@Suite("haul get --mirror", .tags(.process))
+@Suite("haul get --mirror", .tags(.process), .timeLimit(.minutes(10)))
 struct MirrorCommandTests {
     @Test("haul get --mirror: the file from both servers; a 404 mirror is named as dropped on stderr")
     func getWithMirrors() async throws {

@@ -7,7 +7,7 @@ import Testing
 
 @testable import Haul
 
-@Suite("Content-Range parsing")
+@Suite("Content-Range parsing", .timeLimit(.minutes(10)))
 struct ContentRangeTests {
     @Test(arguments: [
         ("bytes 0-99/1000", Optional(ClosedRange<Int64>(uncheckedBounds: (0, 99))), Int64?(1000)),
@@ -31,7 +31,7 @@ struct ContentRangeTests {
     }
 }
 
-@Suite("Validators and If-Range")
+@Suite("Validators and If-Range", .timeLimit(.minutes(10)))
 struct ValidatorTests {
     @Test func strongETagIsUsed() {
         let v = Validators(
@@ -113,7 +113,7 @@ struct ValidatorTests {
     }
 }
 
-@Suite("File names")
+@Suite("File names", .timeLimit(.minutes(10)))
 struct FileNamingTests {
     @Test(arguments: [
         ("attachment; filename=\"report.pdf\"", "report.pdf"),
@@ -162,7 +162,7 @@ struct FileNamingTests {
     }
 }
 
-@Suite("Checksums")
+@Suite("Checksums", .timeLimit(.minutes(10)))
 struct ChecksumTests {
     @Test func parsesAllAlgorithms() throws {
         #expect(
@@ -180,7 +180,7 @@ struct ChecksumTests {
     }
 }
 
-@Suite("Retry policy")
+@Suite("Retry policy", .timeLimit(.minutes(10)))
 struct RetryPolicyTests {
     @Test func backoffDoublesWithJitterAndCaps() {
         let policy = RetryPolicy(maxRetries: 5, baseDelay: .seconds(1), maxDelay: .seconds(8))
@@ -211,7 +211,7 @@ struct RetryPolicyTests {
     }
 }
 
-@Suite("Resume data")
+@Suite("Resume data", .timeLimit(.minutes(10)))
 struct ResumeDataTests {
     func sample() -> ResumeData {
         ResumeData(

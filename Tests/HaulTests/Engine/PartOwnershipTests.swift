@@ -10,7 +10,7 @@ import Testing
 /// A part file belongs to exactly one task, and Haul never writes into a file it did not
 /// create: a user's `NAME.part`, a hard or symbolic link, another download's part file, a
 /// finished download that happens to be named `NAME.part`.
-@Suite("Part files belong to one task")
+@Suite("Part files belong to one task", .timeLimit(.minutes(10)))
 struct PartOwnershipTests {
     static let size = 2 << 20
 

@@ -9,7 +9,7 @@ import Testing
 /// fetched again from another source, a source dropped after two bad pieces, and the
 /// verified pieces kept across a pause — checked by the file's hash and by the requests
 /// each server saw.
-@Suite("Piece hashes")
+@Suite("Piece hashes", .timeLimit(.minutes(10)))
 struct PieceTests {
     static let size = 8 << 20
     static let pieceLength = 256 << 10

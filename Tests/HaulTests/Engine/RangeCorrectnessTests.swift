@@ -8,7 +8,7 @@ import Testing
 
 /// One test per correctness rule of docs/architecture.md, each checking the final file's SHA-256 or
 /// the exact error, and the exact headers the server saw.
-@Suite("Range correctness rules")
+@Suite("Range correctness rules", .timeLimit(.minutes(10)))
 struct RangeCorrectnessTests {
     static let size = 3 << 20
 

@@ -7,7 +7,7 @@ import Testing
 @testable import Haul
 
 /// Waiting before a retry: said while it happens, and never longer than allowed.
-@Suite("Retries and Retry-After", .tags(.process), .leftOutOfFastLoop)
+@Suite("Retries and Retry-After", .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct RetryTests {
     @Test(
         "a Retry-After longer than the patience fails at once, saying what the server asked",

@@ -8,7 +8,7 @@ import Testing
 
 /// Segmented downloads: one file over several connections, with work stealing, checked
 /// byte for byte and by the exact requests the server saw.
-@Suite("Segmented downloads")
+@Suite("Segmented downloads", .timeLimit(.minutes(10)))
 struct SegmentTests {
     static let size = 4 << 20
 
@@ -269,7 +269,7 @@ struct SegmentTests {
 }
 
 /// The plan's bookkeeping on its own: splits, claims, steals and the invariants.
-@Suite("Segment plan")
+@Suite("Segment plan", .timeLimit(.minutes(10)))
 struct SegmentPlanTests {
     func plan(_ size: Int64, minSplit: Int64 = 10) -> SegmentPlan {
         SegmentPlan([SegmentRecord(taskID: UUID(), ordinal: 0, start: 0, end: size, committed: 0)], minSplit: minSplit)
@@ -365,7 +365,7 @@ struct SegmentPlanTests {
 /// several seconds: inside the test process the downloads would share threads with every
 /// suite running at once, and on a busy machine fall short of the limit for that reason
 /// alone. A missing nginx skips these locally and fails them in CI.
-@Suite("Rate limits", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop)
+@Suite("Rate limits", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop, .timeLimit(.minutes(20)))
 struct RateLimitTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
 

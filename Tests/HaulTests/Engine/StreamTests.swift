@@ -6,7 +6,7 @@ import Testing
 @testable import Haul
 
 /// ``Downloader/stream(_:progress:into:)``: a body handed to a sink as it arrives.
-@Suite("Streaming a body to a sink")
+@Suite("Streaming a body to a sink", .timeLimit(.minutes(10)))
 struct StreamTests {
     final class Collected: @unchecked Sendable {
         var bytes: [UInt8] = []

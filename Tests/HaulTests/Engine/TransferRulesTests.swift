@@ -8,7 +8,7 @@ import Testing
 
 /// Each range rule on its own, without a server or a disk: what opens an attempt, and what
 /// each answer means. RangeCorrectnessTests and IntegrityTests pin the same rules end to end.
-@Suite("Transfer rules")
+@Suite("Transfer rules", .timeLimit(.minutes(10)))
 struct TransferRulesTests {
     static let id = UUID()
     static let etag = "\"v1\""

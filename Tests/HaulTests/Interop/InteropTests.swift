@@ -8,7 +8,13 @@ import Testing
 
 /// Against real servers: nginx (strong ETags, If-Range, ranges) and Python's http.server
 /// (no ranges). A missing server skips these locally and fails them in CI (`CI` set).
-@Suite("Interop with real servers", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop)
+@Suite(
+    "Interop with real servers",
+    .serialized,
+    .tags(.process, .nginx, .slow),
+    .leftOutOfFastLoop,
+    .timeLimit(.minutes(20))
+)
 struct InteropTests {
     static let nginxUsable = ExternalServer.nginx != nil || ExternalServer.isCI
     static let size = 16 << 20

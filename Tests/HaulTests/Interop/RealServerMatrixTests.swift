@@ -11,7 +11,13 @@ import Testing
 /// lighttpd, Python's http.server — with one connection and with four, with the file left
 /// alone or replaced while nothing runs; the rerun must end with exactly one version's
 /// bytes, and continue with a range wherever the server's validators allow it.
-@Suite("Real servers: kill -9, rerun, one version", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop)
+@Suite(
+    "Real servers: kill -9, rerun, one version",
+    .serialized,
+    .tags(.process, .nginx, .slow),
+    .leftOutOfFastLoop,
+    .timeLimit(.minutes(20))
+)
 struct RealServerMatrixTests {
     enum Server: String, CaseIterable, Sendable {
         case nginx, apache, lighttpd, python

@@ -7,7 +7,7 @@ import Testing
 
 /// Basic authentication and cookies against nginx: `auth_basic`, and a login redirect that
 /// sets a cookie its target requires. Its access log shows the user and cookies it was sent.
-@Suite("Credentials and cookies", .serialized, .tags(.process, .nginx), .leftOutOfFastLoop)
+@Suite("Credentials and cookies", .serialized, .tags(.process, .nginx), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct CredentialsTests {
     static let usable = ExternalServer.nginx != nil || ExternalServer.isCI
     static let secret = ExternalServer.basicPassword
@@ -171,7 +171,7 @@ struct CredentialsTests {
 }
 
 /// The netrc and cookie rules on their own.
-@Suite("netrc and cookie rules")
+@Suite("netrc and cookie rules", .timeLimit(.minutes(10)))
 struct CredentialRulesTests {
     @Test("netrc: machines, the default, quoted tokens, macdef bodies skipped, first match wins")
     func netrc() {

@@ -6,7 +6,7 @@ import Testing
 
 /// Network failures are named, fast when permanent, and announced when retried: `haul get`
 /// of a refused port, an unknown host, a reset and a silent address, as a user runs it.
-@Suite("Failures that say what happened, fast", .serialized, .tags(.process))
+@Suite("Failures that say what happened, fast", .serialized, .tags(.process), .timeLimit(.minutes(10)))
 struct FailureSpeedTests {
     /// Text no message may hold: library types, build paths.
     static let dumps = [
@@ -97,7 +97,7 @@ struct FailureSpeedTests {
 
 /// Name lookups answered by a name server of the test's own: `haul` runs in a private mount
 /// namespace where /etc/resolv.conf names it (root only: in CI a missing privilege fails).
-@Suite("Name lookups", .serialized, .tags(.process))
+@Suite("Name lookups", .serialized, .tags(.process), .timeLimit(.minutes(10)))
 struct NameLookupTests {
     static let usable = LocalNameServer.isPossible || ExternalServer.isCI
 

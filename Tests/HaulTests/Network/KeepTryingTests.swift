@@ -9,7 +9,7 @@ import Testing
 /// The daemon keeps trying what could still succeed: a task whose server refuses
 /// connections waits in `retrying` and completes once the server is back, with nobody
 /// running `haul resume`; it fails only after `--give-up-after`.
-@Suite("The daemon keeps trying", .serialized, .tags(.process, .slow), .leftOutOfFastLoop)
+@Suite("The daemon keeps trying", .serialized, .tags(.process, .slow), .leftOutOfFastLoop, .timeLimit(.minutes(20)))
 struct KeepTryingTests {
     /// A daemon whose runs retry nothing themselves and whose tries come every 0.5–1 s.
     static func startDaemon(home: String) async throws {
@@ -158,7 +158,7 @@ struct KeepTryingTests {
 }
 
 /// The backoff between tries, on its own.
-@Suite("Keep-trying backoff")
+@Suite("Keep-trying backoff", .timeLimit(.minutes(10)))
 struct KeepTryingBackoffTests {
     @Test("doubling from 30 s to at most 10 minutes, jitter taking at most a quarter off")
     func backoff() {
@@ -184,7 +184,7 @@ struct KeepTryingBackoffTests {
 }
 
 /// A retrying task as a restart finds it in the store.
-@Suite("Keep-trying recovery")
+@Suite("Keep-trying recovery", .timeLimit(.minutes(10)))
 struct KeepTryingRecoveryTests {
     @Test(
         "a retrying task is recovered retrying with its next try kept, even one far in the future, and resumes at once by hand"

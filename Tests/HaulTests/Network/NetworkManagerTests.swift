@@ -7,7 +7,7 @@ import Testing
 /// NetworkManager's word on metered interfaces, read over D-Bus: against a real dbus-daemon
 /// with a stand-in NetworkManager (``SystemBus``), and the message codec on its own against
 /// what a hostile peer could send.
-@Suite("NetworkManager", .serialized, .tags(.process))
+@Suite("NetworkManager", .serialized, .tags(.process), .timeLimit(.minutes(10)))
 struct NetworkManagerTests {
     @Test(
         "the monitor follows NetworkManager's Metered (yes and guess-yes are metered) through its signals, devices added, and its leaving the bus",

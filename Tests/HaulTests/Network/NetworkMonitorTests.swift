@@ -7,7 +7,7 @@ import Testing
 
 /// The rtnetlink monitor on its own, against a veth pair the test creates (addresses on that
 /// pair only, removed at the end). Root only; in CI a missing privilege fails.
-@Suite("Network monitor", .serialized, .tags(.process))
+@Suite("Network monitor", .serialized, .tags(.process), .timeLimit(.minutes(10)))
 struct NetworkMonitorTests {
     /// Counts the changes a monitor reports, reading its stream on a task of its own.
     final class Changes: Sendable {
@@ -118,7 +118,7 @@ struct NetworkMonitorTests {
 
 /// What a manager that watches the network tells its consumers: each change of the network
 /// as it sees it, once, and the reason of every state change.
-@Suite("Network events")
+@Suite("Network events", .timeLimit(.minutes(10)))
 struct NetworkEventTests {
     @Test("the policy turned off and on is told once each (networkChanged); the same policy again tells nothing")
     func policyChanges() async throws {

@@ -11,7 +11,7 @@ import Testing
 /// A daemon download across a link outage, in a network namespace the test creates: nginx
 /// runs inside it on a veth pair's inner address, the daemon outside; the inner end going
 /// down takes the outer end's carrier. Root only; in CI a missing privilege fails.
-@Suite("Network outages", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop)
+@Suite("Network outages", .serialized, .tags(.process, .nginx, .slow), .leftOutOfFastLoop, .timeLimit(.minutes(20)))
 struct NetworkOutageTests {
     static let usable = (VethPair.isPossible && ExternalServer.nginx != nil) || ExternalServer.isCI
 

@@ -6,7 +6,7 @@ import Testing
 
 /// Downloads through a real forwarding proxy (tinyproxy), which logs what it was asked and
 /// marks what it forwards with `Via`: so the origin can tell proxied requests from direct ones.
-@Suite("Proxies", .serialized, .tags(.process), .leftOutOfFastLoop)
+@Suite("Proxies", .serialized, .tags(.process), .leftOutOfFastLoop, .timeLimit(.minutes(10)))
 struct ProxyTests {
     static let usable = TinyProxy.usable
 
@@ -268,7 +268,7 @@ struct ProxyTests {
 }
 
 /// The proxy rules on their own: parsing, and which hosts `no_proxy` sends directly.
-@Suite("Proxy rules")
+@Suite("Proxy rules", .timeLimit(.minutes(10)))
 struct ProxyRulesTests {
     @Test("no_proxy: *, domains with and without a dot, IPv4 and IPv6 addresses and CIDR blocks")
     func noProxyMatching() {

@@ -5,7 +5,7 @@ import Testing
 
 /// The routes a download starts on are looked up once per host between changes of the
 /// network, and never kept across a change.
-@Suite struct RouteCacheTests {
+@Suite(.timeLimit(.minutes(10))) struct RouteCacheTests {
     /// A stand-in for the kernel's answer, counting the looks.
     private final class Kernel: Sendable {
         let looks = Mutex<[String]>([])

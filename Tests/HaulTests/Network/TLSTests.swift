@@ -7,7 +7,13 @@ import Testing
 
 /// nginx over TLS with a certificate authority the test makes (openssl): the system's
 /// authorities do not know it, so only what the user says makes it trusted.
-@Suite("TLS trust and client certificates", .serialized, .tags(.process, .nginx), .leftOutOfFastLoop)
+@Suite(
+    "TLS trust and client certificates",
+    .serialized,
+    .tags(.process, .nginx),
+    .leftOutOfFastLoop,
+    .timeLimit(.minutes(10))
+)
 struct TLSTests {
     static let usable = (ExternalServer.nginx != nil && TestPKI.openssl != nil) || ExternalServer.isCI
     static let size = 4 << 20

@@ -4,7 +4,7 @@ import Testing
 
 /// The programs Haul starts (hooks, the daemon) and the tests' servers: started with
 /// posix_spawn, seeing nothing of this process they were not given.
-@Suite("Child processes", .tags(.process))
+@Suite("Child processes", .tags(.process), .timeLimit(.minutes(10)))
 struct ChildProcessTests {
     @Test("arguments, environment, directory and output reach the child; its status comes back")
     func runsAsAsked() async throws {

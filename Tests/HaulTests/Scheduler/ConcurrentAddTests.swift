@@ -9,7 +9,7 @@ import Testing
 @testable import Haul
 
 /// Adds that race each other and the transfer they name (issue 11 items 14–16).
-@Suite("Concurrent adds and event consumers")
+@Suite("Concurrent adds and event consumers", .timeLimit(.minutes(10)))
 struct ConcurrentAddTests {
     @Test("adds of one new URL racing from four stores (as four processes would) record one task")
     func racingAddsRecordOne() async throws {

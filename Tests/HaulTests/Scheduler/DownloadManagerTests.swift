@@ -10,7 +10,7 @@ import Testing
 
 /// The manager against the test server: limits really enforced, exact orders, operations,
 /// restart recovery and events.
-@Suite("DownloadManager", .postgresServer)
+@Suite("DownloadManager", .postgresServer, .timeLimit(.minutes(10)))
 struct DownloadManagerTests {
     static func configuration(
         _ location: Downloader.StoreLocation,

@@ -10,7 +10,7 @@ import Testing
 /// Fleet mode in the manager: several daemons' managers (background) on one PostgreSQL
 /// database share its queue — a task runs on a node only under that node's lease, the
 /// fleet-wide limit holds at the server, and each download is fetched once.
-@Suite("Fleet of managers on PostgreSQL", .postgresServer)
+@Suite("Fleet of managers on PostgreSQL", .postgresServer, .timeLimit(.minutes(20)))
 struct FleetManagerTests {
     /// How many runs each node started.
     final class StartCounts: Sendable {

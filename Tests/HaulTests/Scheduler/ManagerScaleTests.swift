@@ -7,7 +7,13 @@ import Testing
 
 @testable import Haul
 
-@Suite("DownloadManager at scale and after a kill", .serialized, .tags(.process, .slow), .leftOutOfFastLoop)
+@Suite(
+    "DownloadManager at scale and after a kill",
+    .serialized,
+    .tags(.process, .slow),
+    .leftOutOfFastLoop,
+    .timeLimit(.minutes(20))
+)
 struct ManagerScaleTests {
     @Test("kill -9 the process running a 20-file queue; a new manager finishes them all, in queue order")
     func killedQueueRecovers() async throws {

@@ -5,7 +5,7 @@ import Testing
 
 @testable import Haul
 
-@Suite("Task state machine")
+@Suite("Task state machine", .timeLimit(.minutes(10)))
 struct TaskStateMachineTests {
     typealias Event = TaskStateMachine.Event
 
@@ -61,7 +61,7 @@ struct TaskStateMachineTests {
     }
 }
 
-@Suite("Scheduling order")
+@Suite("Scheduling order", .timeLimit(.minutes(10)))
 struct SchedulerTests {
     /// Named tasks so expected orders read like the examples of docs/architecture.md.
     struct Names {

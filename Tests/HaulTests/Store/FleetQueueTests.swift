@@ -11,7 +11,7 @@ import Testing
 /// at a time, leases in queue order within the fleet-wide limit and the per-host cap, and
 /// fencing — a node whose lease ran out and was taken over writes nothing. Each node is a
 /// PostgresStore of its own on one database, as each daemon of a fleet is.
-@Suite("Fleet queue on PostgreSQL", .postgresServer)
+@Suite("Fleet queue on PostgreSQL", .postgresServer, .timeLimit(.minutes(20)))
 struct FleetQueueTests {
     static var logger: Logger {
         var logger = Logger(label: "haul.fleet.test")

@@ -8,7 +8,7 @@ import Testing
 
 /// The typed task record over its text columns, and the store's writers owning disjoint
 /// groups of columns, on a real SQLite file.
-@Suite("Task records")
+@Suite("Task records", .timeLimit(.minutes(10)))
 struct TaskRecordTests {
     /// A store on disk with one task, and a raw connection to the same file.
     private func withStore(

@@ -10,7 +10,7 @@ import Testing
 /// PostgreSQL store hold tasks the same way — every column round-trips, each intent writes
 /// its own group, adds never make two tasks for one destination, a layout no transfer could
 /// have written is refused in one sentence.
-@Suite("Task store engines", .postgresServer)
+@Suite("Task store engines", .postgresServer, .timeLimit(.minutes(10)))
 struct TaskStoreTests {
     static func record(
         _ url: String,
