@@ -120,7 +120,9 @@ struct ConnectionOptions: ParsableArguments {
                 options.load = Destination.absolute(cookie)
             }
         }
-        options.save = cookieJar.map(Destination.absolute)
+        // Not resolved: the jar is written to a new file renamed into place, so a symbolic link
+        // there is replaced, and the file it points to is neither written nor made 0600.
+        options.save = cookieJar.map(Destination.absoluteKeepingLinks)
         return options
     }
 

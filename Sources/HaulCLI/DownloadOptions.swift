@@ -139,6 +139,15 @@ struct DownloadOptions: ParsableArguments {
         guard !urls.isEmpty || inputFile != nil || metalink != nil else {
             throw ValidationError("Give a URL, -i FILE or -M FILE")
         }
+        // Checked while parsing, not when downloading starts: a bad value from the
+        // configuration file is then said with the file's name.
+        do {
+            _ = try headers.map(HTTPHeaderField.init(parsing:))
+            try connection.proxies(environment: [:]).validate()
+            try Hooks(onComplete: onComplete, onError: onError).validate()
+        } catch let error as HaulError {
+            throw ValidationError(error.description)
+        }
         // '-o with several URLs' is checked by requests(): checked here, it would be said
         // before an unknown option that made a URL of the option's value (`--bogus X -o f URL`).
     }

@@ -86,6 +86,14 @@ public struct Destination: Sendable, Hashable, Codable {
         Destination(directory: Destination.absolute(path), fileName: nil)
     }
 
+    /// `path` made absolute (from the current directory, `~` expanded) without resolving
+    /// symbolic links: a file written there by rename replaces the link, never its target.
+    package static func absoluteKeepingLinks(_ path: String) -> String {
+        let expanded = (path as NSString).expandingTildeInPath
+        return expanded.hasPrefix("/")
+            ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
+    }
+
     package static func absolute(_ path: String) -> String {
         let expanded = (path as NSString).expandingTildeInPath
         let full =

@@ -83,7 +83,7 @@ public struct ProxySettings: Sendable, Hashable, Codable {
 
     /// Checks that every proxy URL can be used and every `noProxy` entry is one of the forms.
     /// - Throws: ``HaulError/Code/invalidArgument`` naming the value (credentials hidden).
-    func validate() throws {
+    package func validate() throws {
         for text in [http, https, all].compactMap({ $0 }) { _ = try ProxyEndpoint(parsing: text) }
         guard noProxy.count <= ProxySettings.maxNoProxyEntries else {
             throw HaulError(.invalidArgument, "The no-proxy list has more than 1024 entries")

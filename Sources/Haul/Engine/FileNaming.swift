@@ -55,15 +55,34 @@ enum FileNaming {
         while name.hasPrefix(".") { name.removeFirst() }
         while name.hasSuffix(".") || name.hasSuffix(" ") { name.removeLast() }
         guard !name.isEmpty else { return nil }
-        // Keep within the usual 255-byte limit, without splitting a character, and keep the extension if we can.
-        if name.utf8.count > 255 {
-            let ext = (name as NSString).pathExtension
-            let keep = ext.isEmpty || ext.utf8.count > 16 ? "" : "." + ext
-            var stem = ext.isEmpty ? name : String(name.dropLast(keep.count))
-            while stem.utf8.count + keep.utf8.count > 255 { stem.removeLast() }
-            name = stem + keep
+        return shortened(name)
+    }
+
+    /// The longest name taken from a server or a URL, in bytes: a file name has at most 255
+    /// (NAME_MAX), and the part file beside it adds up to 42 (`.<task id>.part`).
+    static let maxNameBytes = 255 - 42
+
+    /// `name` cut to ``maxNameBytes``, between characters (never inside a UTF-8 sequence or a
+    /// grapheme), keeping its extension when it has a short one: `aaaa….tar.gz` stays a
+    /// `.tar.gz`.
+    static func shortened(_ name: String) -> String {
+        guard name.utf8.count > maxNameBytes else { return name }
+        var keep = ""
+        var rest = Substring(name)
+        // Up to two short extensions (`.tar.gz`), each at most 16 bytes of letters and digits.
+        for _ in 0..<2 {
+            guard let dot = rest.lastIndex(of: "."), dot > rest.startIndex else { break }
+            let ext = rest[rest.index(after: dot)...]
+            guard (1...16).contains(ext.utf8.count), ext.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
+            else { break }
+            keep = "." + ext + keep
+            rest = rest[..<dot]
         }
-        return name
+        var stem = String(rest)
+        while !stem.isEmpty, stem.utf8.count + keep.utf8.count > maxNameBytes { stem.removeLast() }
+        stem = stem.trimmingCharacters(in: .whitespaces)
+        while stem.hasSuffix(".") { stem.removeLast() }
+        return stem.isEmpty ? String(keep.dropFirst()) : stem + keep
     }
 
     /// The file name a `Content-Disposition` header suggests, unsanitised. RFC 6266:

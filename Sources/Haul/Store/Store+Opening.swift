@@ -9,13 +9,7 @@ extension Store {
     public convenience init(path: String) throws {
         do {
             let directory = (path as NSString).deletingLastPathComponent
-            if !directory.isEmpty {
-                try FileManager.default.createDirectory(
-                    atPath: directory,
-                    withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o700]
-                )
-            }
+            if !directory.isEmpty { try HaulHome.createDirectory(directory) }
             var configuration = Configuration()
             configuration.busyMode = .timeout(30)
             configuration.foreignKeysEnabled = true
@@ -128,6 +122,11 @@ extension Store {
     /// Closes the database (checkpointing its WAL), so nothing is written after this
     /// returns. Any later use of the store fails.
     package func closeDatabase() throws {
+        // The WAL folded into the database and emptied first: closing checkpoints only when
+        // no other connection is open, and a copy of haul.sqlite alone must hold everything.
+        if writer is DatabasePool {
+            try writer.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
+        }
         try writer.close()
     }
 }

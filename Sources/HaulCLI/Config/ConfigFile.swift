@@ -111,6 +111,29 @@ struct ConfigFile: Sendable {
 
     /// The settings in a TOML document.
     static func parse(_ text: String, path: String) throws -> [Setting] {
+        // TOML forbids control characters but tabs and newlines; the parser would stop at a
+        // NUL without a word, dropping the rest of the file or of a string.
+        if let index = text.unicodeScalars.firstIndex(where: {
+            $0.value < 0x20 && $0 != "\t" && $0 != "\n" && $0 != "\r" || $0.value == 0x7f
+        }) {
+            let line = text.unicodeScalars[..<index].filter { $0 == "\n" }.count + 1
+            let code = String(format: "U+%04X", text.unicodeScalars[index].value)
+            throw HaulError(
+                .invalidArgument,
+                "\(path), line \(line): a control character (\(code)), which a TOML file cannot hold",
+                hint: "Remove it: no option takes one"
+            )
+        }
+        // The same as an escape in a string (\u0000): the parser hands the value over as a C
+        // string, cut at the NUL, so it is refused before it is parsed.
+        if let escape = text.firstMatch(of: #/\\(u00[01][0-9A-Fa-f]|u007[Ff]|U0000[01][0-9A-Fa-f]|U0000007[Ff])/#) {
+            let line = text[..<escape.range.lowerBound].filter { $0 == "\n" }.count + 1
+            throw HaulError(
+                .invalidArgument,
+                "\(path), line \(line): the escape \(escape.output.0) stands for a control character, which no option takes",
+                hint: "Remove it"
+            )
+        }
         let table: TOMLTable
         do {
             table = try TOMLTable(string: text)
@@ -182,6 +205,21 @@ struct ConfigFile: Sendable {
             } else {
                 parsed = nil
             }
+        }
+        let texts: [String]
+        switch parsed {
+        case .text(let text)?: texts = [text]
+        case .list(let items)?: texts = items
+        default: texts = []
+        }
+        if texts.contains(where: { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } }) {
+            // An escape such as \u0000 in a string: no option takes one, and C would cut the
+            // value there.
+            throw HaulError(
+                .invalidArgument,
+                "\(path): \(place) holds a control character",
+                hint: "Remove it: no option takes one"
+            )
         }
         guard let parsed else {
             throw HaulError(

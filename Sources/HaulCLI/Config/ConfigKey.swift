@@ -57,9 +57,11 @@ struct ConfigKey: Sendable, Hashable {
     /// The command-line arguments a value in the file stands for.
     func arguments(for value: ConfigFile.Value) -> [String] {
         switch (kind, value) {
-        case (.value, .text(let text)): [option, text]
+        // `--name=value`, so a value that starts with a dash (-1) is the option's value,
+        // not taken for another option.
+        case (.value, .text(let text)): ["\(option)=\(text)"]
         case (.toggle(let on, let off), .toggle(let state)): [(state ? on : off)].compactMap { $0 }
-        case (.list, .list(let items)): items.flatMap { [option, $0] }
+        case (.list, .list(let items)): items.map { "\(option)=\($0)" }
         default: []
         }
     }

@@ -357,8 +357,9 @@ extension HaulCommand {
                     } else {
                         CLIError.note("Started the Haul daemon (pid \(pid); socket \(paths.socket); log \(paths.log)).")
                     }
-                } catch let error as HaulError {
+                } catch {
                     try? await client.shutdown()
+                    guard let error = error as? HaulError else { throw error }
                     CLIError.print(error)
                     throw ExitStatus.daemon.exit
                 }

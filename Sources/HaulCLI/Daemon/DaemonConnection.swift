@@ -15,7 +15,8 @@ enum DaemonConnection {
         let client = HaulClient(home: home)
         if (try? await client.status(timeout: .seconds(5))) != nil { return client }
         var started: StartedDaemon?
-        if DaemonLock.holder(paths.lock) == nil {
+        let running = DaemonLock.holder(paths.lock) != nil
+        if !running {
             guard autoStart else {
                 try? await client.shutdown()
                 throw HaulError(
@@ -24,9 +25,9 @@ enum DaemonConnection {
                     hint: "Start it with 'haul daemon'"
                 )
             }
-            started = try start(paths)
         }
         do {
+            if !running { started = try start(paths) }
             // Starting (by us or by another command): wait until it answers.
             try await waitUntilAnswering(client, paths, started: started)
         } catch {
@@ -95,11 +96,7 @@ enum DaemonConnection {
         arguments: [String] = [],
         environment: [String: String] = [:]
     ) throws -> StartedDaemon {
-        try FileManager.default.createDirectory(
-            atPath: paths.home.path,
-            withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o700]
-        )
+        try HaulHome.createDirectory(paths.home.path)
         let logDescriptor = try HomeFile.open(paths.log, O_WRONLY | O_CREAT | O_APPEND)
         let log = FileHandle(fileDescriptor: logDescriptor, closeOnDealloc: true)
         let logOffset = (try? log.seekToEnd()) ?? 0

@@ -324,15 +324,7 @@ public final class DaemonService: Service, Sendable {
 
     /// Creates the home if needed and makes it private to its owner.
     static func prepareHome(_ path: String, logger: Logger) throws {
-        do {
-            try FileManager.default.createDirectory(
-                atPath: path,
-                withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o700]
-            )
-        } catch {
-            throw HaulError(.fileSystem, "Cannot create the Haul home \(path)", path: path, underlying: error)
-        }
+        try HaulHome.createDirectory(path)
         var info = stat()
         guard stat(path, &info) == 0 else { throw HaulError.fileSystem("stat", path: path, errno: errno) }
         if info.st_mode & 0o077 != 0 {

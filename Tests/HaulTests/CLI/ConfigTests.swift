@@ -134,6 +134,16 @@ struct ConfigTests {
         ("connections = true\n", "connections must be a string or a number, not bool"),
         ("connections = \"lots\"\n", "The value 'lots' is invalid for '--connections"),
         ("connections = [\n", "line 1"),
+        // Issue 32: a NUL ended the file without a word, an escaped one cut a value short;
+        // values checked only once the download began were refused without the file's name;
+        // a negative number was taken for an option.
+        ("connections = 4\n\u{0}\nbogus = 1\n", "line 2: a control character (U+0000)"),
+        ("directory = \"/tmp/a\\u0000b\"\n", "line 1: the escape \\u0000 stands for a control character"),
+        ("header = \"bad\"\n", "Invalid header 'bad'"),
+        ("proxy = \"ftp://proxy.example\"\n", "has the scheme 'ftp'"),
+        ("on-complete = \"/nonexistent/hook\"\n", "--on-complete /nonexistent/hook: no executable file there"),
+        ("max-concurrent = -1\n", "--max-concurrent must be from 1 to 1000"),
+        ("retry-max-wait = 1e308\n", "--retry-max-wait must be from 0 to 31536000 seconds"),
     ])
     func badFile(text: String, message: String) async throws {
         let temp = try TemporaryDirectory()

@@ -173,6 +173,66 @@ struct HostileValueTests {
         #expect(NetworkMonitor.route(to: "[::ffff:127.0.0.1]")?.interface == "lo")
     }
 
+    @Test("-c through a symbolic link replaces the link with the jar; the file it pointed to is untouched")
+    func cookieJarSymlink() async throws {
+        let temp = try TemporaryDirectory()
+        let target = temp.file("someone-elses.txt")
+        try "original\n".write(toFile: target, atomically: true, encoding: .utf8)
+        chmod(target, 0o644)
+        let jar = temp.file("jar.txt")
+        try FileManager.default.createSymbolicLink(atPath: jar, withDestinationPath: target)
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 10_000))
+            let result = try await HaulProcess.run(
+                ["get", "-q", "-c", jar, "-d", temp.path, server.url("/f.bin").absoluteString],
+                home: temp.file("home")
+            )
+            #expect(result.status == 0, "\(result.stderr)")
+        }
+        #expect(try String(contentsOfFile: target, encoding: .utf8) == "original\n")
+        #expect(try FileManager.default.attributesOfItem(atPath: target)[.posixPermissions] as? Int == 0o644)
+        let saved = try FileManager.default.attributesOfItem(atPath: jar)
+        #expect(saved[.type] as? FileAttributeType == .typeRegular)
+        #expect(saved[.posixPermissions] as? Int == 0o600)
+        #expect(try String(contentsOfFile: jar, encoding: .utf8).hasPrefix("# Netscape HTTP Cookie File"))
+    }
+
+    @Test("a server-chosen name of 300 bytes is shortened to fit beside its part file, keeping its extension")
+    func longServerName() async throws {
+        let temp = try TemporaryDirectory()
+        let long = String(repeating: "ü", count: 150) + ".iso"
+        try await TestServer.withServer { server in
+            server.set("/f", .init(size: 50_000, seed: 8, contentDisposition: "attachment; filename=\"\(long)\""))
+            let result = try await HaulProcess.run(
+                ["get", "-q", "-d", temp.path, server.url("/f").absoluteString],
+                home: temp.file("home")
+            )
+            #expect(result.status == 0, "\(result.stderr)")
+            let names = try FileManager.default.contentsOfDirectory(atPath: temp.path).filter { $0.hasSuffix(".iso") }
+            #expect(names.count == 1)
+            let name = try #require(names.first)
+            #expect(name.utf8.count <= 213 && name.hasPrefix("üü") && name.hasSuffix("ü.iso"), "\(name)")
+            #expect(sha256(file: temp.file(name)) == server.sha256("/f"))
+        }
+    }
+
+    @Test(
+        "HAUL_HOME that is a regular file: one sentence from every command, no library dump, no crash",
+        arguments: [["get", "http://127.0.0.1:9/x"], ["daemon"], ["add", "http://127.0.0.1:9/x"], ["list"]]
+    )
+    func homeIsAFile(command: [String]) async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        try "not a directory\n".write(toFile: home, atomically: true, encoding: .utf8)
+        let result = try await HaulProcess.run(command, home: home)
+        #expect(result.status != 0)
+        #expect(
+            result.stderr == "haul: error: The Haul home \(home) is not a directory. "
+                + "Point HAUL_HOME at a directory you can write, or move what is in the way\n",
+            "\(result.stderr)"
+        )
+    }
+
     @Test("--checkpoint-interval out of range is refused in a sentence", arguments: ["inf", "nan", "1e19", "0", "-1"])
     func checkpointInterval(value: String) async throws {
         let temp = try TemporaryDirectory()

@@ -31,6 +31,34 @@ struct LifeCycleTests {
         try await body(Int(UInt16(bigEndian: address.sin_port)))
     }
 
+    @Test("a clean stop leaves a checkpointed store: an empty WAL, and haul.sqlite alone holds every task")
+    func stopCheckpoints() async throws {
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let home = temp.file("home")
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 20_000))
+            for index in 0..<5 {
+                let added = try await HaulProcess.run(
+                    ["add", "-o", "f\(index).bin", "-d", out, server.url("/f.bin").absoluteString],
+                    home: home
+                )
+                #expect(added.status == 0, "\(added.stderr)")
+            }
+            #expect(try await HaulProcess.run(["wait"], home: home).status == 0)
+            #expect(try await HaulProcess.run(["daemon", "stop"], home: home).status == 0)
+        }
+        let wal = (try? FileManager.default.attributesOfItem(atPath: home + "/haul.sqlite-wal")[.size] as? Int) ?? 0
+        #expect(wal == 0, "the WAL still holds \(wal) bytes")
+        // A copy of the database file alone has every task.
+        let copy = temp.file("copy.sqlite")
+        try FileManager.default.copyItem(atPath: home + "/haul.sqlite", toPath: copy)
+        let count = try await DatabaseQueue(path: copy).read { db in
+            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM task")
+        }
+        #expect(count == 5)
+    }
+
     @Test("a TCP listener that cannot open ends the start with its reason, releases the lock, and fails no task")
     func listenerInUse() async throws {
         let temp = try TemporaryDirectory()

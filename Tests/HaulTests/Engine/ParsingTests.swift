@@ -157,8 +157,14 @@ struct FileNamingTests {
     @Test func longNamesAreCutKeepingTheExtension() throws {
         let long = String(repeating: "é", count: 300) + ".tar.gz"
         let name = try #require(FileNaming.sanitize(long))
-        #expect(name.utf8.count <= 255)
-        #expect(name.hasSuffix(".gz"))
+        #expect(name.utf8.count <= FileNaming.maxNameBytes)
+        #expect(name.hasSuffix("é.tar.gz"), "whole characters, both extensions: \(name.suffix(12))")
+        #expect(name.utf8.count + ".\(UUID().uuidString).part".utf8.count <= 255)
+        let plain = try #require(FileNaming.sanitize(String(repeating: "a", count: 300)))
+        #expect(plain == String(repeating: "a", count: FileNaming.maxNameBytes))
+        // A grapheme of several scalars is kept whole or dropped whole.
+        let flags = try #require(FileNaming.sanitize(String(repeating: "🇫🇷", count: 40) + ".txt"))
+        #expect(flags.hasSuffix("🇫🇷.txt") && flags.utf8.count <= FileNaming.maxNameBytes)
     }
 }
 
