@@ -159,6 +159,19 @@ struct TimingOptions: ParsableArguments {
     )
     var waitForNetwork: SpokenDuration?
 
+    @Option(
+        name: .customLong("lowest-speed-limit"),
+        help:
+            "Break a connection that stays under this speed (e.g. 1K, bytes per second) for --lowest-speed-time, and try again from its checkpoint; 0 for none (the default)."
+    )
+    var lowestSpeedLimit: ByteCount?
+
+    @Option(
+        name: .customLong("lowest-speed-time"),
+        help: "Seconds a connection may stay under --lowest-speed-limit (default 30)."
+    )
+    var lowestSpeedTime: Double?
+
     func validate() throws {
         let year = 365.0 * 86400
         for value in [connectTimeout, timeout].compactMap({ $0 }) where !(value > 0 && value <= year) {
@@ -170,6 +183,18 @@ struct TimingOptions: ParsableArguments {
         if let waitForNetwork, waitForNetwork.seconds > KeepTrying.longestGiveUp.components.seconds {
             throw ValidationError("--wait-for-network must be at most 366 days")
         }
+        if let lowestSpeedTime, !(lowestSpeedTime >= 1 && lowestSpeedTime <= 86400) {
+            throw ValidationError("--lowest-speed-time must be from 1 to 86400 seconds")
+        }
+        if lowestSpeedTime != nil, lowestSpeed == nil {
+            throw ValidationError("--lowest-speed-time goes with --lowest-speed-limit")
+        }
+    }
+
+    /// The speed floor asked for; nil for none (no limit, or 0).
+    var lowestSpeed: LowestSpeed? {
+        guard let limit = lowestSpeedLimit?.bytes, limit > 0 else { return nil }
+        return try? LowestSpeed(bytesPerSecond: limit, time: .milliseconds(Int64((lowestSpeedTime ?? 30) * 1000)))
     }
 
     var connect: Duration? { connectTimeout.map { .milliseconds(Int64($0 * 1000)) } }
@@ -181,6 +206,7 @@ struct TimingOptions: ParsableArguments {
         if let connect { downloader.connectTimeout = connect }
         if let read { downloader.readTimeout = read }
         if let maxRetryAfter { downloader.retry.maxRetryAfter = maxRetryAfter }
+        if let lowestSpeed { downloader.lowestSpeed = lowestSpeed }
     }
 
     /// The options again, for a process started with them (the daemon in the background).
@@ -190,6 +216,8 @@ struct TimingOptions: ParsableArguments {
         if let timeout { arguments += ["--timeout", "\(timeout)"] }
         if let retryMaxWait { arguments += ["--retry-max-wait", "\(retryMaxWait)"] }
         if let waitForNetwork { arguments += ["--wait-for-network", "\(waitForNetwork.seconds)s"] }
+        if let lowestSpeedLimit { arguments += ["--lowest-speed-limit", "\(lowestSpeedLimit.bytes)"] }
+        if let lowestSpeedTime { arguments += ["--lowest-speed-time", "\(lowestSpeedTime)"] }
         return arguments
     }
 }

@@ -144,7 +144,6 @@ struct DownloadOptions: ParsableArguments {
         do {
             _ = try headers.map(HTTPHeaderField.init(parsing:))
             try connection.proxies(environment: [:]).validate()
-            try Hooks(onComplete: onComplete, onError: onError).validate()
         } catch let error as HaulError {
             throw ValidationError(error.description)
         }

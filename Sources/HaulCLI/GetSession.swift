@@ -253,6 +253,13 @@ struct GetSession {
                 }
             }
         }
+        switch result.verifiedAgainst {
+        case "checksum"?, "pieceHashes"?, nil: break
+        case "sampled"?:
+            line += "; no checksum or server digest: the mirrors were compared with the file in one 64 KiB window each"
+        case let header?:
+            line += "; verified against the server's \(header)"
+        }
         if !result.lengthConfirmed {
             line += "; the server gave no length and could not confirm the end: the file may be incomplete"
         }

@@ -38,6 +38,10 @@ public struct HaulCommand: AsyncParsableCommand {
             do {
                 configuration = try ConfigFile.load()
                 arguments = configuration?.arguments(for: typed) ?? typed
+                if let configuration, arguments != typed {
+                    let added = Set(arguments.filter { !typed.contains($0) }.map { String($0.prefix { $0 != "=" }) })
+                    CLIError.fileDefaults.withLock { $0 = (configuration.location.path, added) }
+                }
             } catch let error as HaulError {
                 CLIError.print(error)
                 Foundation.exit(ExitStatus(error).rawValue)
@@ -76,6 +80,8 @@ enum ArgumentErrors {
         "--timeout": "a number of seconds, such as 30 or 2.5",
         "--connect-timeout": "a number of seconds, such as 30 or 2.5",
         "--retry-max-wait": "a number of seconds, such as 600",
+        "--lowest-speed-limit": "a rate such as 1K (bytes per second), 0 for none",
+        "--lowest-speed-time": "a number of seconds, such as 30",
         "--checkpoint-interval": "a number of seconds",
         "--connections": "a whole number from 1 to \(DownloadRequest.maxConnections)",
         "--max-concurrent": "a whole number, 1 or more",

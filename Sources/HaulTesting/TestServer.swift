@@ -110,6 +110,8 @@ public final class TestServer: Sendable {
         public var body: [UInt8]?
         /// A `Content-Type` header value.
         public var contentType: String?
+        /// More header fields sent with every answer that carries the body (a digest, say).
+        public var headers: [(name: String, value: String)] = []
 
         public init(
             size: Int,
@@ -522,6 +524,7 @@ public final class TestServer: Sendable {
         if let disposition = resource.contentDisposition { headers.append(("Content-Disposition", disposition)) }
         if let type = resource.contentType { headers.append(("Content-Type", type)) }
         if resource.ranges { headers.append(("Accept-Ranges", "bytes")) }
+        headers += resource.headers.map { ($0.name, $0.value) }
 
         let faulty = entry.resource.faultyResponses > 0
         if faulty, resource.cutAfter != nil || resource.lengthLie != nil || resource.contentRangeFault != nil {

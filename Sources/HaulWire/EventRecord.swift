@@ -52,6 +52,10 @@ public struct EventRecord: Codable, Sendable, Equatable {
     /// `completed`: false when the server gave no length and the end could not be confirmed
     /// (the file may be truncated); absent otherwise.
     public var lengthConfirmed: Bool?
+    /// `completed`: what the bytes were checked against (``DownloadResult/verifiedAgainst``):
+    /// `checksum`, `pieceHashes`, a server's digest header, or `sampled` (mirrors compared in
+    /// one window each); absent when nothing was.
+    public var verifiedAgainst: String?
     /// `failed`: the reason, the error code, the HTTP status, and whether it can be resumed.
     public var error: String?
     public var code: String?
@@ -77,6 +81,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case kind = "event"
         case time, url, state, from, to, reason, received, thisRun, total,
             bytesPerSecond, etaSeconds, offset, path, bytes, fetched, alreadyComplete, notModified, lengthConfirmed,
+            verifiedAgainst,
             error,
             code,
             status, resumable, hook, program, exitStatus, interface, address, connected, metered, allowMetered
@@ -122,6 +127,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
             alreadyComplete = result.alreadyComplete
             notModified = result.notModified ? true : nil
             if !result.lengthConfirmed { lengthConfirmed = false }
+            verifiedAgainst = result.verifiedAgainst
         case .failed(_, let error):
             kind = .failed
             self.error = error.description

@@ -27,6 +27,8 @@ public final class Downloader: Sendable {
         public var connectTimeout: Duration
         /// How long a connection may stay silent mid-response before it counts as failed.
         public var readTimeout: Duration
+        /// The speed a connection must keep, over a time (``LowestSpeed``); nil for none.
+        public var lowestSpeed: LowestSpeed?
         /// Redirects followed before giving up.
         public var maxRedirects: Int
         /// The User-Agent header.
@@ -378,6 +380,7 @@ public final class Downloader: Sendable {
             connections: configuration.connectionsPerDownload,
             minSplitSize: configuration.minSplitSize,
             globalLimiter: overallLimiter,
+            lowestSpeed: configuration.lowestSpeed,
             setsRemoteTime: configuration.setsRemoteTime,
             setsOriginAttribute: configuration.setsOriginAttribute,
             logger: configuration.logger

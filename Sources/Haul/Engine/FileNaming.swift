@@ -85,96 +85,9 @@ enum FileNaming {
         return stem.isEmpty ? String(keep.dropFirst()) : stem + keep
     }
 
-    /// The file name a `Content-Disposition` header suggests, unsanitised. RFC 6266:
-    /// `filename*` (RFC 8187, `UTF-8''percent-encoded`) wins over `filename`.
+    /// The file name a `Content-Disposition` header suggests, unsanitised: RFC 6266, with
+    /// `filename*` (RFC 8187) before `filename`; nil for a header that breaks its grammar.
     static func suggestedName(fromContentDisposition header: String) -> String? {
-        var plain: String?
-        var extended: String?
-        for parameter in splitParameters(header).dropFirst() {
-            guard let equals = parameter.firstIndex(of: "=") else { continue }
-            let key = parameter[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
-            let value = parameter[parameter.index(after: equals)...].trimmingCharacters(in: .whitespaces)
-            switch key {
-            case "filename*":
-                // charset'language'percent-encoded-value
-                let pieces = value.split(separator: "'", maxSplits: 2, omittingEmptySubsequences: false)
-                guard pieces.count == 3 else { continue }
-                let charset = pieces[0].lowercased()
-                guard charset == "utf-8" || charset == "iso-8859-1" else { continue }
-                if charset == "utf-8" {
-                    extended = String(pieces[2]).removingPercentEncoding
-                } else {
-                    extended = latin1Decode(String(pieces[2]))
-                }
-            case "filename":
-                plain = unquote(value)
-            default:
-                continue
-            }
-        }
-        return extended ?? plain
-    }
-
-    /// Splits on `;` outside quoted strings.
-    private static func splitParameters(_ header: String) -> [String] {
-        var parts: [String] = []
-        var current = ""
-        var inQuotes = false
-        var escaped = false
-        for character in header {
-            if escaped {
-                current.append(character)
-                escaped = false
-                continue
-            }
-            switch character {
-            case "\\" where inQuotes:
-                current.append(character)
-                escaped = true
-            case "\"":
-                inQuotes.toggle()
-                current.append(character)
-            case ";" where !inQuotes:
-                parts.append(current)
-                current = ""
-            default:
-                current.append(character)
-            }
-        }
-        parts.append(current)
-        return parts.map { $0.trimmingCharacters(in: .whitespaces) }
-    }
-
-    private static func unquote(_ value: String) -> String {
-        guard value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") else { return value }
-        var result = ""
-        var escaped = false
-        for character in value.dropFirst().dropLast() {
-            if escaped {
-                result.append(character)
-                escaped = false
-            } else if character == "\\" {
-                escaped = true
-            } else {
-                result.append(character)
-            }
-        }
-        return result
-    }
-
-    private static func latin1Decode(_ value: String) -> String? {
-        var bytes: [UInt8] = []
-        var iterator = Array(value.utf8).makeIterator()
-        while let byte = iterator.next() {
-            if byte == UInt8(ascii: "%") {
-                guard let high = iterator.next(), let low = iterator.next(),
-                    let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
-                else { return nil }
-                bytes.append(value)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(bytes.map { Character(Unicode.Scalar($0)) })
+        ContentDisposition(parsing: header)?.suggestedName
     }
 }

@@ -54,6 +54,8 @@ public struct RetryPolicy: Sendable, Equatable {
     /// `error` as the end of the retries: its hint says how many were made, keeps what the
     /// error itself advised, and says how to continue.
     func givenUp(_ error: HaulError) -> HaulError {
+        // Said once: a connection's retries and then its download's may both end here.
+        if error.hint?.hasPrefix("Gave up after") == true { return error }
         var error = error
         var hint = "Gave up after \(maxRetries) \(maxRetries == 1 ? "retry" : "retries")"
         if let advice = error.hint, !advice.isEmpty { hint += "; " + advice.continuingSentence }

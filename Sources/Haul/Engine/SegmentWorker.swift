@@ -55,6 +55,8 @@ struct SegmentWorker: Sendable {
     /// The download's piece hashes and what is known of its pieces, when it has them
     /// (SegmentWorker+Pieces.swift).
     var pieces: PieceVerifier?
+    /// The speed each connection must keep; nil for none.
+    var lowestSpeed: LowestSpeed?
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
     func run(first: SegmentResponse?) async throws {
@@ -239,8 +241,13 @@ struct SegmentWorker: Sendable {
             credited = batch.offset
         }
         var lastFlush = ContinuousClock.now
+        var speedFloor = lowestSpeed.map { SpeedFloor($0, start: lastFlush) }
         do {
             for try await var buffer in segment.response.head.body {
+                if var floor = speedFloor {
+                    if floor.record(buffer.readableBytes, at: .now) { throw floor.failure(url: url) }
+                    speedFloor = floor
+                }
                 if overlapChecked < overlap.count, buffer.readableBytes > 0 {
                     let n = min(buffer.readableBytes, overlap.count - overlapChecked)
                     let matches = buffer.withUnsafeReadableBytes { received in
@@ -326,7 +333,9 @@ struct SegmentWorker: Sendable {
             plan.wrote(upTo: batch.offset, segmentStart: segment.segmentStart)
             return error
         }
-        let verdict = (error as? HaulError).flatMap { $0.code == .connection ? nil : $0 }
+        // A failure found here (not the connection's): kept as it is. A connection broken for
+        // being too slow is one of them, though its code is a connection's.
+        let verdict = (error as? HaulError).flatMap { $0.code == .connection && !SpeedFloor.isTooSlow($0) ? nil : $0 }
         do {
             try await batch.flush(to: part, evenIfStopped: true)
         } catch  where verdict != nil {

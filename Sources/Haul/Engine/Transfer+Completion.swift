@@ -114,7 +114,8 @@ extension Transfer {
             try await recordCheckpoint()
             try await makeWorker(plan: SegmentPlan(segments, minSplit: .max), part: part).checkAllPieces(pieces)
         }
-        if let checksum {
+        // The user's checksum, else the server's digest of the whole file.
+        if let checksum = checksum ?? serverDigest?.checksum {
             let algorithm = checksum.algorithm
             let actual = try await FileIO.run { try part.digest(algorithm, length: total) }
             guard actual == checksum.hex else {
@@ -124,12 +125,17 @@ extension Transfer {
                 self.part = nil
                 try await forgetPart()
                 try await resetToZero(validators: Validators())
+                let given = self.checksum != nil
                 var error = HaulError(
                     .checksumMismatch,
-                    "Checksum mismatch for \(destination): expected \(checksum.algorithm.name) \(checksum.hex), got \(actual)",
+                    given
+                        ? "Checksum mismatch for \(destination): expected \(checksum.algorithm.name) \(checksum.hex), got \(actual)"
+                        : "\(destination) does not match the digest its server sent (\(serverDigest?.header ?? "digest") \(checksum.algorithm.name) \(checksum.hex)): got \(actual)",
                     url: url,
                     path: destination,
-                    hint: "Nothing was saved; check the checksum or the URL"
+                    hint: given
+                        ? "Nothing was saved; check the checksum or the URL"
+                        : "Nothing was saved; run it again, or drop the mirror that served other bytes"
                 )
                 error.underlying = nil
                 throw error
@@ -179,6 +185,11 @@ extension Transfer {
         )
         result.sources = task.sources
         if let pieces { (result.piecesChecked, result.piecesRefetched) = pieces.tally }
+        result.verifiedAgainst =
+            checksum != nil
+            ? "checksum"
+            : serverDigest?.header ?? (pieces != nil || pieceVerifier != nil ? "pieceHashes" : nil)
+                ?? (task.sources.count > 1 ? "sampled" : nil)
         result.isMetalink = Metalink.isMetalink(contentType: contentType, path: destination)
         return result
     }

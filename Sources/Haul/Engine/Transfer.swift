@@ -18,6 +18,8 @@ struct TransferEnvironment: Sendable {
     var minSplitSize: Int64
     /// The limit all downloads of the downloader share.
     var globalLimiter: RateLimiter
+    /// The speed each connection must keep (``SpeedFloor``); nil for none.
+    var lowestSpeed: LowestSpeed?
     /// The most connections any one download may open (the manager's per-host cap).
     var connectionCap = Int.max
     /// Whether a URL's server has no usable route now: a retry would only wait for nothing.
@@ -70,6 +72,9 @@ final class Transfer {
     var pieceVerifier: PieceVerifier?
     /// The `Content-Type` of this run's opening answer (none when it resumed its segments).
     var contentType: String?
+    /// A digest of the whole file the lead server sent (``ServerDigest``), checked at the end
+    /// when no checksum was given.
+    var serverDigest: ServerDigest?
     /// Set while the run's "running" is to be recorded with its first response (a new download).
     var runningUnrecorded = false
     /// The last checkpoint of connections that wrote the whole file, made with the sync that
@@ -300,7 +305,9 @@ final class Transfer {
                 given = nil
                 if environment.isOffline(url) { throw error }  // The manager waits for the network.
                 if dropLead(after: error, retryable: true) { continue }
-                if progressed() { failures = 0 }
+                // A trickle writes bytes, but a connection too slow to keep is no progress:
+                // its retries run out like any other failure's.
+                if progressed(), !SpeedFloor.isTooSlow(error) { failures = 0 }
                 failures += 1
                 guard failures <= environment.retry.maxRetries else {
                     throw environment.retry.givenUp(error)
@@ -382,14 +389,17 @@ final class Transfer {
     ) async throws -> SegmentResponse? {
         task.finalURL = response.url
         contentType = response.headers.first(name: "Content-Type")
+        let digest = ServerDigest(headers: response.headers, status: response.status)
         switch rules.classify(status: response.status, headers: response.headers, to: opening, confirming: confirming) {
         case let .wholeFile(length):
+            serverDigest = digest  // The file from byte 0: its digest, or none.
             if opening != .whole || restarted {
                 logger.notice("server sent the whole file (range ignored or file changed); writing it from byte 0")
             }
             try await beginFromZero(response, length: length)
             return SegmentResponse(response: response, segmentStart: 0, bodyOffset: 0, overlap: [], expectedEnd: length)
         case let .continues(end, learntLength):
+            if let digest { serverDigest = digest }
             if let learntLength { try await settleLength(learntLength) }
             progress.update { $0.totalBytes = self.task.totalLength }
             let (start, overlap) = opening.bodyStart
@@ -467,7 +477,8 @@ final class Transfer {
             isOffline: environment.isOffline,
             sources: sources,
             lead: leadIndex,
-            pieces: pieceVerifier
+            pieces: pieceVerifier,
+            lowestSpeed: environment.lowestSpeed
         )
     }
 

@@ -171,6 +171,18 @@ struct ConfigKey: Sendable, Hashable {
         ),
         ConfigKey("retry-max-wait", [.get, .daemon], fallback: "600", help: "the longest Retry-After honoured"),
         ConfigKey(
+            "lowest-speed-limit",
+            [.get, .daemon],
+            fallback: "none",
+            help: "break a connection slower than this, e.g. 1K"
+        ),
+        ConfigKey(
+            "lowest-speed-time",
+            [.get, .daemon],
+            fallback: "30",
+            help: "seconds under the lowest speed before it is broken"
+        ),
+        ConfigKey(
             "wait-for-network",
             [.get, .daemon],
             fallback: "10m (get), unlimited (daemon)",

@@ -271,6 +271,7 @@ extension HaulCommand {
                 configuration.retriesPerRun = retries
                 configuration.connectTimeout = timing.connect
                 configuration.readTimeout = timing.read
+                configuration.lowestSpeed = timing.lowestSpeed
                 configuration.maxRetryAfter = timing.maxRetryAfter
                 configuration.setsRemoteTime = !noRemoteTime
                 configuration.setsOriginAttribute = !noXattr

@@ -65,6 +65,8 @@ public final class DaemonService: Service, Sendable {
         public var overallRateLimit: Int64?
         /// The secret aria2's clients give as `"token:SECRET"` on `/jsonrpc`; nil: the
         /// daemon's token (`$HAUL_HOME/daemon.token`).
+        /// The speed each connection must keep (``LowestSpeed``); nil for none.
+        public var lowestSpeed: LowestSpeed?
         public var rpcSecret: String?
         /// Where downloads added over `/jsonrpc` go when they name no `dir`; nil: the user's
         /// `~/Downloads` when it exists, else the home directory.
@@ -167,6 +169,7 @@ public final class DaemonService: Service, Sendable {
         }
         if let timeout = configuration.connectTimeout { managerConfiguration.downloader.connectTimeout = timeout }
         if let timeout = configuration.readTimeout { managerConfiguration.downloader.readTimeout = timeout }
+        managerConfiguration.downloader.lowestSpeed = configuration.lowestSpeed
         if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
         managerConfiguration.downloader.setsRemoteTime = configuration.setsRemoteTime
         managerConfiguration.downloader.setsOriginAttribute = configuration.setsOriginAttribute

@@ -270,3 +270,63 @@ struct HostileValueTests {
         #expect(try RPCSecret.checked("a long secret", from: "the secret") == "a long secret")
     }
 }
+
+/// `--lowest-speed-limit` and `--lowest-speed-time`: a connection that keeps under the floor
+/// is broken and tried again like a timeout; its retries run out though each try writes bytes.
+@Suite("Lowest speed", .tags(.process), .timeLimit(.minutes(10)))
+struct LowestSpeedTests {
+    @Test("the floor over a window: under it for a whole window is too slow; above it starts the next window")
+    func window() throws {
+        let start = ContinuousClock.now
+        var floor = SpeedFloor(try LowestSpeed(bytesPerSecond: 1000, time: .seconds(10)), start: start)
+        let early = floor.record(1, at: start + .seconds(5))
+        #expect(!early, "not a whole window yet")
+        let slow = floor.record(1, at: start + .seconds(10))
+        #expect(slow, "2 bytes in 10 s, under 1000/s")
+        var fast = SpeedFloor(try LowestSpeed(bytesPerSecond: 1000, time: .seconds(10)), start: start)
+        let quick = fast.record(20_000, at: start + .seconds(10))
+        let next = fast.record(5, at: start + .seconds(15))
+        let after = fast.record(5, at: start + .seconds(20))
+        #expect(!quick && !next, "a new window began at 10 s")
+        #expect(after)
+        #expect(throws: HaulError.self) { try LowestSpeed(bytesPerSecond: 0) }
+        #expect(throws: HaulError.self) { try LowestSpeed(bytesPerSecond: 1, time: .milliseconds(10)) }
+    }
+
+    @Test("a server that trickles is given up after the retries, saying why; without the floor it is waited on")
+    func trickleGivenUp() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            // 2,000 bytes a second: never silent for --timeout, far under the floor.
+            server.set("/slow.bin", .init(size: 1 << 20, seed: 2, bytesPerSecond: 2_000))
+            let result = try await HaulProcess.run(
+                [
+                    "get", "--retries", "1", "--lowest-speed-limit", "10K", "--lowest-speed-time", "1", "-d", temp.path,
+                    server.url("/slow.bin").absoluteString,
+                ],
+                home: temp.file("home")
+            )
+            #expect(result.status != 0, "\(result.stderr)")
+            #expect(
+                result.stderr.contains(
+                    "Too slow: 127.0.0.1 sent less than 10240 bytes per second for 1 s (--lowest-speed-limit)"
+                ),
+                "\(result.stderr)"
+            )
+            // The first try and one retry, each of the connection and of the download (as for
+            // any failure): never more, though every try writes bytes.
+            #expect(
+                (2...4).contains(server.requests(for: "/slow.bin").count),
+                "\(server.requests(for: "/slow.bin").count)"
+            )
+            #expect(result.stderr.contains("Gave up after 1 retry; ") && !result.stderr.contains("retry; gave up"))
+            #expect(!FileManager.default.fileExists(atPath: temp.file("slow.bin")))
+        }
+        let refused = try await HaulProcess.run(
+            ["get", "--lowest-speed-time", "5", "http://127.0.0.1:9/x"],
+            home: temp.file("home")
+        )
+        #expect(refused.status == 2)
+        #expect(refused.stderr.contains("--lowest-speed-time goes with --lowest-speed-limit"), "\(refused.stderr)")
+    }
+}

@@ -574,6 +574,9 @@ struct APIHardeningTests {
                     DownloadRequest(url: server.url("/seed"), destination: .directory(out), session: "s")
                 ])
                 _ = try await client.pause(API.Selector(ids: [added[0].id]))
+                // In a fleet the run that had begun stops after the answer; its last records
+                // land before the task reads as paused.
+                #expect(try await waitUntil { try await client.info(added[0].id).state == .paused })
                 let before = try await Snapshot(client)
                 #expect(before.tasks.map(\.state) == [.paused])
                 #expect(!before.log.isEmpty)

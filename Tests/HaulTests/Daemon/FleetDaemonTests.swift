@@ -54,9 +54,15 @@ struct FleetDaemonTests {
 
         /// Stops every daemon still running (SIGTERM, or SIGKILL after a failure).
         func stopAll(_ signal: Int32) async {
-            for daemon in started.withLock({ Array($0.values) }) {
+            for (node, daemon) in started.withLock({ $0.sorted { $0.key < $1.key } }) {
                 daemon.kill(signal)
-                _ = await daemon.finish()
+                // Bounded: a daemon that does not stop fails the test with its log, and is
+                // killed, instead of holding the suite for ever.
+                if await daemon.finish(within: .seconds(90)) == nil {
+                    Issue.record(
+                        "node n\(node) did not stop within 90 s of signal \(signal): \(daemon.currentStderr.suffix(3000))"
+                    )
+                }
             }
             for client in clients { try? await client.shutdown() }
         }

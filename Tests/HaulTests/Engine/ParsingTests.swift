@@ -131,6 +131,89 @@ struct FileNamingTests {
         #expect(FileNaming.fileName(contentDisposition: header, url: url) == expected)
     }
 
+    /// The tc2231 cases (greenbytes.de/tech/tc2231), with the name RFC 6266 gives: nil where
+    /// the header is invalid (ignored whole) or names no file. The header as Haul receives it:
+    /// NIO's parser decodes headers as UTF-8, so a raw ISO-8859-1 byte arrives as U+FFFD.
+    static let tc2231: [(String, String, String?)] = [
+        ("inlonly", "inline", nil),
+        ("inlonlyquoted", "\"inline\"", nil),
+        ("inlwithasciifilename", "inline; filename=\"foo.html\"", "foo.html"),
+        ("inlwithfnattach", "inline; filename=\"Not an attachment!\"", "Not an attachment!"),
+        ("attonly", "attachment", nil),
+        ("attonlyquoted", "\"attachment\"", nil),
+        ("attonlyucase", "ATTACHMENT", nil),
+        ("attwithasciifilename", "attachment; filename=\"foo.html\"", "foo.html"),
+        ("attwithasciifnescapedchar", "attachment; filename=\"f\\oo.html\"", "foo.html"),
+        (
+            "attwithasciifnescapedquote", "attachment; filename=\"\\\"quoting\\\" tested.html\"",
+            "\"quoting\" tested.html"
+        ),
+        ("attwithquotedsemicolon", "attachment; filename=\"Here's a semicolon;.html\"", "Here's a semicolon;.html"),
+        ("attwithfilenameandextparam", "attachment; foo=\"bar\"; filename=\"foo.html\"", "foo.html"),
+        ("attwithfilenameandextparamescaped", "attachment; foo=\"\\\"\\\\\";filename=\"foo.html\"", "foo.html"),
+        ("attwithasciifilenameucase", "attachment; FILENAME=\"foo.html\"", "foo.html"),
+        ("attwithasciifilenamenq", "attachment; filename=foo.html", "foo.html"),
+        ("attwithtokfncommanq", "attachment; filename=foo,bar.html", nil),
+        ("attwithasciifilenamenqs", "attachment; filename=foo.html ;", "foo.html"),
+        ("attemptyparam", "attachment; ;filename=foo", nil),
+        ("attwithasciifilenamenqws", "attachment; filename=foo bar.html", nil),
+        ("attwithfntokensq", "attachment; filename='foo.bar'", "'foo.bar'"),
+        ("attwithisofnplain", "attachment; filename=\"foo-\u{FFFD}.html\"", nil),
+        ("attwithutf8fnplain", "attachment; filename=\"foo-ä.html\"", "foo-ä.html"),
+        ("attwithfnrawpctenca", "attachment; filename=\"foo-%41.html\"", "foo-%41.html"),
+        ("attwithfnusingpct", "attachment; filename=\"50%.html\"", "50%.html"),
+        ("attwithfnrawpctencaq", "attachment; filename=\"foo-%\\41.html\"", "foo-%41.html"),
+        ("attwithnamepct", "attachment; name=\"foo-%41.html\"", nil),
+        ("attwithfnrawpctenclong", "attachment; filename=\"foo-%c3%a4-%e2%82%ac.html\"", "foo-%c3%a4-%e2%82%ac.html"),
+        ("attwithasciifilenamews1", "attachment; filename =\"foo.html\"", "foo.html"),
+        ("attwith2filenames", "attachment; filename=\"foo.html\"; filename=\"bar.html\"", nil),
+        ("attfnbrokentoken", "attachment; filename=foo[1](2).html", nil),
+        ("attfnbrokentokeniso", "attachment; filename=foo-ä.html", nil),
+        ("attmissingdisposition", "filename=foo.html", nil),
+        ("attmissingdisposition2", "x=y; filename=foo.html", nil),
+        ("attmissingdisposition3", "\"foo; filename=bar;baz\"; filename=qux", nil),
+        ("attmissingdisposition4", "filename=foo.html, filename=bar.html", nil),
+        ("emptydisposition", "; filename=foo.html", nil),
+        ("doublecolon", ": inline; attachment; filename=foo.html", nil),
+        ("attandinline", "inline; attachment; filename=foo.html", nil),
+        ("attandinline2", "attachment; inline; filename=foo.html", nil),
+        ("attbrokenquotedfn", "attachment; filename=\"foo.html\".txt", nil),
+        ("attbrokenquotedfn2", "attachment; filename=\"bar", nil),
+        ("attbrokenquotedfn3", "attachment; filename=foo\"bar;baz\"qux", nil),
+        ("attmultinstances", "attachment; filename=foo.html, attachment; filename=bar.html", nil),
+        ("attmissingdelim", "attachment; foo=foo filename=bar", nil),
+        ("attmissingdelim2", "attachment; filename=bar foo=foo", nil),
+        ("attmissingdelim3", "attachment filename=bar", nil),
+        ("attreversed", "filename=foo.html; attachment", nil),
+        ("attconfusedparam", "attachment; xfilename=foo.html", nil),
+        ("attcdate", "attachment; creation-date=\"Wed, 12 Feb 1997 16:29:51 -0500\"", nil),
+        ("dispext", "foobar", nil),
+        ("dispextbadfn", "attachment; example=\"filename=example.txt\"", nil),
+        ("attwithisofn2231iso", "attachment; filename*=iso-8859-1''foo-%E4.html", "foo-ä.html"),
+        ("attwithfn2231utf8", "attachment; filename*=UTF-8''foo-%c3%a4-%e2%82%ac.html", "foo-ä-€.html"),
+        ("attwithfn2231noc", "attachment; filename*=''foo-%c3%a4-%e2%82%ac.html", nil),
+        ("attwithfn2231iso-bad", "attachment; filename*=utf-8''foo-%E4.html", nil),
+        ("attwithfn2231ws1", "attachment; filename *=UTF-8''foo-%c3%a4.html", nil),
+        ("attwithfn2231ws2", "attachment; filename*= UTF-8''foo-%c3%a4.html", "foo-ä.html"),
+        ("attwithfn2231ws3", "attachment; filename* =UTF-8''foo-%c3%a4.html", "foo-ä.html"),
+        ("attwithfn2231quot", "attachment; filename*=\"UTF-8''foo-%c3%a4.html\"", nil),
+        ("attwithfn2231quot2", "attachment; filename*=\"foo%20bar.html\"", nil),
+        ("attwithfn2231singleqmissing", "attachment; filename*=UTF-8'foo-%c3%a4.html", nil),
+        ("attwithfn2231nbadpct1", "attachment; filename*=UTF-8''foo%", nil),
+        ("attwithfn2231nbadpct2", "attachment; filename*=UTF-8''f%oo.html", nil),
+        ("attwithfn2231dpct", "attachment; filename*=UTF-8''A-%2541.html", "A-%41.html"),
+        ("attfnboth", "attachment; filename=\"foo-ae.html\"; filename*=UTF-8''foo-%c3%a4.html", "foo-ä.html"),
+        ("attfnboth2", "attachment; filename*=UTF-8''foo-%c3%a4.html; filename=\"foo-ae.html\"", "foo-ä.html"),
+        ("attnewandfn", "attachment; foobar=x; filename=\"foo.html\"", "foo.html"),
+        ("attrfc2047token", "attachment; filename==?ISO-8859-1?Q?foo-=E4.html?=", nil),
+        ("attrfc2047quoted", "attachment; filename=\"=?ISO-8859-1?Q?foo-=E4.html?=\"", "=?ISO-8859-1?Q?foo-=E4.html?="),
+    ]
+
+    @Test("RFC 6266 on the tc2231 cases", arguments: tc2231)
+    func tc2231Case(name: String, header: String, expected: String?) {
+        #expect(FileNaming.suggestedName(fromContentDisposition: header) == expected, "\(name)")
+    }
+
     @Test(arguments: [
         "attachment; filename=\"..\"", "attachment; filename=\".\"", "attachment; filename=\"/\"",
         "attachment; filename=\"\"", "attachment; filename=\"../../\"",

@@ -139,10 +139,12 @@ struct DownloadManagerTests {
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { server in
                 let names = ["A", "B", "C", "D", "E", "F"]
-                // Slow enough (eight seconds each) that all five are under way together even
-                // when starting them is slow (a loaded machine, a store across a socket).
+                // Slow (half a minute each; the rate of a response under way stays) until the test
+                // lifts the rate at its end: all five are under
+                // way together however slow starting them is (a loaded machine once took longer
+                // than the eight seconds they used to last, and A ended before E began).
                 for (index, name) in names.enumerated() {
-                    server.set("/\(name)", .init(size: 2 << 20, seed: UInt64(index), bytesPerSecond: 256 << 10))
+                    server.set("/\(name)", .init(size: 2 << 20, seed: UInt64(index), bytesPerSecond: 64 << 10))
                 }
                 try await DownloadManager.withDownloadManager(
                     configuration: Self.configuration(location, limit: 5)

@@ -301,15 +301,17 @@ struct FleetQueueTests {
     )
     func retryingOfADeadNode() async throws {
         try await Self.withDatabase { client in
-            let (a, b) = (try await Self.node(client, "a", lease: .seconds(5)), try await Self.node(client, "b"))
+            // Node a's lease outlasts any pause of a loaded machine between its writes (a run
+            // under load once took 49 s, and a 5 s lease ran out before a's second write).
+            let (a, b) = (try await Self.node(client, "a", lease: .seconds(300)), try await Self.node(client, "b"))
             let ids = try await Self.add(a, 2)
             #expect(try await a.acquireLeases(wanted: 2, maxRunning: 5, perHost: 5) == ids)
-            // Node a set both to be tried again — one due 11 s ago, one due now — then died.
-            try await a.setRetrying(ids[0], error: "503", nextTryAt: Date() - 11, since: Date() - 20)
-            try await a.setRetrying(ids[1], error: "503", nextTryAt: Date(), since: Date() - 20)
-            // b, with 5 s leases: the first is 10 s overdue, so b takes it; the second waits for
-            // its own node's timer (or its time to pass two leases).
-            let c = try await Self.node(client, "c", lease: .seconds(5))
+            // Node a set both to be tried again — one due 2 minutes ago, one due now — then died.
+            try await a.setRetrying(ids[0], error: "503", nextTryAt: Date() - 120, since: Date() - 200)
+            try await a.setRetrying(ids[1], error: "503", nextTryAt: Date(), since: Date() - 200)
+            // c, with 30 s leases: the first is more than two leases overdue, so c takes it; the
+            // second waits for its own node's timer (or its time to pass two leases, a minute).
+            let c = try await Self.node(client, "c", lease: .seconds(30))
             #expect(try await c.acquireLeases(wanted: 5, maxRunning: 5, perHost: 5) == [ids[0]])
             #expect(try await b.task(id: ids[1])?.state == .retrying)
             #expect(try await b.fleet.entries().first { $0.id == ids[0] }?.owner == "c")

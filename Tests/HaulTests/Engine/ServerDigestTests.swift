@@ -1,0 +1,113 @@
+import Foundation
+import HaulTesting
+import NIOHTTP1
+import Testing
+
+@testable import Haul
+
+/// Digests of the whole file a server sends (RFC 9530, RFC 3230, RFC 1864), checked like a
+/// `--checksum` when none is given: a mirror's wrong bytes cannot pass them.
+@Suite("Server digests", .tags(.process), .timeLimit(.minutes(10)))
+struct ServerDigestTests {
+    static func base64(_ hex: String) -> String {
+        var bytes: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            bytes.append(UInt8(hex[index..<next], radix: 16)!)
+            index = next
+        }
+        return Data(bytes).base64EncodedString()
+    }
+
+    @Test("which headers describe the whole file, and the strongest wins; a value that cannot be read is ignored")
+    func parsing() throws {
+        let sha256 = String(repeating: "ab", count: 32)
+        let sha512 = String(repeating: "cd", count: 64)
+        let md5 = String(repeating: "ef", count: 16)
+        func digest(_ fields: [(String, String)], status: Int = 206) -> ServerDigest? {
+            ServerDigest(headers: HTTPHeaders(fields), status: status)
+        }
+        let repr = try #require(digest([("Repr-Digest", "sha-256=:\(Self.base64(sha256)):")]))
+        #expect(repr.header == "Repr-Digest" && repr.checksum.hex == sha256 && repr.checksum.algorithm == .sha256)
+        let both = digest([("Repr-Digest", "sha-256=:\(Self.base64(sha256)):, sha-512=:\(Self.base64(sha512)):")])
+        #expect(both?.checksum.algorithm == .sha512)
+        #expect(digest([("Digest", "MD5=\(Self.base64(md5)), SHA-256=\(Self.base64(sha256))")])?.checksum.hex == sha256)
+        // The content's digests describe a 206's part only.
+        #expect(digest([("Content-MD5", Self.base64(md5))]) == nil)
+        #expect(digest([("Content-MD5", Self.base64(md5))], status: 200)?.header == "Content-MD5")
+        #expect(digest([("Content-Digest", "sha-256=:\(Self.base64(sha256)):")]) == nil)
+        #expect(
+            digest([("Content-Digest", "sha-256=:\(Self.base64(sha256)):"), ("Content-Encoding", "gzip")], status: 200)
+                == nil
+        )
+        for bad in [
+            "sha-256=:not base64:", "sha-256=\(Self.base64(sha256))", "sha-256=:\(Self.base64(md5)):",
+            "md5=:\(Self.base64(md5)):", "unknown=:AAAA:",
+        ] {
+            #expect(digest([("Repr-Digest", bad)]) == nil, "\(bad)")
+        }
+    }
+
+    @Test("the issue's repro: a mirror with two bytes flipped past its first 64 KiB is caught by the URL's Repr-Digest")
+    func mirrorCaughtByDigest() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                let size = MirrorTests.size
+                var good = TestServer.Resource(size: size, seed: 12, bytesPerSecond: 4 << 20)
+                a.set("/f.bin", good)
+                good.headers = [("Repr-Digest", "sha-256=:\(Self.base64(a.sha256("/f.bin"))):")]
+                a.set("/f.bin", good)
+                // The same length and validators, two bytes wrong in each MiB past the first 64 KiB.
+                var bad = TestServer.Resource(size: size, seed: 12, bytesPerSecond: 4 << 20)
+                bad.corrupted = stride(from: 100_000, to: size, by: 1 << 20).map { $0..<($0 + 2) }
+                b.set("/f.bin", bad)
+                let (status, _, stderr) = try await HaulProcess.get(
+                    [
+                        "-x", "6", "--min-split", "256K", "--mirror", b.url("/f.bin").absoluteString,
+                        a.url("/f.bin").absoluteString,
+                    ],
+                    in: temp
+                )
+                #expect(b.requests(for: "/f.bin").count > 1, "the mirror served segments")
+                #expect(status != 0, "\(stderr)")
+                #expect(stderr.contains("does not match the digest its server sent (Repr-Digest sha256"), "\(stderr)")
+                #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin")), "a wrong file was placed")
+
+                // From the URL alone, the same digest holds and the line says so.
+                let alone = try TemporaryDirectory()
+                let (fine, _, said) = try await HaulProcess.get(["-x", "4", a.url("/f.bin").absoluteString], in: alone)
+                #expect(fine == 0, "\(said)")
+                #expect(TestContent.sha256(file: alone.file("f.bin")) == a.sha256("/f.bin"))
+                #expect(said.contains("; verified against the server's Repr-Digest"), "\(said)")
+            }
+        }
+    }
+
+    @Test("without a checksum or a digest, a mirror download says what it proves, on the line and in --json")
+    func sampledIsSaid() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                a.set("/f.bin", .init(size: 2 << 20, seed: 13))
+                b.set("/f.bin", .init(size: 2 << 20, seed: 13))
+                let arguments = [
+                    "--min-split", "256K", "--mirror", b.url("/f.bin").absoluteString, a.url("/f.bin").absoluteString,
+                ]
+                let (status, _, stderr) = try await HaulProcess.get(arguments, in: temp)
+                #expect(status == 0, "\(stderr)")
+                #expect(
+                    stderr.contains(
+                        "no checksum or server digest: the mirrors were compared with the file in one 64 KiB window each"
+                    ),
+                    "\(stderr)"
+                )
+                let again = try TemporaryDirectory()
+                let (json, stdout, _) = try await HaulProcess.get(["--json"] + arguments, in: again)
+                #expect(json == 0)
+                #expect(stdout.contains(#""verifiedAgainst":"sampled""#), "\(stdout)")
+            }
+        }
+    }
+}
