@@ -100,13 +100,13 @@ public final class FleetQueue: Sendable {
         guard wanted > 0, maxRunning > 0, perHost > 0 else { return [] }
         let seconds = Self.seconds(duration)
         return try await store("take leases in the fleet's queue") {
-            try await self.client.withTransaction(logger: self.logger) { connection in
-                _ = try await connection.query(
+            try await self.client.withCheckedTransaction(logger: self.logger) { connection in
+                _ = try await connection.checkedQuery(
                     "SELECT pg_advisory_xact_lock(\(Self.admissionLock))",
                     logger: self.logger
                 )
                 // Leases that ran out give their tasks back to the queue, at their places.
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     """
                     UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
                     WHERE id IN (
@@ -121,7 +121,7 @@ public final class FleetQueue: Sendable {
                 // that node died, nobody else would try it. Two leases' time past its next try,
                 // it waits in the queue again, at its place.
                 let overdue = StoreDate.text(Date().addingTimeInterval(-2 * Double(seconds)))
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     """
                     UPDATE haul_task SET state = 'queued'
                     WHERE id IN (
@@ -134,7 +134,7 @@ public final class FleetQueue: Sendable {
                     logger: self.logger
                 )
                 var running: [String: Int] = [:]
-                for try await (host, count) in try await connection.query(
+                for try await (host, count) in try await connection.checkedQuery(
                     "SELECT host, count(*) FROM haul_task WHERE state = 'running' AND owner IS NOT NULL GROUP BY host",
                     logger: self.logger
                 ).decode((String, Int).self) {
@@ -146,7 +146,7 @@ public final class FleetQueue: Sendable {
                 // `wanted` and the limits come from outside).
                 let window = max(min(room, 10_000) * 8, 256)
                 var picked: [UUID] = []
-                for try await (id, host) in try await connection.query(
+                for try await (id, host) in try await connection.checkedQuery(
                     """
                     SELECT id, host FROM haul_task
                     WHERE state = 'queued' AND background AND id <> ALL(\(excluding)::uuid[])
@@ -162,7 +162,7 @@ public final class FleetQueue: Sendable {
                 }
                 guard !picked.isEmpty else { return [] }
                 var leases: [Lease] = []
-                for try await (id, fence, expires) in try await connection.query(
+                for try await (id, fence, expires) in try await connection.checkedQuery(
                     """
                     UPDATE haul_task SET state = 'running', owner = \(self.node),
                         lease_expires = now() + make_interval(secs => \(seconds)), fence = fence + 1,
@@ -186,9 +186,9 @@ public final class FleetQueue: Sendable {
     public func release(_ lease: Lease) async throws -> Bool {
         try await store("give a lease back") {
             // One transaction with its note, so that running it again (a conflict) is safe.
-            try await self.client.withTransaction(logger: self.logger) { connection in
+            try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                 var released = false
-                for try await _ in try await connection.query(
+                for try await _ in try await connection.checkedQuery(
                     """
                     UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
                     WHERE id = \(lease.task) AND fence = \(lease.fence) AND owner = \(self.node)
@@ -213,19 +213,19 @@ public final class FleetQueue: Sendable {
     public func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
         guard maxRunning > 0, perHost > 0 else { return [] }
         return try await store("send tasks over the fleet's limits back to waiting") {
-            try await self.client.withTransaction(logger: self.logger) { connection in
+            try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                 // Under the admission lock: no lease is taken meanwhile.
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     "SELECT pg_advisory_xact_lock(\(Self.admissionLock))",
                     logger: self.logger
                 )
                 // The running rows locked in id order, as every writer of many locks them.
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     "SELECT id FROM haul_task WHERE state = 'running' AND owner IS NOT NULL ORDER BY id FOR UPDATE",
                     logger: self.logger
                 )
                 var sent: [UUID] = []
-                for try await id in try await connection.query(
+                for try await id in try await connection.checkedQuery(
                     """
                     WITH running AS (
                         SELECT id, leased_at, priority, "queueOrder",
@@ -284,8 +284,8 @@ public final class FleetQueue: Sendable {
         let ids = leases.map(\.task)
         let fences = leases.map(\.fence)
         return try await store("renew this node's leases") {
-            try await self.client.withTransaction(logger: self.logger) { connection in
-                _ = try await connection.query(
+            try await self.client.withCheckedTransaction(logger: self.logger) { connection in
+                _ = try await connection.checkedQuery(
                     """
                     INSERT INTO fleet_node (name, bytes_per_second) VALUES (\(self.node), \(speed))
                     ON CONFLICT (name) DO UPDATE SET heartbeat_at = now(), bytes_per_second = \(speed),
@@ -296,7 +296,7 @@ public final class FleetQueue: Sendable {
                 guard !ids.isEmpty else { return [] }
                 // Rows locked in id order, as every writer of many task rows locks them.
                 var held: [Lease] = []
-                for try await (id, fence, expires) in try await connection.query(
+                for try await (id, fence, expires) in try await connection.checkedQuery(
                     """
                     UPDATE haul_task AS t SET lease_expires = now() + make_interval(secs => \(seconds))
                     FROM unnest(\(ids)::uuid[], \(fences)::bigint[]) AS l(id, fence)
@@ -320,9 +320,9 @@ public final class FleetQueue: Sendable {
     @discardableResult
     public func leave() async throws -> Int {
         try await store("give this node's leases back") {
-            try await self.client.withTransaction(logger: self.logger) { connection in
+            try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                 var released = 0
-                for try await _ in try await connection.query(
+                for try await _ in try await connection.checkedQuery(
                     """
                     UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
                     WHERE owner = \(self.node) AND state = 'running'
@@ -333,7 +333,7 @@ public final class FleetQueue: Sendable {
                     released += 1
                 }
                 if released > 0 { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     "UPDATE fleet_node SET stopped_at = now(), bytes_per_second = 0 WHERE name = \(self.node)",
                     logger: self.logger
                 )

@@ -167,12 +167,15 @@ enum PostgresSchema {
     static func migrate(_ client: PostgresClient, logger: Logger) async throws {
         try await Postgres.run("migrate Haul's tables") {
             try await client.withConnection { connection in
-                _ = try await connection.query("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
+                _ = try await connection.checkedQuery("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
                 do {
                     try await runMigrations(connection, logger: logger)
-                    _ = try await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+                    _ = try await connection.checkedQuery("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
                 } catch {
-                    _ = try? await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+                    _ = try? await connection.checkedQuery(
+                        "SELECT pg_advisory_unlock(\(migrationLock))",
+                        logger: logger
+                    )
                     throw error
                 }
             }
@@ -180,7 +183,7 @@ enum PostgresSchema {
     }
 
     private static func runMigrations(_ connection: PostgresConnection, logger: Logger) async throws {
-        _ = try await connection.query(
+        _ = try await connection.checkedQuery(
             """
             CREATE TABLE IF NOT EXISTS haul_migration (
                 version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
@@ -188,7 +191,7 @@ enum PostgresSchema {
             logger: logger
         )
         var applied = 0
-        for try await version in try await connection.query(
+        for try await version in try await connection.checkedQuery(
             "SELECT COALESCE(MAX(version), 0) FROM haul_migration",
             logger: logger
         ).decode(Int.self) {
@@ -203,11 +206,11 @@ enum PostgresSchema {
         }
         for (index, statements) in migrations.enumerated() where index + 1 > applied {
             let version = index + 1
-            try await connection.withTransaction(logger: logger) { connection in
+            try await connection.withCheckedTransaction(logger: logger) { connection in
                 for sql in statements {
-                    _ = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+                    _ = try await connection.checkedQuery(PostgresQuery(unsafeSQL: sql), logger: logger)
                 }
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     "INSERT INTO haul_migration (version) VALUES (\(version))",
                     logger: logger
                 )
@@ -286,6 +289,9 @@ enum Postgres {
             }
         }
         if error is CancellationError { return "it was cancelled" }
+        if error is ConnectionClosed {
+            return "the database had closed the connection (it ends a transaction left idle past the lease)"
+        }
         if let error = error as? ConnectionPoolError {
             switch error {
             case .connectionCreationCircuitBreakerTripped:

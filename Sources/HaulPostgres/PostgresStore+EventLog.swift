@@ -16,13 +16,16 @@ extension PostgresStore: EventLogStore {
     package func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] {
         let encoder = HaulJSON.encoder()
         return try await Postgres.run("log events") {
-            try await client.withTransaction(logger: logger) { connection in
-                _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.appendLock))", logger: self.logger)
+            try await client.withCheckedTransaction(logger: logger) { connection in
+                _ = try await connection.checkedQuery(
+                    "SELECT pg_advisory_xact_lock(\(Self.appendLock))",
+                    logger: self.logger
+                )
                 // The rows whose announced state changes, locked in one order (the heartbeat's
                 // and the fleet queue's), so that appends and lease renewals never deadlock.
                 let announcing = Array(Set(records.compactMap { $0.announcedState == nil ? nil : $0.taskID }))
                 if !announcing.isEmpty {
-                    _ = try await connection.query(
+                    _ = try await connection.checkedQuery(
                         "SELECT id FROM haul_task WHERE id = ANY(\(announcing)::uuid[]) ORDER BY id FOR UPDATE",
                         logger: self.logger
                     )
@@ -33,21 +36,21 @@ extension PostgresStore: EventLogStore {
                     else { continue }
                     if let announces = record.announcedState, let taskID = record.taskID {
                         var told: String?
-                        for try await state in try await connection.query(
+                        for try await state in try await connection.checkedQuery(
                             "SELECT \"announcedState\" FROM haul_task WHERE id = \(taskID)",
                             logger: self.logger
                         ).decode(String?.self) {
                             told = state
                         }
                         if EventLogRules.finalStates.contains(announces), told == announces.rawValue { continue }
-                        _ = try await connection.query(
+                        _ = try await connection.checkedQuery(
                             "UPDATE haul_task SET \"announcedState\" = \(announces.rawValue) WHERE id = \(taskID)",
                             logger: self.logger
                         )
                     }
                     record.eventID = nil
                     let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
-                    for try await id in try await connection.query(
+                    for try await id in try await connection.checkedQuery(
                         "INSERT INTO haul_event (session, payload) VALUES (\(session), \(payload)) RETURNING id",
                         logger: self.logger
                     ).decode(Int64.self) {
@@ -116,23 +119,26 @@ extension PostgresStore: EventLogStore {
         keepingAfter floor: @escaping @Sendable (String) -> Int64?
     ) async throws -> Int64 {
         try await Postgres.run("record acknowledgements") {
-            try await client.withTransaction(logger: logger) { connection in
+            try await client.withCheckedTransaction(logger: logger) { connection in
                 // Under the append lock: the last id given is then the last committed.
-                _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.appendLock))", logger: self.logger)
+                _ = try await connection.checkedQuery(
+                    "SELECT pg_advisory_xact_lock(\(Self.appendLock))",
+                    logger: self.logger
+                )
                 let last = try await Self.lastEventID(connection, logger: self.logger)
                 var highest: [String: Int64] = [:]
                 for mark in marks where mark.through <= last {
                     highest[mark.session] = max(highest[mark.session] ?? mark.through, mark.through)
                 }
                 for (session, eventID) in highest.sorted(by: { $0.key < $1.key }) {
-                    _ = try await connection.query(
+                    _ = try await connection.checkedQuery(
                         """
                         INSERT INTO haul_session (name, acknowledged) VALUES (\(session), \(eventID))
                         ON CONFLICT (name) DO UPDATE SET acknowledged = GREATEST(haul_session.acknowledged, excluded.acknowledged)
                         """,
                         logger: self.logger
                     )
-                    _ = try await connection.query(
+                    _ = try await connection.checkedQuery(
                         "DELETE FROM haul_event WHERE session = \(session) AND id <= \(min(eventID, floor(session) ?? eventID))",
                         logger: self.logger
                     )

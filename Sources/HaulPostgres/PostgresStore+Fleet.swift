@@ -152,7 +152,7 @@ extension PostgresStore {
         let lease = held.lease
         if held.lost { throw leaseLost(id) }
         var holds = false
-        for try await _ in try await connection.query(
+        for try await _ in try await connection.checkedQuery(
             """
             SELECT 1 FROM haul_task
             WHERE id = \(id) AND owner = \(node) AND fence = \(lease.fence) AND state = 'running'
@@ -195,7 +195,7 @@ extension PostgresStore {
         if held?.lost == true { throw leaseLost(id) }
         let write: @Sendable () async throws -> T = {
             try await Postgres.run(what) {
-                try await self.client.withTransaction(logger: self.logger) { connection in
+                try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                     try await self.checkFence(connection, id)
                     return try await body(connection)
                 }

@@ -149,7 +149,7 @@ public final class PostgresStore: FleetTaskStore {
 
     package func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await Postgres.run("read a task") {
-            try await client.withTransaction(logger: logger) { connection in
+            try await client.withCheckedTransaction(logger: logger) { connection in
                 guard let task = try await Self.task(connection, id: id, logger: self.logger) else { return nil }
                 return (task, try await Self.segments(connection, of: task, logger: self.logger))
             }
@@ -158,7 +158,7 @@ public final class PostgresStore: FleetTaskStore {
 
     package func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await Postgres.run("read a task") {
-            try await client.withTransaction(logger: logger) { connection in
+            try await client.withCheckedTransaction(logger: logger) { connection in
                 guard var task = try await Self.task(connection, id: id, logger: self.logger) else { return nil }
                 task.storedPieces = .some(try await Self.pieces(connection, of: id, logger: self.logger))
                 return (task, try await Self.segments(connection, of: task, logger: self.logger))
@@ -250,8 +250,11 @@ public final class PostgresStore: FleetTaskStore {
         accept: @escaping @Sendable (TaskRecord) throws -> Void
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         try await Postgres.run("record a download") {
-            try await client.withTransaction(logger: logger) { connection in
-                _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.addLock))", logger: self.logger)
+            try await client.withCheckedTransaction(logger: logger) { connection in
+                _ = try await connection.checkedQuery(
+                    "SELECT pg_advisory_xact_lock(\(Self.addLock))",
+                    logger: self.logger
+                )
                 var results: [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] = []
                 for (new, reAdd) in items {
                     let fileName = new.explicitName ? new.fileName : nil
@@ -298,7 +301,7 @@ public final class PostgresStore: FleetTaskStore {
 
     package func adopt(_ task: TaskRecord, segments: [SegmentRecord]) async throws {
         try await Postgres.run("record a download from resume data") {
-            try await client.withTransaction(logger: logger) { connection in
+            try await client.withCheckedTransaction(logger: logger) { connection in
                 var task = task
                 task.updatedAt = Date()
                 if try await Self.task(connection, id: task.id, logger: self.logger) != nil {
@@ -368,18 +371,18 @@ public final class PostgresStore: FleetTaskStore {
             if completing { try await Self.setCompleted(connection, id, logger: self.logger) }
             try await Self.replaceSegments(connection, of: id, with: segments, logger: self.logger)
             if let verifiedPieces {
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verifiedPieces)) WHERE \"taskID\" = \(id)",
                     logger: self.logger
                 )
             }
             if let sourcesText {
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     "UPDATE haul_task SET sources = \(sourcesText), \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
                     logger: self.logger
                 )
             } else {
-                _ = try await connection.query(
+                _ = try await connection.checkedQuery(
                     "UPDATE haul_task SET \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
                     logger: self.logger
                 )
@@ -390,7 +393,7 @@ public final class PostgresStore: FleetTaskStore {
 
     package func setPart(_ id: UUID, path: String?, identity: String?) async throws {
         try await fenced(id, "record a task's part file") { connection in
-            _ = try await connection.query(
+            _ = try await connection.checkedQuery(
                 """
                 UPDATE haul_task SET "partPath" = \(path), "partIdentity" = \(identity), "updatedAt" = \(StoreDate.now)
                 WHERE id = \(id)
@@ -461,7 +464,7 @@ public final class PostgresStore: FleetTaskStore {
 
     package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {
         try await fenced(id, "record a task's next try") { connection in
-            _ = try await connection.query(
+            _ = try await connection.checkedQuery(
                 """
                 UPDATE haul_task SET state = 'retrying', "errorMessage" = \(error),
                     "nextTryAt" = \(StoreDate.text(nextTryAt)), "retryingSince" = \(StoreDate.text(since)),
@@ -476,8 +479,8 @@ public final class PostgresStore: FleetTaskStore {
 
     package func delete(_ id: UUID) async throws {
         try await Postgres.run("remove a task") {
-            try await client.withTransaction(logger: logger) { connection in
-                _ = try await connection.query("DELETE FROM haul_task WHERE id = \(id)", logger: self.logger)
+            try await client.withCheckedTransaction(logger: logger) { connection in
+                _ = try await connection.checkedQuery("DELETE FROM haul_task WHERE id = \(id)", logger: self.logger)
                 try await FleetSignals.send(.task(id), on: connection, logger: self.logger)
             }
         }
@@ -489,7 +492,7 @@ public final class PostgresStore: FleetTaskStore {
             if !running { try await FleetSignals.send(.task(id), on: connection, logger: self.logger) }
             if state == .queued { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
             let order = try await Self.nextQueueOrder(connection, logger: self.logger)
-            _ = try await connection.query(
+            _ = try await connection.checkedQuery(
                 """
                 UPDATE haul_task SET state = \(state.rawValue), "queueOrder" = \(order),
                     "queuedAt" = \(StoreDate.now), "errorMessage" = NULL, "errorCode" = NULL,
@@ -507,9 +510,9 @@ public final class PostgresStore: FleetTaskStore {
 
     package func reorder(_ ids: [UUID]) async throws -> [UUID: Int64] {
         try await Postgres.run("reorder the queue") {
-            try await client.withTransaction(logger: logger) { connection in
+            try await client.withCheckedTransaction(logger: logger) { connection in
                 var orders: [UUID: Int64] = [:]
-                for try await (id, order) in try await connection.query(
+                for try await (id, order) in try await connection.checkedQuery(
                     "SELECT id, \"queueOrder\" FROM haul_task WHERE id = ANY(\(ids)::uuid[]) ORDER BY id FOR UPDATE",
                     logger: self.logger
                 ).decode((UUID, Int64).self) {
@@ -520,7 +523,7 @@ public final class PostgresStore: FleetTaskStore {
                 }
                 var result: [UUID: Int64] = [:]
                 for (id, order) in zip(ids, ids.compactMap { orders[$0] }.sorted()) {
-                    _ = try await connection.query(
+                    _ = try await connection.checkedQuery(
                         "UPDATE haul_task SET \"queueOrder\" = \(order) WHERE id = \(id)",
                         logger: self.logger
                     )
@@ -560,9 +563,9 @@ public final class PostgresStore: FleetTaskStore {
 
     package func saveNumericSettings(_ values: [(name: String, value: Int64)]) async throws {
         try await Postgres.run("save the settings") {
-            try await client.withTransaction(logger: logger) { connection in
+            try await client.withCheckedTransaction(logger: logger) { connection in
                 for (name, value) in values {
-                    _ = try await connection.query(
+                    _ = try await connection.checkedQuery(
                         """
                         INSERT INTO haul_setting (name, value) VALUES (\(name), \(value))
                         ON CONFLICT (name) DO UPDATE SET value = excluded.value
@@ -590,8 +593,8 @@ public final class PostgresStore: FleetTaskStore {
 
     package func saveTextSetting(_ name: String, _ value: String) async throws {
         try await Postgres.run("save the settings") {
-            try await client.withTransaction(logger: logger) { connection in
-                _ = try await connection.query(
+            try await client.withCheckedTransaction(logger: logger) { connection in
+                _ = try await connection.checkedQuery(
                     """
                     INSERT INTO haul_text_setting (name, value) VALUES (\(name), \(value))
                     ON CONFLICT (name) DO UPDATE SET value = excluded.value
