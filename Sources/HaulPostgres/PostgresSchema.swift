@@ -207,6 +207,12 @@ enum PostgresSchema {
         for (index, statements) in migrations.enumerated() where index + 1 > applied {
             let version = index + 1
             try await connection.withCheckedTransaction(logger: logger) { connection in
+                // A migration is no lease: on a loaded machine its statements may be seconds
+                // apart, and the server would end it for idling past the lease.
+                _ = try await connection.checkedQuery(
+                    "SET LOCAL idle_in_transaction_session_timeout = 0",
+                    logger: logger
+                )
                 for sql in statements {
                     _ = try await connection.checkedQuery(PostgresQuery(unsafeSQL: sql), logger: logger)
                 }

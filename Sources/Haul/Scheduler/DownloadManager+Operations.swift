@@ -294,6 +294,18 @@ extension DownloadManager {
         scheduler.remove(id)
     }
 
+    /// The state an operation on `id` finds: the one known here, except for a run whose end
+    /// the store has recorded (the finished file placed, in the same transaction) and which
+    /// has not reached this manager yet — a pause then is refused as for a completed task,
+    /// instead of answered as done. Nil for an unknown task.
+    func operableState(_ id: UUID) async -> TaskState? {
+        guard let state = known[id]?.state else { return nil }
+        guard state == .running, let stored = try? await store.task(id: id)?.state,
+            [.completed, .failed, .cancelled].contains(stored)
+        else { return state }
+        return stored
+    }
+
     /// Pauses every task in `ids` that is queued or running.
     public func pause(_ ids: [UUID]) async throws {
         try await perform(.pause, on: ids)
@@ -329,7 +341,11 @@ extension DownloadManager {
     ) async throws -> [UUID] {
         if strict {
             // Every id must name a task (else 404 for the first unknown), then be in a state it applies to.
-            let states = try ids.map { try currentState($0) }
+            var states: [TaskState] = []
+            for id in ids {
+                _ = try currentState(id)
+                states.append(await operableState(id) ?? .cancelled)
+            }
             for (id, state) in zip(ids, states) {
                 guard operation.applies(to: state) else {
                     throw HaulError(
@@ -342,7 +358,7 @@ extension DownloadManager {
         var done: [UUID] = []
         // States change while earlier tasks stop: look each one up when its turn comes.
         for id in ids {
-            guard let state = known[id]?.state, operation.applies(to: state) else { continue }
+            guard let state = await operableState(id), operation.applies(to: state) else { continue }
             switch operation {
             case .pause: try await pause(id)
             case .resume: try await resume(id)
