@@ -213,6 +213,10 @@ public enum API {
         public var allowMetered: Bool?
         /// Interface name patterns that are metered (default `["wwan*", "ppp*"]`).
         public var meteredInterfaces: [String]?
+        /// The speed each connection must keep, bytes per second; 0 for none (the default).
+        public var lowestSpeedLimit: Int64?
+        /// Seconds a connection may stay under ``lowestSpeedLimit`` (default 30).
+        public var lowestSpeedTime: Int64?
 
         public init(
             maxConcurrentDownloads: Int? = nil,
@@ -220,8 +224,12 @@ public enum API {
             overallRateLimit: Int64? = nil,
             giveUpAfter: Int64? = nil,
             allowMetered: Bool? = nil,
-            meteredInterfaces: [String]? = nil
+            meteredInterfaces: [String]? = nil,
+            lowestSpeedLimit: Int64? = nil,
+            lowestSpeedTime: Int64? = nil
         ) {
+            self.lowestSpeedLimit = lowestSpeedLimit
+            self.lowestSpeedTime = lowestSpeedTime
             self.allowMetered = allowMetered
             self.meteredInterfaces = meteredInterfaces
             self.maxConcurrentDownloads = maxConcurrentDownloads

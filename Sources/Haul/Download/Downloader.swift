@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import NIOCore
+import Synchronization
 
 /// Haul's version, sent in the User-Agent.
 public enum HaulVersion {
@@ -119,6 +120,8 @@ public final class Downloader: Sendable {
     private let clients: ClientPool
     private let configuration: Configuration
     private let overallLimiter: RateLimiter
+    /// The speed floor of the transfers that start from now on (``setLowestSpeed(_:)``).
+    private let speedFloor: Mutex<LowestSpeed?>
 
     /// Opens the store and creates the HTTP client. Call ``shutdown()`` when done, or use
     /// ``withDownloader(configuration:_:)``.
@@ -142,7 +145,17 @@ public final class Downloader: Sendable {
         self.clients = ClientPool(configuration: http)
         self.configuration = configuration
         self.overallLimiter = RateLimiter(bytesPerSecond: configuration.overallRateLimit)
+        self.speedFloor = Mutex(configuration.lowestSpeed)
     }
+
+    /// Changes the speed each connection must keep (nil for none): transfers that start from
+    /// now on keep it; those under way keep the one they started with.
+    public func setLowestSpeed(_ floor: LowestSpeed?) {
+        speedFloor.withLock { $0 = floor }
+    }
+
+    /// The speed each connection of a transfer starting now must keep.
+    public var lowestSpeed: LowestSpeed? { speedFloor.withLock { $0 } }
 
     /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
     public func setOverallRateLimit(_ bytesPerSecond: Int64?) {
@@ -380,7 +393,7 @@ public final class Downloader: Sendable {
             connections: configuration.connectionsPerDownload,
             minSplitSize: configuration.minSplitSize,
             globalLimiter: overallLimiter,
-            lowestSpeed: configuration.lowestSpeed,
+            lowestSpeed: lowestSpeed,
             setsRemoteTime: configuration.setsRemoteTime,
             setsOriginAttribute: configuration.setsOriginAttribute,
             logger: configuration.logger

@@ -424,6 +424,15 @@ extension DownloadManager {
     /// The limit on all downloads together now; nil for none.
     public nonisolated var overallRateLimit: Int64? { downloader.overallRateLimit }
 
+    /// Changes the speed each connection must keep (``LowestSpeed``; nil for none), for the
+    /// runs that start from now on.
+    public nonisolated func setLowestSpeed(_ floor: LowestSpeed?) {
+        downloader.setLowestSpeed(floor)
+    }
+
+    /// The speed each connection of a run starting now must keep; nil for none.
+    public nonisolated var lowestSpeed: LowestSpeed? { downloader.lowestSpeed }
+
     /// The limits in force.
     public var limits: (maxConcurrentDownloads: Int, maxConnectionsPerHost: Int) {
         (scheduler.maxConcurrent, scheduler.perHostLimit)

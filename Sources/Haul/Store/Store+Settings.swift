@@ -12,15 +12,23 @@ package struct StoredLimits: Sendable, Equatable {
     package var giveUpAfter: Int64?
     /// Whether downloads may use metered networks: 1 yes, 0 no.
     package var allowMetered: Int64?
+    /// The speed a connection must keep, bytes per second; 0 for none (``LowestSpeed``).
+    package var lowestSpeedLimit: Int64?
+    /// Seconds a connection may stay under it (1 to 86400).
+    package var lowestSpeedTime: Int64?
 
     package init(
         maxConcurrentDownloads: Int? = nil,
         maxConnectionsPerHost: Int? = nil,
         overallRateLimit: Int64? = nil,
         giveUpAfter: Int64? = nil,
-        allowMetered: Int64? = nil
+        allowMetered: Int64? = nil,
+        lowestSpeedLimit: Int64? = nil,
+        lowestSpeedTime: Int64? = nil
     ) {
         self.allowMetered = allowMetered
+        self.lowestSpeedLimit = lowestSpeedLimit
+        self.lowestSpeedTime = lowestSpeedTime
         self.maxConcurrentDownloads = maxConcurrentDownloads
         self.maxConnectionsPerHost = maxConnectionsPerHost
         self.overallRateLimit = overallRateLimit
@@ -34,7 +42,9 @@ package struct StoredLimits: Sendable, Equatable {
             maxConnectionsPerHost: newer.maxConnectionsPerHost ?? maxConnectionsPerHost,
             overallRateLimit: newer.overallRateLimit ?? overallRateLimit,
             giveUpAfter: newer.giveUpAfter ?? giveUpAfter,
-            allowMetered: newer.allowMetered ?? allowMetered
+            allowMetered: newer.allowMetered ?? allowMetered,
+            lowestSpeedLimit: newer.lowestSpeedLimit ?? lowestSpeedLimit,
+            lowestSpeedTime: newer.lowestSpeedTime ?? lowestSpeedTime
         )
     }
 
@@ -50,6 +60,15 @@ package struct StoredLimits: Sendable, Equatable {
                 error.message = "overallRateLimit: \(error.message) (0 for none)"
                 throw error
             }
+        }
+        if let limit = lowestSpeedLimit, !(0...(1 << 40)).contains(limit) {
+            throw HaulError(
+                .invalidArgument,
+                "lowestSpeedLimit must be from 0 (none) to \(Int64(1) << 40) bytes per second, not \(limit)"
+            )
+        }
+        if let seconds = lowestSpeedTime, !(1...86400).contains(seconds) {
+            throw HaulError(.invalidArgument, "lowestSpeedTime must be from 1 to 86400 seconds, not \(seconds)")
         }
         if let allowMetered, allowMetered != 0, allowMetered != 1 {
             throw HaulError(.invalidArgument, "allowMetered must be 0 or 1, not \(allowMetered)")
@@ -67,6 +86,14 @@ extension StoredLimits {
     /// The names of the settings the limits are saved under.
     enum Name: String, CaseIterable {
         case maxConcurrentDownloads, maxConnectionsPerHost, overallRateLimit, giveUpAfter, allowMetered
+        case lowestSpeedLimit, lowestSpeedTime
+    }
+
+    /// The speed floor these limits set: nil when none (no limit, or 0); the time defaults
+    /// to 30 seconds.
+    package var lowestSpeed: LowestSpeed? {
+        guard let limit = lowestSpeedLimit, limit > 0 else { return nil }
+        return try? LowestSpeed(bytesPerSecond: limit, time: .seconds(lowestSpeedTime ?? 30))
     }
 }
 

@@ -162,6 +162,8 @@ extension TaskStore {
             case .overallRateLimit: one.overallRateLimit = value
             case .giveUpAfter: one.giveUpAfter = value
             case .allowMetered: one.allowMetered = value
+            case .lowestSpeedLimit: one.lowestSpeedLimit = value
+            case .lowestSpeedTime: one.lowestSpeedTime = value
             }
             if one == StoredLimits() || (try? one.validate()) == nil {
                 rejected.append("\(name) = \(value)")
@@ -180,6 +182,8 @@ extension TaskStore {
             (.overallRateLimit, limits.overallRateLimit),
             (.giveUpAfter, limits.giveUpAfter),
             (.allowMetered, limits.allowMetered),
+            (.lowestSpeedLimit, limits.lowestSpeedLimit),
+            (.lowestSpeedTime, limits.lowestSpeedTime),
         ]
         try await saveNumericSettings(values.compactMap { name, value in value.map { (name.rawValue, $0) } })
     }

@@ -239,6 +239,7 @@ extension HaulCommand {
                     ("haul set --limit-rate 10M", "all downloads together at most 10 MiB/s"),
                     ("haul set --limit-rate 1M --session nightly", "each of a session's at most 1 MiB/s"),
                     ("haul set --give-up-after 6h", "keep trying failed downloads for 6 hours"),
+                    ("haul set --lowest-speed-limit 1K", "break connections slower than 1 KiB/s for 30 s"),
                 ]))
                 """
         )
@@ -274,6 +275,19 @@ extension HaulCommand {
         )
         var meteredInterfaces: String?
 
+        @Option(
+            name: .customLong("lowest-speed-limit"),
+            help:
+                "Break a connection slower than this (e.g. 1K, bytes per second) for --lowest-speed-time and try it again; 0 for none. For downloads that start from now on."
+        )
+        var lowestSpeedLimit: ByteCount?
+
+        @Option(
+            name: .customLong("lowest-speed-time"),
+            help: "Seconds a connection may stay under --lowest-speed-limit (1 to 86400)."
+        )
+        var lowestSpeedTime: Int64?
+
         @Argument(help: "Task ids (or unique prefixes) whose own rate limit to change.")
         var ids: [String] = []
 
@@ -305,7 +319,8 @@ extension HaulCommand {
                 }
                 let unchanged =
                     maxConcurrent == nil && maxPerHost == nil && limitRate == nil && giveUpAfter == nil
-                    && allowMetered == nil && meteredInterfaces == nil
+                    && allowMetered == nil && meteredInterfaces == nil && lowestSpeedLimit == nil
+                    && lowestSpeedTime == nil
                 let settings =
                     unchanged
                     ? try await client.settings()
@@ -316,7 +331,9 @@ extension HaulCommand {
                             overallRateLimit: limitRate?.bytes,
                             giveUpAfter: giveUpAfter?.seconds,
                             allowMetered: allowMetered?.value,
-                            meteredInterfaces: meteredInterfaces.map(ProxySettings.list)
+                            meteredInterfaces: meteredInterfaces.map(ProxySettings.list),
+                            lowestSpeedLimit: lowestSpeedLimit?.bytes,
+                            lowestSpeedTime: lowestSpeedTime
                         )
                     )
                 print("max-concurrent: \(settings.maxConcurrentDownloads ?? 0)")
@@ -327,6 +344,10 @@ extension HaulCommand {
                 if let allow = settings.allowMetered { print("allow-metered: \(allow ? "yes" : "no")") }
                 if let patterns = settings.meteredInterfaces {
                     print("metered-interfaces: \(patterns.joined(separator: ","))")
+                }
+                if let floor = settings.lowestSpeedLimit {
+                    let time = settings.lowestSpeedTime ?? 30
+                    print("lowest-speed: \(floor == 0 ? "none" : "\(Format.speed(Double(floor))) for \(time) s")")
                 }
             }
         }

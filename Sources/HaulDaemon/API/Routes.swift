@@ -232,7 +232,9 @@ struct DaemonRoutes {
                     maxConnectionsPerHost: body.maxConnectionsPerHost,
                     overallRateLimit: body.overallRateLimit,
                     giveUpAfter: body.giveUpAfter,
-                    allowMetered: body.allowMetered.map { $0 ? 1 : 0 }
+                    allowMetered: body.allowMetered.map { $0 ? 1 : 0 },
+                    lowestSpeedLimit: body.lowestSpeedLimit,
+                    lowestSpeedTime: body.lowestSpeedTime
                 ),
                 meteredInterfaces: body.meteredInterfaces
             )

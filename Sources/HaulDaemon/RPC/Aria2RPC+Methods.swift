@@ -118,6 +118,7 @@ extension Aria2RPC {
                 "max-connection-per-server": .number(limits.maxConnectionsPerHost),
                 "max-overall-download-limit": .number(manager.overallRateLimit ?? 0),
                 "max-download-limit": "0",
+                "lowest-speed-limit": .number(manager.lowestSpeed?.bytesPerSecond ?? 0),
                 "split": "1",
             ]
         case "aria2.changeGlobalOption":
@@ -356,9 +357,11 @@ extension Aria2RPC {
                 change.overallRateLimit = try Self.size(value, option: name)
             case "max-connection-per-server":
                 change.maxConnectionsPerHost = Int(try Self.size(value, option: name))
+            case "lowest-speed-limit":
+                change.lowestSpeedLimit = try Self.size(value, option: name)
             default:
                 throw Failure.failed(
-                    "Haul cannot change the global option \(name.prefix(60)) (max-concurrent-downloads, max-overall-download-limit, max-connection-per-server)"
+                    "Haul cannot change the global option \(name.prefix(60)) (max-concurrent-downloads, max-overall-download-limit, max-connection-per-server, lowest-speed-limit)"
                 )
             }
         }

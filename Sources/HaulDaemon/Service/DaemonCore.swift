@@ -96,7 +96,9 @@ final class DaemonCore: Sendable {
             overallRateLimit: manager.overallRateLimit ?? 0,
             giveUpAfter: await manager.keepsTrying?.giveUpAfter.components.seconds,
             allowMetered: await manager.networkPolicy.allowsMetered,
-            meteredInterfaces: await manager.networkPolicy.meteredInterfaces
+            meteredInterfaces: await manager.networkPolicy.meteredInterfaces,
+            lowestSpeedLimit: manager.lowestSpeed?.bytesPerSecond ?? 0,
+            lowestSpeedTime: manager.lowestSpeed?.time.components.seconds ?? 30
         )
     }
 
@@ -249,6 +251,15 @@ final class DaemonCore: Sendable {
         if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
         if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
         if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
+        if change.lowestSpeedLimit != nil || change.lowestSpeedTime != nil {
+            // Either half over what holds now (the time alone keeps the limit, and the reverse).
+            let now = manager.lowestSpeed
+            let floor = StoredLimits(
+                lowestSpeedLimit: change.lowestSpeedLimit ?? now?.bytesPerSecond ?? 0,
+                lowestSpeedTime: change.lowestSpeedTime ?? now?.time.components.seconds
+            )
+            manager.setLowestSpeed(floor.lowestSpeed)
+        }
     }
 
     /// Acts on what another daemon of the fleet signalled: changed limits apply here now;

@@ -169,7 +169,7 @@ public final class DaemonService: Service, Sendable {
         }
         if let timeout = configuration.connectTimeout { managerConfiguration.downloader.connectTimeout = timeout }
         if let timeout = configuration.readTimeout { managerConfiguration.downloader.readTimeout = timeout }
-        managerConfiguration.downloader.lowestSpeed = configuration.lowestSpeed
+        managerConfiguration.downloader.lowestSpeed = limits.lowestSpeed
         if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
         managerConfiguration.downloader.setsRemoteTime = configuration.setsRemoteTime
         managerConfiguration.downloader.setsOriginAttribute = configuration.setsOriginAttribute
@@ -271,7 +271,9 @@ public final class DaemonService: Service, Sendable {
         let given = StoredLimits(
             maxConcurrentDownloads: configuration.maxConcurrentDownloads,
             maxConnectionsPerHost: configuration.maxConnectionsPerHost,
-            overallRateLimit: configuration.overallRateLimit
+            overallRateLimit: configuration.overallRateLimit,
+            lowestSpeedLimit: configuration.lowestSpeed?.bytesPerSecond,
+            lowestSpeedTime: configuration.lowestSpeed?.time.components.seconds
         )
         try given.validate()
         let (kept, rejected) = try await store.storedLimits()

@@ -313,10 +313,11 @@ struct LowestSpeedTests {
                 ),
                 "\(result.stderr)"
             )
-            // The first try and one retry, each of the connection and of the download (as for
-            // any failure): never more, though every try writes bytes.
+            // One retry, of the connection and of the download (as for any failure; a loaded
+            // machine's connection may break once more on its own): a handful of requests,
+            // never the endless ones a trickle's bytes would buy if they counted as progress.
             #expect(
-                (2...4).contains(server.requests(for: "/slow.bin").count),
+                (2...8).contains(server.requests(for: "/slow.bin").count),
                 "\(server.requests(for: "/slow.bin").count)"
             )
             #expect(result.stderr.contains("Gave up after 1 retry; ") && !result.stderr.contains("retry; gave up"))

@@ -574,9 +574,14 @@ struct APIHardeningTests {
                     DownloadRequest(url: server.url("/seed"), destination: .directory(out), session: "s")
                 ])
                 _ = try await client.pause(API.Selector(ids: [added[0].id]))
-                // In a fleet the run that had begun stops after the answer; its last records
-                // land before the task reads as paused.
-                #expect(try await waitUntil { try await client.info(added[0].id).state == .paused })
+                // In a fleet the run that had begun stops after the answer: its last records
+                // (state, checkpoint) land, then its lease is given back (no node holds it).
+                #expect(
+                    try await waitUntil {
+                        let info = try await client.info(added[0].id)
+                        return info.state == .paused && info.node == nil
+                    }
+                )
                 let before = try await Snapshot(client)
                 #expect(before.tasks.map(\.state) == [.paused])
                 #expect(!before.log.isEmpty)

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import HaulClient
 import HaulTesting
+import HaulWire
 import HummingbirdWSClient
 import Logging
 import NIOCore
@@ -596,6 +597,32 @@ struct Aria2RPCTests {
                 }
                 #expect(sha256(file: out + "/fast.bin") == server.sha256("/fast.bin"))
             }
+        }
+    }
+
+    @Test(
+        "the lowest speed: set through /v1/settings and aria2's changeGlobalOption, read through both, used by the runs that start"
+    )
+    func lowestSpeedSetting() async throws {
+        let temp = try TemporaryDirectory()
+        try await withDaemon(home: temp.file("home"), listen: ("127.0.0.1", 0), rpcSecret: "s3cret-rpc") {
+            client,
+            daemon in
+            let listen = try #require(try await client.status().listen)
+            let rpc = Endpoint(url: "http://\(listen)/jsonrpc", secret: "s3cret-rpc")
+            #expect(try await client.settings().lowestSpeedLimit == 0)
+            let set = try await client.update(API.Settings(lowestSpeedLimit: 10 << 10, lowestSpeedTime: 5))
+            #expect(set.lowestSpeedLimit == 10 << 10 && set.lowestSpeedTime == 5)
+            let global = try await rpc.result("aria2.getGlobalOption")
+            #expect(global.object?["lowest-speed-limit"] == "10240")
+            // aria2's name changes the speed and keeps the time.
+            #expect(try await rpc.result("aria2.changeGlobalOption", [["lowest-speed-limit": "2K"]]) == "OK")
+            let changed = try await client.settings()
+            #expect(changed.lowestSpeedLimit == 2048 && changed.lowestSpeedTime == 5)
+            #expect(try await rpc.result("aria2.changeGlobalOption", [["lowest-speed-limit": "0"]]) == "OK")
+            #expect(try await client.settings().lowestSpeedLimit == 0)
+            await #expect(throws: HaulError.self) { try await client.update(API.Settings(lowestSpeedTime: 0)) }
+            await #expect(throws: HaulError.self) { try await client.update(API.Settings(lowestSpeedLimit: -1)) }
         }
     }
 
