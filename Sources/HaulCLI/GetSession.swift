@@ -256,7 +256,8 @@ struct GetSession {
         switch result.verifiedAgainst {
         case "checksum"?, "pieceHashes"?, nil: break
         case "sampled"?:
-            line += "; no checksum or server digest: the mirrors were compared with the file in one 64 KiB window each"
+            line +=
+                "; no checksum or server digest: the mirrors' bytes were compared with the URL's in a 64 KiB window of each stretch they served"
         case let header?:
             line += "; verified against the server's \(header)"
         }

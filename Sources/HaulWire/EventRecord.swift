@@ -53,8 +53,8 @@ public struct EventRecord: Codable, Sendable, Equatable {
     /// (the file may be truncated); absent otherwise.
     public var lengthConfirmed: Bool?
     /// `completed`: what the bytes were checked against (``DownloadResult/verifiedAgainst``):
-    /// `checksum`, `pieceHashes`, a server's digest header, or `sampled` (mirrors compared in
-    /// one window each); absent when nothing was.
+    /// `checksum`, `pieceHashes`, a server's digest header, or `sampled` (each stretch a
+    /// mirror wrote compared with the URL's in one window); absent when nothing was.
     public var verifiedAgainst: String?
     /// `failed`: the reason, the error code, the HTTP status, and whether it can be resumed.
     public var error: String?

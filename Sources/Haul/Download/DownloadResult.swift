@@ -35,8 +35,9 @@ public struct DownloadResult: Sendable, Equatable {
     /// download is held to: `checksum` (the one given), `pieceHashes`, the header a server
     /// sent a digest of the whole file in (`Repr-Digest`, `Digest`, `Content-Digest`,
     /// `Content-MD5`), or, for a file from several sources with none of these, `sampled`:
-    /// each mirror's bytes were compared with the file's in one 64 KiB window, which cannot
-    /// prove the rest. Nil when the file came from one source and nothing was checked.
+    /// each stretch a mirror wrote was compared with the URL's bytes in one 64 KiB window,
+    /// which cannot prove the rest. Nil when the file came from one source and nothing was
+    /// checked.
     public var verifiedAgainst: String?
     /// Whether the file is a Metalink: served as `application/metalink4+xml` or
     /// `application/metalink+xml`, or named `.meta4` or `.metalink`.

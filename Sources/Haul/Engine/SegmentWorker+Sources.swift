@@ -111,6 +111,7 @@ extension SegmentWorker {
             }
             guard let start = segmentStart else { continue }
             let outcome: AttemptOutcome
+            let from = plan.segment(at: start)?.written
             if let failure = pending {
                 pending = nil
                 outcome = .retry(failure)
@@ -119,6 +120,16 @@ extension SegmentWorker {
             }
             switch outcome {
             case .done, .stepAside:
+                if case .done = outcome, crossChecksMirrors, source != lead, let from,
+                    let to = plan.segment(at: start)?.written, to > from
+                {
+                    do {
+                        try await crossCheck(from..<to, servedBy: source, in: pool)
+                    } catch {
+                        letGo()
+                        throw error
+                    }
+                }
                 plan.release(segmentStart: start)
                 segmentStart = nil
             case .stopped:
@@ -308,6 +319,37 @@ extension SegmentWorker {
         )
     }
 
+    /// Compares one 64 KiB window, at a random place, of `stretch` — bytes the mirror
+    /// `index` just wrote — with the URL's bytes there. A mirror that agrees goes on; one that
+    /// does not is dropped and the file starts over without it: its other stretches cannot be
+    /// told from the rest, and the file is never a mix. The URL that cannot answer leaves the
+    /// stretch unchecked (its own failure is dealt with where it fetches). Without a checksum,
+    /// a server digest or piece hashes, this is what a mirror's bytes are held to.
+    func crossCheck(_ stretch: Range<Int64>, servedBy index: Int, in pool: SourcePool) async throws {
+        let length = stretch.upperBound - stretch.lowerBound
+        let size = min(Int64(TransferRules.overlapLength), length)
+        let offset = length > size ? Int64.random(in: 0...(length - size)) : 0
+        let window = (stretch.lowerBound + offset)..<(stretch.lowerBound + offset + size)
+        let written = try await FileIO.run { [part] in try part.read(at: window.lowerBound, count: Int(window.count)) }
+        let first = lease(lead, in: pool)
+        guard pool.isActive(lead), case let .bytes(bytes, _) = await sample(first, window, ifRange: first.rules.ifRange)
+        else { return }
+        if bytes == written { return }
+        let place = "bytes \(window.lowerBound)–\(window.upperBound - 1)"
+        let reason = "its \(place) differ from the URL's"
+        guard drop(index, in: pool, because: reason) else {
+            throw HaulError(
+                .representationChanged,
+                "The sources disagree about \(place) of \(Redaction.url(url))",
+                url: url,
+                hint: "Give --checksum to know which is right"
+            )
+        }
+        var restart = Restart(reason: "a mirror wrote other bytes than the URL's at \(place)")
+        restart.keepsLead = true
+        throw restart
+    }
+
     /// The last source left cannot serve the file: the download fails saying why.
     private func lastSourceFails(_ source: URL, _ reason: String) -> HaulError {
         HaulError(
@@ -325,15 +367,16 @@ extension SegmentWorker {
         case failed(HaulError)
     }
 
-    /// Asks `source` for `window` of the file, without `If-Range` (its validators are
-    /// learnt from this answer).
-    private func sample(_ source: SourceLease, _ window: Range<Int64>) async -> Sample {
+    /// Asks `source` for `window` of the file: without `If-Range` for a mirror being
+    /// verified (its validators are learnt from this answer), with `ifRange` for a source
+    /// whose validators are known (a 200 then says its file changed).
+    private func sample(_ source: SourceLease, _ window: Range<Int64>, ifRange: String? = nil) async -> Sample {
         do {
             let response = try await transport.get(
                 source.url,
                 headers: headers,
                 range: "bytes=\(window.lowerBound)-\(window.upperBound - 1)",
-                ifRange: nil,
+                ifRange: ifRange,
                 logger: logger
             )
             guard response.status == 206 else {

@@ -57,6 +57,9 @@ struct SegmentWorker: Sendable {
     var pieces: PieceVerifier?
     /// The speed each connection must keep; nil for none.
     var lowestSpeed: LowestSpeed?
+    /// Whether each stretch a mirror writes is compared with the URL's bytes in a window
+    /// (``SegmentWorker/crossCheck(_:servedBy:in:)``): when nothing checks the whole file.
+    var crossChecksMirrors = false
 
     /// Works until there is nothing left to claim. `first`, when given, is streamed first.
     func run(first: SegmentResponse?) async throws {

@@ -251,7 +251,7 @@ final class Transfer {
                 }
                 throw error
             case let .restart(restart)
-            where restart.response == nil && committedBytes > 0
+            where restart.response == nil && !restart.keepsLead && committedBytes > 0
                 && (sources?.verifiedCount ?? 0) > 1:
                 // The lead's copy changed, and verified mirrors hold the bytes written: they
                 // continue the file.
@@ -478,7 +478,8 @@ final class Transfer {
             sources: sources,
             lead: leadIndex,
             pieces: pieceVerifier,
-            lowestSpeed: environment.lowestSpeed
+            lowestSpeed: environment.lowestSpeed,
+            crossChecksMirrors: checksum == nil && serverDigest == nil && pieceVerifier == nil
         )
     }
 

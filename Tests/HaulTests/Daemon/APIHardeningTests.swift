@@ -78,7 +78,9 @@ struct APIHardeningTests {
             overallRateLimit: 0,
             giveUpAfter: 86400,
             allowMetered: true,
-            meteredInterfaces: ["wwan*", "ppp*"]
+            meteredInterfaces: ["wwan*", "ppp*"],
+            lowestSpeedLimit: 0,
+            lowestSpeedTime: 30
         )
         let changed = API.Settings(
             maxConcurrentDownloads: 7,
@@ -86,7 +88,9 @@ struct APIHardeningTests {
             overallRateLimit: 5_000_000,
             giveUpAfter: 3600,
             allowMetered: false,
-            meteredInterfaces: ["wwan*", "usb0"]
+            meteredInterfaces: ["wwan*", "usb0"],
+            lowestSpeedLimit: 1024,
+            lowestSpeedTime: 20
         )
         try await withDaemon(on: engine, home: home, maxConcurrent: nil) { client, _ in
             let first = try await client.settings()
@@ -115,7 +119,9 @@ struct APIHardeningTests {
                         overallRateLimit: 5_000_000,
                         giveUpAfter: 3600,
                         allowMetered: false,
-                        meteredInterfaces: ["wwan*", "usb0"]
+                        meteredInterfaces: ["wwan*", "usb0"],
+                        lowestSpeedLimit: 1024,
+                        lowestSpeedTime: 20
                     )
             )
             // Removing the overall limit (0) is kept as well.
@@ -135,7 +141,9 @@ struct APIHardeningTests {
                         overallRateLimit: 0,
                         giveUpAfter: 3600,
                         allowMetered: false,
-                        meteredInterfaces: ["wwan*", "usb0"]
+                        meteredInterfaces: ["wwan*", "usb0"],
+                        lowestSpeedLimit: 1024,
+                        lowestSpeedTime: 20
                     )
             )
         }

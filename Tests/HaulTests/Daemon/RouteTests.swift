@@ -128,7 +128,9 @@ struct RouteTests {
                             maxConnectionsPerHost: 8,
                             overallRateLimit: 1 << 20,
                             allowMetered: true,
-                            meteredInterfaces: ["wwan*", "ppp*"]
+                            meteredInterfaces: ["wwan*", "ppp*"],
+                            lowestSpeedLimit: 0,
+                            lowestSpeedTime: 30
                         )
                 )
             }

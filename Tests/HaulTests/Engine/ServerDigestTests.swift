@@ -106,6 +106,40 @@ struct ServerDigestTests {
         }
     }
 
+    @Test(
+        "without any hash, a stretch a mirror wrote that differs from the URL's drops it; the file starts over, right"
+    )
+    func stretchCrossChecked() async throws {
+        try await TestServer.withServer { a in
+            try await TestServer.withServer { b in
+                let temp = try TemporaryDirectory()
+                let size = 8 << 20
+                a.set("/f.bin", .init(size: size, seed: 15, bytesPerSecond: 4 << 20))
+                // Right where the mirror is first compared (the URL's first half, which the URL's
+                // own two connections write), wrong every 32 KiB in the half it is given.
+                var bad = TestServer.Resource(size: size, seed: 15, bytesPerSecond: 4 << 20)
+                bad.corrupted = stride(from: 4 << 20, to: size, by: 32 << 10).map { $0..<($0 + 2) }
+                b.set("/f.bin", bad)
+                let (status, _, stderr) = try await HaulProcess.get(
+                    [
+                        "-x", "4", "--max-connections-per-server", "2", "--min-split", "256K",
+                        "--mirror", b.url("/f.bin").absoluteString, a.url("/f.bin").absoluteString,
+                    ],
+                    in: temp
+                )
+                #expect(status == 0, "\(stderr)")
+                #expect(TestContent.sha256(file: temp.file("f.bin")) == a.sha256("/f.bin"))
+                #expect(stderr.contains("haul: dropped \(b.url("/f.bin").absoluteString): its bytes "), "\(stderr)")
+                #expect(stderr.contains("differ from the URL's"), "\(stderr)")
+                // After the drop, the file was fetched again from byte 0, from the URL.
+                #expect(
+                    a.requests(for: "/f.bin").filter { ($0.header("Range") ?? "bytes=0-").hasPrefix("bytes=0-") }.count
+                        >= 2
+                )
+            }
+        }
+    }
+
     @Test("without a checksum or a digest, a mirror download says what it proves, on the line and in --json")
     func sampledIsSaid() async throws {
         try await TestServer.withServer { a in
@@ -120,7 +154,7 @@ struct ServerDigestTests {
                 #expect(status == 0, "\(stderr)")
                 #expect(
                     stderr.contains(
-                        "no checksum or server digest: the mirrors were compared with the file in one 64 KiB window each"
+                        "no checksum or server digest: the mirrors' bytes were compared with the URL's in a 64 KiB window of each stretch they served"
                     ),
                     "\(stderr)"
                 )

@@ -6,6 +6,9 @@ struct Restart: Error, Sendable {
     var response: HTTPTransport.Response?
     /// The failure that led to the request this restart answered, when there was one.
     var after: HaulError?
+    /// A mirror was found to have written other bytes than the URL's (and is dropped): the
+    /// file starts over from its sources as they are, the URL kept.
+    var keepsLead = false
 
     init(reason: String, response: HTTPTransport.Response? = nil, after: HaulError? = nil) {
         self.reason = reason
