@@ -167,17 +167,23 @@ enum PostgresSchema {
     static func migrate(_ client: PostgresClient, logger: Logger) async throws {
         try await Postgres.run("migrate Haul's tables") {
             try await client.withConnection { connection in
+                // A migration is no lease: on a loaded machine its statements may be seconds
+                // apart, and the server would end it for idling past the lease. RESET gives
+                // the pooled connection its own setting back.
+                _ = try await connection.checkedQuery("SET idle_in_transaction_session_timeout = 0", logger: logger)
                 _ = try await connection.checkedQuery("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
                 do {
                     try await runMigrations(connection, logger: logger)
-                    _ = try await connection.checkedQuery("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
                 } catch {
                     _ = try? await connection.checkedQuery(
                         "SELECT pg_advisory_unlock(\(migrationLock))",
                         logger: logger
                     )
+                    _ = try? await connection.checkedQuery("RESET idle_in_transaction_session_timeout", logger: logger)
                     throw error
                 }
+                _ = try await connection.checkedQuery("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+                _ = try await connection.checkedQuery("RESET idle_in_transaction_session_timeout", logger: logger)
             }
         }
     }
@@ -207,12 +213,6 @@ enum PostgresSchema {
         for (index, statements) in migrations.enumerated() where index + 1 > applied {
             let version = index + 1
             try await connection.withCheckedTransaction(logger: logger) { connection in
-                // A migration is no lease: on a loaded machine its statements may be seconds
-                // apart, and the server would end it for idling past the lease.
-                _ = try await connection.checkedQuery(
-                    "SET LOCAL idle_in_transaction_session_timeout = 0",
-                    logger: logger
-                )
                 for sql in statements {
                     _ = try await connection.checkedQuery(PostgresQuery(unsafeSQL: sql), logger: logger)
                 }

@@ -264,6 +264,8 @@ extension HaulCommand {
                     logger: logger
                 )
                 configuration.rpcSecret = try givenRPCSecret()
+                // A process of its own: a stop that cannot finish ends it anyway, after a minute.
+                configuration.stopDeadline = .seconds(60)
                 configuration.rpcDirectory = directory
                 configuration.rpcAllowsAllOrigins = rpcAllowOriginAll
                 DaemonMetrics.bootstrap()

@@ -37,6 +37,9 @@ public final class DaemonService: Service, Sendable {
         public var listenPublicly: Bool
         /// Stop cleanly on SIGTERM and SIGINT.
         public var handlesSignals: Bool
+        /// The longest a stop may take before the process exits anyway (``StopDeadline``):
+        /// for a daemon that is a process of its own; nil (the default) never exits.
+        public var stopDeadline: Duration?
         /// Unacknowledged events kept per session; older ones are dropped beyond it.
         public var eventsPerSession: Int
         /// How often running downloads checkpoint (nil: the library's default).
@@ -110,10 +113,12 @@ public final class DaemonService: Service, Sendable {
 
     private let configuration: Configuration
     private let group = Mutex<ServiceGroup?>(nil)
+    private let deadline: StopDeadline?
     private let stopRequested = Mutex(false)
 
     public init(configuration: Configuration) {
         self.configuration = configuration
+        deadline = configuration.stopDeadline.map { StopDeadline($0, logger: configuration.logger) }
     }
 
     /// The paths of this daemon's home.
@@ -245,6 +250,7 @@ public final class DaemonService: Service, Sendable {
             )
         )
         core.onShutdownRequest { [weak self] in await self?.stop() }
+        if configuration.handlesSignals { deadline?.watchSignals() }
         self.group.withLock { $0 = group }
         if stopRequested.withLock({ $0 }) { await group.triggerGracefulShutdown() }
         try await group.run()
@@ -253,6 +259,7 @@ public final class DaemonService: Service, Sendable {
 
     /// Stops the daemon cleanly: running downloads checkpoint and wait for the next start.
     public func stop() async {
+        deadline?.arm()
         stopRequested.withLock { $0 = true }
         let group = self.group.withLock { $0 }
         await group?.triggerGracefulShutdown()

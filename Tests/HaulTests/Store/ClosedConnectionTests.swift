@@ -21,7 +21,7 @@ struct ClosedConnectionTests {
         let store = try await PostgresStore.connect(
             to: location,
             node: "stalled",
-            leaseDuration: .milliseconds(300),
+            leaseDuration: .seconds(1),
             logger: logger
         )
         let ended = await #expect(throws: (any Error).self) {
