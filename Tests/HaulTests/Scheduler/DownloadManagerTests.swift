@@ -101,9 +101,12 @@ struct DownloadManagerTests {
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { one in
                 try await TestServer.withServer { two in
+                    // Eight seconds each: a host's second download starts while its first runs,
+                    // however slow starting them is (a loaded CI run once took longer than the
+                    // one second they used to last, and saw one at a time).
                     for index in 0..<4 {
-                        one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 1 << 20))
-                        two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), bytesPerSecond: 1 << 20))
+                        one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 128 << 10))
+                        two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), bytesPerSecond: 128 << 10))
                     }
                     try await DownloadManager.withDownloadManager(
                         configuration: Self.configuration(location, limit: 10, perHost: 2)
