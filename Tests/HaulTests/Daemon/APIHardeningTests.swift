@@ -590,7 +590,16 @@ struct APIHardeningTests {
                         return info.state == .paused && info.node == nil
                     }
                 )
-                let before = try await Snapshot(client)
+                // And whatever the stopped run still records (its last event, a checkpoint)
+                // has landed: two readings half a second apart agree.
+                var before = try await Snapshot(client)
+                #expect(
+                    try await waitUntil(every: .milliseconds(500)) {
+                        let now = try await Snapshot(client)
+                        defer { before = now }
+                        return now == before
+                    }
+                )
                 #expect(before.tasks.map(\.state) == [.paused])
                 #expect(!before.log.isEmpty)
 
