@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import HaulClient
 import Synchronization
@@ -38,9 +39,19 @@ struct DaemonStopTests {
             descriptors.withLock { $0.append(descriptor) }
         }
 
-        /// Reads until `marker` has arrived on the connection last opened.
-        func read(until marker: String) -> String {
+        /// Reads until `marker` has arrived on the connection last opened (at most 60 s), on a
+        /// thread of its own: a blocking read must not hold one of the few threads every
+        /// other test's tasks run on.
+        func read(until marker: String) async -> String {
+            await withCheckedContinuation { continuation in
+                DispatchQueue.global().async { continuation.resume(returning: self.readBlocking(until: marker)) }
+            }
+        }
+
+        private func readBlocking(until marker: String) -> String {
             guard let descriptor = descriptors.withLock({ $0.last }) else { return "" }
+            var timeout = timeval(tv_sec: 60, tv_usec: 0)
+            setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
             var received: [UInt8] = []
             var chunk = [UInt8](repeating: 0, count: 4096)
             while !String(decoding: received, as: UTF8.self).contains(marker) {
@@ -83,7 +94,7 @@ struct DaemonStopTests {
                 port: port,
                 sending: "GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\r\n"
             )
-            let answer = connections.read(until: "\"pid\"")
+            let answer = await connections.read(until: "\"pid\"")
             #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(200))")
         }
         #expect(!connections.closedByFallback.withLock { $0 }, "the daemon's stop waited for its clients' connections")
