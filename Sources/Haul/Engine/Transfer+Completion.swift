@@ -185,11 +185,7 @@ extension Transfer {
         )
         result.sources = task.sources
         if let pieces { (result.piecesChecked, result.piecesRefetched) = pieces.tally }
-        result.verifiedAgainst =
-            checksum != nil
-            ? "checksum"
-            : serverDigest?.header ?? (pieces != nil || pieceVerifier != nil ? "pieceHashes" : nil)
-                ?? (task.sources.count > 1 ? "sampled" : nil)
+        result.verifiedAgainst = verifiedAgainst(hadPieces: pieces != nil)
         result.isMetalink = Metalink.isMetalink(contentType: contentType, path: destination)
         return result
     }
@@ -268,6 +264,15 @@ extension Transfer {
         var data = ResumeData(record: task, segments: segments)
         if let storedPieces { data.pieces = storedPieces.hashes }
         return data
+    }
+
+    /// What the file's bytes were held to, in the order they are trusted
+    /// (``DownloadResult/verifiedAgainst``).
+    private func verifiedAgainst(hadPieces: Bool) -> String? {
+        if checksum != nil { return "checksum" }
+        if hadPieces || pieceVerifier != nil { return "pieceHashes" }
+        if let serverDigest { return serverDigest.header }
+        return task.sources.count > 1 ? "sampled" : nil
     }
 }
 
