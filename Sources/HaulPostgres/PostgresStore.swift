@@ -101,6 +101,8 @@ public final class PostgresStore: FleetTaskStore {
         configuration.options.additionalStartupParameters.append(
             ("idle_in_transaction_session_timeout", "\(max(100, milliseconds))")
         )
+        // Which node each server connection serves, for `pg_stat_activity` (and the tests).
+        configuration.options.additionalStartupParameters.append(("application_name", "haul \(node)"))
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         // Started at once, so the client runs before the first query leases a connection.
         let runner = Task.immediate { await client.run() }

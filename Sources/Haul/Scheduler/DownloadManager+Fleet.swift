@@ -105,7 +105,7 @@ extension DownloadManager {
             return
         }
         for id in ids {
-            guard let record = try? await store.task(id: id) else { continue }
+            guard let record = try? await store.task(id: id), mayStart(record, under: fleet) else { continue }
             let entry = DownloadManager.entry(for: record)
             if known[id]?.retryTimer != nil { disarmRetry(id) }
             if let task = known[id], task.state == .queued {
@@ -122,8 +122,8 @@ extension DownloadManager {
         // A lease taken and not started waits here in line: the fleet may count a run that
         // just recorded its end, which this node's line still holds for a moment (its per-host
         // cap then says no), and it starts as soon as that run has ended here. One whose
-        // task vanished meanwhile, or taken as the manager began to stop, goes straight back,
-        // so that it does not hold a place for nothing.
+        // task vanished or was stopped meanwhile, or taken as the manager began to stop, goes
+        // straight back, so that it does not hold a place for nothing.
         for id in ids where !running.contains(id) && !scheduler.isWaiting(id) && fleet.holdsLease(id) {
             scheduler.remove(id)
             do {
@@ -132,6 +132,21 @@ extension DownloadManager {
                 logger.warning("cannot give a lease back; it runs out by itself", metadata: ["error": "\(error)"])
             }
         }
+    }
+
+    /// Whether the lease just taken on `record`'s task may start it here. Not while a stop of
+    /// the task is being recorded here (it was asked before the lease was seen), nor when the
+    /// task changed since the lease was taken — paused, cancelled or removed, here or on
+    /// another node, which ended the lease: the task is then known here as the store has
+    /// it. A run started on such a lease would have no fence left to stop its writes, and
+    /// would record "running" over the stop.
+    private func mayStart(_ record: TaskRecord, under fleet: any FleetTaskStore) -> Bool {
+        if stopsUnderWay.contains(record.id) { return false }
+        if record.state == .running, fleet.holdsLease(record.id) { return true }
+        if !running.contains(record.id), let state = known[record.id]?.state, state != record.state {
+            adopt(record)
+        }
+        return false
     }
 
     /// Stops the transfers of tasks whose lease this node lost; each ends with
@@ -151,11 +166,16 @@ extension DownloadManager {
         guard fleet != nil, !running.contains(id) else { return }
         guard let record = try? await store.task(id: id) else { return }
         guard !running.contains(id) else { return }  // Started here meanwhile.
+        adopt(record)
+    }
+
+    /// Knows task `record` here as the shared store has it (one running elsewhere counts as
+    /// waiting here).
+    private func adopt(_ record: TaskRecord) {
         let state = record.state == .running ? TaskState.queued : record.state
-        if known[id]?.state != state {
-            if known[id]?.retryTimer != nil { disarmRetry(id) }
-            known[id] = ManagedTask(state, entry: DownloadManager.entry(for: record))
-        }
+        guard known[record.id]?.state != state else { return }
+        if known[record.id]?.retryTimer != nil { disarmRetry(record.id) }
+        known[record.id] = ManagedTask(state, entry: DownloadManager.entry(for: record))
     }
 
     /// Gives the fleet back every lease still held (after the transfers stopped).

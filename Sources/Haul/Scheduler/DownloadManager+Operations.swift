@@ -263,6 +263,8 @@ extension DownloadManager {
     /// back where it was (in line, or held for the store) and the error is thrown.
     func recordStopped(_ id: UUID, as state: TaskState, was previous: TaskState) async throws {
         scheduler.remove(id)
+        stopsUnderWay.insert(id)
+        defer { stopsUnderWay.remove(id) }
         let held = known[id]?.heldForStore ?? false
         known[id]?.heldForStore = false
         do {

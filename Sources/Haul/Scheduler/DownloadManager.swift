@@ -100,6 +100,9 @@ public actor DownloadManager {
     /// The tasks with a transfer running: an index into ``known``, kept by ``start(_:)`` and
     /// ``transferEnded(_:outcome:stop:mayHaveHooks:)`` alone.
     var running: Set<UUID> = []
+    /// The tasks whose stop (a pause or cancel of one not running here) is being recorded:
+    /// a fleet lease taken on one meanwhile does not start it (DownloadManager+Fleet.swift).
+    var stopsUnderWay: Set<UUID> = []
     var shuttingDown = false
     /// What the last ``DownloadEvent/networkChanged(_:)`` said (or the network when watching began).
     var lastNetworkStatus: NetworkStatus?

@@ -354,7 +354,16 @@ struct FleetDaemonTests {
                 let n0 = try #require(fleet.daemon(0))
                 n0.kill(SIGKILL)
                 _ = await n0.finish()
-                // What n0 committed before it died: nothing of it can move now.
+                // The server may still be committing what n0 sent before it died: once n0's
+                // connections are gone there, nothing of n0's can move.
+                #expect(
+                    try await waitUntil {
+                        try await db.query(
+                            "SELECT count(*)::bigint FROM pg_stat_activity WHERE application_name = 'haul n0'"
+                        ).decode(Int64.self).collected().first == 0
+                    }
+                )
+                // What n0 committed before it died.
                 var committed: [UUID: Int64] = [:]
                 for id in held {
                     committed[id] = try await db.query(
