@@ -18,9 +18,10 @@ import PostgresNIO
 ///   pause, a partition from the database) can write nothing once another has taken over,
 ///   and learns so from the answer.
 /// - Admission is serialised by a transaction-scoped advisory lock, so the fleet-wide limit
-///   and the per-host cap hold however many nodes ask at once; the candidate rows are read
-///   `FOR UPDATE SKIP LOCKED`, so a row another transaction is writing (a checkpoint) is
-///   passed over, not waited for.
+///   and the per-host cap hold however many nodes ask at once; the candidate rows are locked
+///   `FOR UPDATE SKIP LOCKED`, never waited for, and leased only up to the first that another
+///   transaction is writing (a re-add, a pause under way), so that the queue's order holds:
+///   that one is leased at the next look, before those behind it.
 public final class FleetQueue: Sendable {
     /// A node's hold on a task.
     public struct Lease: Sendable, Hashable {
@@ -140,26 +141,15 @@ public final class FleetQueue: Sendable {
                 ).decode((String, Int).self) {
                     running[host] = count
                 }
-                var room = min(wanted, maxRunning - running.values.reduce(0, +))
+                let room = min(wanted, maxRunning - running.values.reduce(0, +))
                 guard room > 0 else { return [] }
-                // A window of the line, enough to look past hosts at their cap (bounded:
-                // `wanted` and the limits come from outside).
-                let window = max(min(room, 10_000) * 8, 256)
-                var picked: [UUID] = []
-                for try await (id, host) in try await connection.checkedQuery(
-                    """
-                    SELECT id, host FROM haul_task
-                    WHERE state = 'queued' AND background AND id <> ALL(\(excluding)::uuid[])
-                    ORDER BY priority DESC, "queueOrder" LIMIT \(window) FOR UPDATE SKIP LOCKED
-                    """,
-                    logger: self.logger
-                ).decode((UUID, String).self) {
-                    guard room > 0 else { continue }
-                    guard running[host, default: 0] < perHost else { continue }
-                    running[host, default: 0] += 1
-                    picked.append(id)
-                    room -= 1
-                }
+                let picked = try await self.next(
+                    room: room,
+                    running: running,
+                    perHost: perHost,
+                    excluding: excluding,
+                    on: connection
+                )
                 guard !picked.isEmpty else { return [] }
                 var leases: [Lease] = []
                 for try await (id, fence, expires) in try await connection.checkedQuery(
@@ -179,6 +169,50 @@ public final class FleetQueue: Sendable {
                 return leases.sorted { place[$0.task, default: .max] < place[$1.task, default: .max] }
             }
         }
+    }
+
+    /// The next `room` waiting tasks in queue order that the per-host cap lets start (given
+    /// what `running` counts per host), locked for the lease. Only as far as the first that
+    /// another transaction holds (a re-add, a pause under way): one passed over would start
+    /// after tasks queued behind it; it is taken at the next look instead.
+    private func next(
+        room: Int,
+        running: [String: Int],
+        perHost: Int,
+        excluding: [UUID],
+        on connection: PostgresConnection
+    ) async throws -> [UUID] {
+        var (room, running) = (room, running)
+        // A window of the line, enough to look past hosts at their cap (bounded: `room` and
+        // the limits come from outside).
+        let window = max(min(room, 10_000) * 8, 256)
+        var picked: [UUID] = []
+        for try await (id, host) in try await connection.checkedQuery(
+            """
+            SELECT id, host FROM haul_task
+            WHERE state = 'queued' AND background AND id <> ALL(\(excluding)::uuid[])
+            ORDER BY priority DESC, "queueOrder" LIMIT \(window)
+            """,
+            logger: logger
+        ).decode((UUID, String).self) {
+            guard room > 0 else { continue }
+            guard running[host, default: 0] < perHost else { continue }
+            running[host, default: 0] += 1
+            picked.append(id)
+            room -= 1
+        }
+        guard !picked.isEmpty else { return [] }
+        var free: Set<UUID> = []
+        for try await id in try await connection.checkedQuery(
+            """
+            SELECT id FROM haul_task WHERE id = ANY(\(picked)::uuid[]) AND state = 'queued'
+            ORDER BY id FOR UPDATE SKIP LOCKED
+            """,
+            logger: logger
+        ).decode(UUID.self) {
+            free.insert(id)
+        }
+        return Array(picked.prefix { free.contains($0) })
     }
 
     /// Gives a task back to the queue at its place (a node stopping cleanly), if `lease`

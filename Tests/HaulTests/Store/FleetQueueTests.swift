@@ -179,6 +179,35 @@ struct FleetQueueTests {
         }
     }
 
+    @Test(
+        "a waiting task another transaction is writing (a re-add) is not passed over: no lease is taken past it until it is free"
+    )
+    func lockedTaskKeepsItsPlace() async throws {
+        try await Self.withDatabase { client in
+            let store = try await Self.node(client, "a")
+            let ids = try await Self.add(store, 3)
+            let (locked, lockedSink) = AsyncStream<Void>.makeStream()
+            let (release, releaseSink) = AsyncStream<Void>.makeStream()
+            let holder = Task {
+                try await client.withConnection { connection in
+                    _ = try await connection.query("BEGIN", logger: Self.logger)
+                    _ = try await connection.query(
+                        "SELECT 1 FROM haul_task WHERE id = \(ids[0]) FOR UPDATE",
+                        logger: Self.logger
+                    )
+                    lockedSink.yield()
+                    for await _ in release { break }
+                    _ = try await connection.query("COMMIT", logger: Self.logger)
+                }
+            }
+            for await _ in locked { break }
+            #expect(try await store.acquireLeases(wanted: 3, maxRunning: 10, perHost: 10).isEmpty)
+            releaseSink.yield()
+            try await holder.value
+            #expect(try await store.acquireLeases(wanted: 3, maxRunning: 10, perHost: 10) == ids)
+        }
+    }
+
     @Test("three nodes taking leases at once: disjoint, never over the fleet's limit or a host's cap")
     func limitsHoldAcrossNodes() async throws {
         try await Self.withDatabase { client in
