@@ -39,6 +39,13 @@ extension HaulCommand {
         @Option(name: [.customShort("j"), .customLong("max-concurrent")], help: "How many files to download at once.")
         var maxConcurrent: Int = 3
 
+        @Option(
+            name: .customLong("max-connections-per-host"),
+            help:
+                "How many connections the files on one host hold at once, together; each holds one before any holds a second (default: -j × -x)."
+        )
+        var maxConnectionsPerHost: Int?
+
         @Flag(help: "Print events as newline-delimited JSON on stdout instead of progress.")
         var json = false
 
@@ -79,6 +86,11 @@ extension HaulCommand {
             guard DownloadManager.limits.contains(maxConcurrent) else {
                 throw ValidationError(
                     "-j/--max-concurrent must be from \(DownloadManager.limits.lowerBound) to \(DownloadManager.limits.upperBound)"
+                )
+            }
+            if let maxConnectionsPerHost, !DownloadManager.limits.contains(maxConnectionsPerHost) {
+                throw ValidationError(
+                    "--max-connections-per-host must be from \(DownloadManager.limits.lowerBound) to \(DownloadManager.limits.upperBound)"
                 )
             }
             if let totalLimitRate, totalLimitRate.bytes < 1 {
@@ -135,13 +147,17 @@ extension HaulCommand {
                 var configuration = DownloadManager.Configuration(
                     downloader: downloader,
                     maxConcurrentDownloads: maxConcurrent,
-                    // Each of the -j files may open its -x connections to the same host.
-                    maxConnectionsPerHost: max(
-                        maxConcurrent,
-                        downloads.connections ?? downloader.connectionsPerDownload
-                    ),
+                    // All -j files may be on one host.
+                    maxDownloadsPerHost: maxConcurrent,
                     recoversTasks: false
                 )
+                // Unless told, each of the -j files may open its -x connections to one host.
+                configuration.maxConnectionsPerHost =
+                    maxConnectionsPerHost
+                    ?? min(
+                        DownloadManager.limits.upperBound,
+                        maxConcurrent * (downloads.connections ?? downloader.connectionsPerDownload)
+                    )
                 configuration.watchesNetwork = true
                 configuration.networkWaitLimit = .seconds(timing.waitForNetwork?.seconds ?? 600)
                 let (quiet, json) = (self.quiet, self.json)

@@ -203,6 +203,10 @@ public enum API {
     /// `GET`/`PUT /v1/settings`: the limits, changed live.
     public struct Settings: Codable, Sendable, Equatable {
         public var maxConcurrentDownloads: Int?
+        /// Downloads at once against one host.
+        public var maxDownloadsPerHost: Int?
+        /// Connections at once to one host, over all its downloads (every running download
+        /// holds one before any holds a second).
         public var maxConnectionsPerHost: Int?
         /// The limit on all downloads together, in bytes per second; 0 for none.
         public var overallRateLimit: Int64?
@@ -220,6 +224,7 @@ public enum API {
 
         public init(
             maxConcurrentDownloads: Int? = nil,
+            maxDownloadsPerHost: Int? = nil,
             maxConnectionsPerHost: Int? = nil,
             overallRateLimit: Int64? = nil,
             giveUpAfter: Int64? = nil,
@@ -233,6 +238,7 @@ public enum API {
             self.allowMetered = allowMetered
             self.meteredInterfaces = meteredInterfaces
             self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.maxDownloadsPerHost = maxDownloadsPerHost
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.overallRateLimit = overallRateLimit
             self.giveUpAfter = giveUpAfter
@@ -292,6 +298,7 @@ public enum API {
         /// The running tasks' combined speed, each averaged over at least a second.
         public var bytesPerSecond: Double
         public var maxConcurrentDownloads: Int
+        public var maxDownloadsPerHost: Int
         public var maxConnectionsPerHost: Int
         /// Event streams attached now (`/v1/sessions/{S}/events`, `/v1/events`).
         public var eventStreams: Int
@@ -402,6 +409,7 @@ public enum API {
             waiting: Int,
             bytesPerSecond: Double,
             maxConcurrentDownloads: Int,
+            maxDownloadsPerHost: Int,
             maxConnectionsPerHost: Int,
             eventStreams: Int,
             network: Network? = nil
@@ -421,6 +429,7 @@ public enum API {
             self.waiting = waiting
             self.bytesPerSecond = bytesPerSecond
             self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.maxDownloadsPerHost = maxDownloadsPerHost
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.eventStreams = eventStreams
         }

@@ -138,6 +138,10 @@ public final class Downloader: Sendable {
         // of being re-dialled silently until the connect timeout: Haul's own retries (with
         // their backoff, their count and a line saying why) decide what happens next.
         http.connectionPool.retryConnectionEstablishment = false
+        // Haul decides how many connections each host gets (``HostConnections``); the pool's
+        // own limit (8 by default) would queue a download's request behind the others'
+        // connections, unseen: a download called running that receives nothing.
+        http.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 2 * DownloadManager.limits.upperBound
         http.timeout = .init(
             connect: .nanoseconds(Int64(configuration.connectTimeout.nanoseconds)),
             read: .nanoseconds(Int64(configuration.readTimeout.nanoseconds))

@@ -60,14 +60,31 @@ struct SegmentWorker: Sendable {
     /// Whether each stretch a mirror writes is compared with the URL's bytes in a window
     /// (``SegmentWorker/crossCheck(_:servedBy:in:)``): when nothing checks the whole file.
     var crossChecksMirrors = false
+    /// The download's share of its host's connections (``HostConnections``): asked at each
+    /// segment boundary whether this connection gives way to another download. Nil: the
+    /// connections are the download's alone (a single ``Downloader``, or mirrors, which
+    /// each source caps).
+    var share: HostConnections.Share?
 
-    /// Works until there is nothing left to claim. `first`, when given, is streamed first.
-    func run(first: SegmentResponse?) async throws {
+    /// How a connection's work ended.
+    enum Ending: Sendable, Equatable {
+        /// Nothing left to claim, or it stepped aside, or the first response was the only
+        /// stream.
+        case finished
+        /// It gave way to another download of its host at a segment boundary; the
+        /// download's remaining segments stay to be claimed.
+        case yielded
+    }
+
+    /// Works until there is nothing left to claim, or until it gives way to another
+    /// download at a segment boundary. `first`, when given, is streamed first.
+    @discardableResult
+    func run(first: SegmentResponse?) async throws -> Ending {
         HaulMetrics.connection(open: true)
         defer { HaulMetrics.connection(open: false) }
         if let sources {
             try await run(over: sources, first: first)
-            return
+            return .finished
         }
         if let first {
             var failure: HaulError?
@@ -87,13 +104,15 @@ struct SegmentWorker: Sendable {
             // the transfer, which applies the single-stream rules.
             guard rules.allowsRanges else {
                 plan.release(segmentStart: first.segmentStart)
-                return
+                return .finished
             }
-            guard try await work(segmentStart: first.segmentStart, after: failure) else { return }
+            guard try await work(segmentStart: first.segmentStart, after: failure) else { return .finished }
         }
-        guard rules.allowsRanges else { return }
-        while let index = plan.claim() {
-            guard try await work(segmentStart: plan.segment(index).start) else { return }
+        guard rules.allowsRanges else { return .finished }
+        while true {
+            if share?.shouldYield() == true { return .yielded }
+            guard let index = plan.claim() else { return .finished }
+            guard try await work(segmentStart: plan.segment(index).start) else { return .finished }
         }
     }
 

@@ -22,6 +22,8 @@ struct TransferEnvironment: Sendable {
     var lowestSpeed: LowestSpeed?
     /// The most connections any one download may open (the manager's per-host cap).
     var connectionCap = Int.max
+    /// The connections per host the manager's downloads share; nil: each download's own.
+    var hostConnections: HostConnections?
     /// Whether a URL's server has no usable route now: a retry would only wait for nothing.
     var isOffline: @Sendable (URL) -> Bool = { _ in false }
     /// Whether a failure is left for the caller to record: a manager that may keep trying or
@@ -460,7 +462,7 @@ final class Transfer {
 
     /// Runs the connections over the plan with checkpoints beside them, then makes the last
     /// checkpoint, whether they finished, failed or were stopped.
-    func makeWorker(plan: SegmentPlan, part: PartFile) -> SegmentWorker {
+    func makeWorker(plan: SegmentPlan, part: PartFile, share: HostConnections.Share? = nil) -> SegmentWorker {
         SegmentWorker(
             plan: plan,
             part: part,
@@ -479,14 +481,49 @@ final class Transfer {
             lead: leadIndex,
             pieces: pieceVerifier,
             lowestSpeed: environment.lowestSpeed,
-            crossChecksMirrors: checksum == nil && serverDigest == nil && pieceVerifier == nil
+            crossChecksMirrors: checksum == nil && serverDigest == nil && pieceVerifier == nil,
+            share: share
         )
+    }
+
+    /// The download's connections: the one carrying `first` (its response holds a
+    /// connection already) and `extra` more, each while its host's `share` grants it.
+    private static func runWorkers(
+        _ worker: SegmentWorker,
+        first: SegmentResponse?,
+        extra: Int,
+        share: HostConnections.Share?
+    ) async throws {
+        try await withThrowingDiscardingTaskGroup { workers in
+            if let first {
+                share?.hold()
+                workers.addTask {
+                    guard let share else {
+                        _ = try await worker.run(first: first)
+                        return
+                    }
+                    try await share.connection(alreadyHeld: true) { try await worker.run(first: $0 == 0 ? first : nil) }
+                }
+            }
+            for _ in 0..<extra {
+                workers.addTask {
+                    guard let share else {
+                        _ = try await worker.run(first: nil)
+                        return
+                    }
+                    try await share.connection { _ in try await worker.run(first: nil) }
+                }
+            }
+        }
     }
 
     private func runConnections(plan: SegmentPlan, first: SegmentResponse?) async throws {
         let part = try await openPart()
         let pieces = try preparePieces(plan: plan)
-        let worker = makeWorker(plan: plan, part: part)
+        // Its host's connections are shared with the manager's other downloads there (mirrors:
+        // each source has its own cap).
+        let share = sources == nil ? environment.hostConnections?.share(host: DownloadManager.hostKey(url)) : nil
+        let worker = makeWorker(plan: plan, part: part, share: share)
         let checkpointer = Checkpointer(
             part: part,
             store: store,
@@ -513,10 +550,7 @@ final class Transfer {
                         // checker ends with the last of them, once it has checked what they wrote.
                         if let pieces { tasks.addTask { try await worker.checkPieces(pieces) } }
                         tasks.addTask {
-                            try await withThrowingDiscardingTaskGroup { workers in
-                                if let first { workers.addTask { try await worker.run(first: first) } }
-                                for _ in 0..<extra { workers.addTask { try await worker.run(first: nil) } }
-                            }
+                            try await Self.runWorkers(worker, first: first, extra: extra, share: share)
                             pieces?.close()
                         }
                     }

@@ -18,8 +18,10 @@ extension DownloadManager {
             if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
             handles.limiter.setInitialRate(record.rateLimit)
             var environment = downloader.environment
-            // One download never opens more connections than the per-host cap allows.
-            environment.connectionCap = await limits.maxConnectionsPerHost
+            // The host's connections are shared among its downloads; one never asks for more
+            // than the whole cap.
+            environment.hostConnections = hostConnections
+            environment.connectionCap = hostConnections.cap
             // This manager decides what a failure becomes (failed, retrying, waiting).
             environment.defersFailureRecord = await defersFailureRecord
             if watchesNetwork {

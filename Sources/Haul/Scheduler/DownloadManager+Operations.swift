@@ -399,10 +399,18 @@ extension DownloadManager {
     }
 
     /// Changes how many downloads run at once against one host, like ``setMaxConcurrentDownloads(_:)``.
-    public func setMaxConnectionsPerHost(_ limit: Int) throws {
-        try DownloadManager.validateLimit(limit, "maxConnectionsPerHost")
+    public func setMaxDownloadsPerHost(_ limit: Int) throws {
+        try DownloadManager.validateLimit(limit, "maxDownloadsPerHost")
         for id in scheduler.setPerHostLimit(limit) { known[id]?.transfer?.control.request(.yield) }
         admitAndStart()
+    }
+
+    /// Changes how many connections the downloads to one host hold at once, together: at
+    /// once for new connections; lowered, the widest downloads give connections back at
+    /// their next segment boundaries.
+    public func setMaxConnectionsPerHost(_ limit: Int) throws {
+        try DownloadManager.validateLimit(limit, "maxConnectionsPerHost")
+        hostConnections.setCap(limit)
     }
 
     /// Changes the rate limit of tasks (bytes per second; nil for none): recorded for their
@@ -436,7 +444,7 @@ extension DownloadManager {
     public nonisolated var lowestSpeed: LowestSpeed? { downloader.lowestSpeed }
 
     /// The limits in force.
-    public var limits: (maxConcurrentDownloads: Int, maxConnectionsPerHost: Int) {
-        (scheduler.maxConcurrent, scheduler.perHostLimit)
+    public var limits: (maxConcurrentDownloads: Int, maxDownloadsPerHost: Int, maxConnectionsPerHost: Int) {
+        (scheduler.maxConcurrent, scheduler.perHostLimit, hostConnections.cap)
     }
 }

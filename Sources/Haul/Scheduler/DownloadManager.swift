@@ -28,7 +28,10 @@ public actor DownloadManager {
         /// How many downloads run at once (any number of 1 or more).
         public var maxConcurrentDownloads: Int
         /// How many downloads run at once against one host.
-        public var maxConnectionsPerHost: Int
+        public var maxDownloadsPerHost: Int
+        /// How many connections the downloads to one host hold at once, together
+        /// (``HostConnections``: every running download holds one before any holds a second).
+        public var maxConnectionsPerHost: Int = 16
         /// Whether ``run()`` first queues the store's unfinished tasks again (restart recovery).
         /// A one-off command that only runs the downloads it adds turns this off.
         public var recoversTasks: Bool
@@ -64,14 +67,14 @@ public actor DownloadManager {
         public init(
             store: Downloader.StoreLocation = .default,
             maxConcurrentDownloads: Int = 3,
-            maxConnectionsPerHost: Int = 8,
+            maxDownloadsPerHost: Int = 8,
             recoversTasks: Bool = true,
             background: Bool = false
         ) {
             self.init(
                 downloader: Downloader.Configuration(store: store),
                 maxConcurrentDownloads: maxConcurrentDownloads,
-                maxConnectionsPerHost: maxConnectionsPerHost,
+                maxDownloadsPerHost: maxDownloadsPerHost,
                 recoversTasks: recoversTasks,
                 background: background
             )
@@ -81,13 +84,13 @@ public actor DownloadManager {
         public init(
             downloader: Downloader.Configuration,
             maxConcurrentDownloads: Int = 3,
-            maxConnectionsPerHost: Int = 8,
+            maxDownloadsPerHost: Int = 8,
             recoversTasks: Bool = true,
             background: Bool = false
         ) {
             self.downloader = downloader
             self.maxConcurrentDownloads = maxConcurrentDownloads
-            self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.maxDownloadsPerHost = maxDownloadsPerHost
             self.recoversTasks = recoversTasks
             self.background = background
         }
@@ -136,6 +139,8 @@ public actor DownloadManager {
     /// In fleet mode (the daemon's manager on a store several daemons share), that store:
     /// tasks run here only while this node holds their leases (DownloadManager+Fleet.swift).
     let fleet: (any FleetTaskStore)?
+    /// The connections per host this manager's downloads share.
+    nonisolated let hostConnections: HostConnections
     /// Rung when a run here ends, so that the fleet's next lease is taken at once.
     nonisolated let leaseDoorbell = Doorbell()
     /// Rung when another node changed a task running here: the heartbeat checks its lease now.
@@ -146,11 +151,12 @@ public actor DownloadManager {
     /// - Throws: ``HaulError/Code/invalidArgument`` for a limit below 1, or a store error.
     public init(configuration: Configuration) throws {
         try DownloadManager.validateLimit(configuration.maxConcurrentDownloads, "maxConcurrentDownloads")
+        try DownloadManager.validateLimit(configuration.maxDownloadsPerHost, "maxDownloadsPerHost")
         try DownloadManager.validateLimit(configuration.maxConnectionsPerHost, "maxConnectionsPerHost")
         self.downloader = try Downloader(configuration: configuration.downloader)
         self.scheduler = Scheduler(
             maxConcurrent: configuration.maxConcurrentDownloads,
-            perHostLimit: configuration.maxConnectionsPerHost
+            perHostLimit: configuration.maxDownloadsPerHost
         )
         (starts, startSink) = AsyncStream.makeStream()
         (hookRequests, hookSink) = AsyncStream.makeStream()
@@ -164,6 +170,7 @@ public actor DownloadManager {
         self.hooks = configuration.hooks
         self.hookTimeout = configuration.hookTimeout
         self.fleet = configuration.background ? downloader.store as? any FleetTaskStore : nil
+        self.hostConnections = HostConnections(cap: configuration.maxConnectionsPerHost)
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads
@@ -338,6 +345,6 @@ public actor DownloadManager {
         }
     }
 
-    /// What the concurrency limits (downloads at once, connections per host) can be.
+    /// What the concurrency limits (downloads at once, downloads and connections per host) can be.
     public static let limits = 1...1_000
 }

@@ -5,6 +5,8 @@ import GRDB
 /// `haul daemon`), kept in the store so a restart keeps them. A nil field was never set.
 package struct StoredLimits: Sendable, Equatable {
     package var maxConcurrentDownloads: Int?
+    package var maxDownloadsPerHost: Int?
+    /// Connections at once to one host, over all its downloads.
     package var maxConnectionsPerHost: Int?
     /// Bytes per second over all downloads together; 0 for none.
     package var overallRateLimit: Int64?
@@ -19,6 +21,7 @@ package struct StoredLimits: Sendable, Equatable {
 
     package init(
         maxConcurrentDownloads: Int? = nil,
+        maxDownloadsPerHost: Int? = nil,
         maxConnectionsPerHost: Int? = nil,
         overallRateLimit: Int64? = nil,
         giveUpAfter: Int64? = nil,
@@ -30,6 +33,7 @@ package struct StoredLimits: Sendable, Equatable {
         self.lowestSpeedLimit = lowestSpeedLimit
         self.lowestSpeedTime = lowestSpeedTime
         self.maxConcurrentDownloads = maxConcurrentDownloads
+        self.maxDownloadsPerHost = maxDownloadsPerHost
         self.maxConnectionsPerHost = maxConnectionsPerHost
         self.overallRateLimit = overallRateLimit
         self.giveUpAfter = giveUpAfter
@@ -39,6 +43,7 @@ package struct StoredLimits: Sendable, Equatable {
     package func merging(_ newer: StoredLimits) -> StoredLimits {
         StoredLimits(
             maxConcurrentDownloads: newer.maxConcurrentDownloads ?? maxConcurrentDownloads,
+            maxDownloadsPerHost: newer.maxDownloadsPerHost ?? maxDownloadsPerHost,
             maxConnectionsPerHost: newer.maxConnectionsPerHost ?? maxConnectionsPerHost,
             overallRateLimit: newer.overallRateLimit ?? overallRateLimit,
             giveUpAfter: newer.giveUpAfter ?? giveUpAfter,
@@ -52,6 +57,7 @@ package struct StoredLimits: Sendable, Equatable {
     /// - Throws: ``HaulError/Code/invalidArgument``.
     package func validate() throws {
         if let limit = maxConcurrentDownloads { try DownloadManager.validateLimit(limit, "maxConcurrentDownloads") }
+        if let limit = maxDownloadsPerHost { try DownloadManager.validateLimit(limit, "maxDownloadsPerHost") }
         if let limit = maxConnectionsPerHost { try DownloadManager.validateLimit(limit, "maxConnectionsPerHost") }
         if let rate = overallRateLimit, rate != 0 {
             do {
@@ -85,8 +91,12 @@ package struct StoredLimits: Sendable, Equatable {
 extension StoredLimits {
     /// The names of the settings the limits are saved under.
     enum Name: String, CaseIterable {
-        case maxConcurrentDownloads, maxConnectionsPerHost, overallRateLimit, giveUpAfter, allowMetered
+        case maxConcurrentDownloads, overallRateLimit, giveUpAfter, allowMetered
         case lowestSpeedLimit, lowestSpeedTime
+        /// Kept under its old name: stores written before the limit had its own name
+        /// for connections keep their value.
+        case maxDownloadsPerHost = "maxConnectionsPerHost"
+        case maxConnectionsPerHost = "hostConnections"
     }
 
     /// The speed floor these limits set: nil when none (no limit, or 0); the time defaults

@@ -158,6 +158,7 @@ extension TaskStore {
             var one = StoredLimits()
             switch setting {
             case .maxConcurrentDownloads: one.maxConcurrentDownloads = Int(exactly: value)
+            case .maxDownloadsPerHost: one.maxDownloadsPerHost = Int(exactly: value)
             case .maxConnectionsPerHost: one.maxConnectionsPerHost = Int(exactly: value)
             case .overallRateLimit: one.overallRateLimit = value
             case .giveUpAfter: one.giveUpAfter = value
@@ -178,6 +179,7 @@ extension TaskStore {
     package func saveLimits(_ limits: StoredLimits) async throws {
         let values: [(StoredLimits.Name, Int64?)] = [
             (.maxConcurrentDownloads, limits.maxConcurrentDownloads.map(Int64.init)),
+            (.maxDownloadsPerHost, limits.maxDownloadsPerHost.map(Int64.init)),
             (.maxConnectionsPerHost, limits.maxConnectionsPerHost.map(Int64.init)),
             (.overallRateLimit, limits.overallRateLimit),
             (.giveUpAfter, limits.giveUpAfter),

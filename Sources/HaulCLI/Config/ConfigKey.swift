@@ -160,6 +160,12 @@ struct ConfigKey: Sendable, Hashable {
         // The process.
         ConfigKey("max-concurrent", short: "-j", [.get, .daemon], fallback: "3", help: "-j: files at once"),
         ConfigKey("max-per-host", [.daemon], fallback: "8", help: "downloads at once per host"),
+        ConfigKey(
+            "max-connections-per-host",
+            [.get, .daemon],
+            fallback: "16 (haul get: -j × -x)",
+            help: "connections at once per host, over its downloads"
+        ),
         ConfigKey("total-limit-rate", [.get, .daemon], fallback: "none", help: "all files together, e.g. 20M"),
         ConfigKey("retries", [.get, .daemon], fallback: "5", help: "quick retries in a row without progress"),
         ConfigKey("connect-timeout", [.get, .daemon], fallback: "30", help: "seconds to wait for a connection"),

@@ -68,6 +68,13 @@ extension HaulCommand {
             var maxPerHost: Int?
 
             @Option(
+                name: .customLong("max-connections-per-host"),
+                help:
+                    "How many connections the downloads to one host hold at once, together; each running download holds one before any holds a second (default: as last set, else 16)."
+            )
+            var maxConnectionsPerHost: Int?
+
+            @Option(
                 name: .customLong("total-limit-rate"),
                 help:
                     "Limit all downloads together, e.g. 20M (bytes per second), 0 for none (default: as last set); 'haul set --limit-rate' changes it."
@@ -170,7 +177,7 @@ extension HaulCommand {
             var retryMaxDelay: Double?
 
             func validate() throws {
-                guard maxConcurrent ?? 1 >= 1, maxPerHost ?? 1 >= 1 else {
+                guard maxConcurrent ?? 1 >= 1, maxPerHost ?? 1 >= 1, maxConnectionsPerHost ?? 1 >= 1 else {
                     throw ValidationError("Limits must be 1 or more")
                 }
                 guard Logger.Level(rawValue: logLevel) != nil else {
@@ -255,7 +262,7 @@ extension HaulCommand {
                 var configuration = DaemonService.Configuration(
                     home: home,
                     maxConcurrentDownloads: maxConcurrent,
-                    maxConnectionsPerHost: maxPerHost,
+                    maxDownloadsPerHost: maxPerHost,
                     listen: try listen.map(Start.parseListen),
                     listenPublicly: listenPublic,
                     handlesSignals: true,
@@ -263,6 +270,7 @@ extension HaulCommand {
                     overallRateLimit: totalLimitRate?.bytes,
                     logger: logger
                 )
+                configuration.maxConnectionsPerHost = maxConnectionsPerHost
                 configuration.rpcSecret = try givenRPCSecret()
                 // A process of its own: a stop that cannot finish ends it anyway, after a minute.
                 configuration.stopDeadline = .seconds(60)
@@ -321,6 +329,9 @@ extension HaulCommand {
                 var arguments: [String] = []
                 if let maxConcurrent { arguments += ["--max-concurrent", "\(maxConcurrent)"] }
                 if let maxPerHost { arguments += ["--max-per-host", "\(maxPerHost)"] }
+                if let maxConnectionsPerHost {
+                    arguments += ["--max-connections-per-host", "\(maxConnectionsPerHost)"]
+                }
                 if let listen { arguments += ["--listen", listen] }
                 if listenPublic { arguments.append("--listen-public") }
                 arguments += ["--log-level", logLevel]
@@ -366,36 +377,6 @@ extension HaulCommand {
                     CLIError.print(error)
                     throw ExitStatus.daemon.exit
                 }
-            }
-        }
-
-        struct Stop: AsyncParsableCommand {
-            static let configuration = CommandConfiguration(
-                abstract: "Stop the daemon cleanly; its unfinished downloads continue at its next start.",
-                discussion: Examples.block([
-                    ("haul daemon stop", "checkpoint every download and stop")
-                ])
-            )
-
-            func run() async throws {
-                let paths = DaemonPaths(home: HaulHome.resolve())
-                guard let pid = DaemonLock.holder(paths.lock) else {
-                    CLIError.note("No Haul daemon is running.")
-                    return
-                }
-                try await withDaemon(autoStart: false) { client in try await client.stopDaemon() }
-                // Stopped means gone: the lock free and the process ended, so nothing it does
-                // (closing the store) can follow this command's answer.
-                let deadline = ContinuousClock.now + .seconds(60)
-                func running() -> Bool { DaemonLock.holder(paths.lock) != nil || DaemonLock.isAlive(pid) }
-                while running(), ContinuousClock.now < deadline {
-                    try await Task.sleep(for: .milliseconds(20))
-                }
-                if running() {
-                    CLIError.print(HaulError(.busy, "The Haul daemon (pid \(pid)) has not stopped after 60 s"))
-                    throw ExitStatus.daemon.exit
-                }
-                CLIError.note("Stopped the Haul daemon (pid \(pid)).")
             }
         }
     }

@@ -229,6 +229,7 @@ struct DaemonRoutes {
             try await core.changeLimits(
                 StoredLimits(
                     maxConcurrentDownloads: body.maxConcurrentDownloads,
+                    maxDownloadsPerHost: body.maxDownloadsPerHost,
                     maxConnectionsPerHost: body.maxConnectionsPerHost,
                     overallRateLimit: body.overallRateLimit,
                     giveUpAfter: body.giveUpAfter,

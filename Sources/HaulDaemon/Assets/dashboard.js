@@ -454,7 +454,9 @@ async function applyLimits(event) {
   const concurrent = numberField("limit-concurrent");
   if (concurrent !== undefined) change.maxConcurrentDownloads = concurrent;
   const perHost = numberField("limit-per-host");
-  if (perHost !== undefined) change.maxConnectionsPerHost = perHost;
+  if (perHost !== undefined) change.maxDownloadsPerHost = perHost;
+  const connections = numberField("limit-connections");
+  if (connections !== undefined) change.maxConnectionsPerHost = connections;
   const rate = numberField("limit-rate");
   if (rate !== undefined) change.overallRateLimit = rate * 1024;
   showSettings(await api("PUT", "/settings", change));
@@ -463,7 +465,8 @@ async function applyLimits(event) {
 
 function showSettings(settings) {
   if (settings.maxConcurrentDownloads !== undefined) $("limit-concurrent").value = settings.maxConcurrentDownloads;
-  if (settings.maxConnectionsPerHost !== undefined) $("limit-per-host").value = settings.maxConnectionsPerHost;
+  if (settings.maxDownloadsPerHost !== undefined) $("limit-per-host").value = settings.maxDownloadsPerHost;
+  if (settings.maxConnectionsPerHost !== undefined) $("limit-connections").value = settings.maxConnectionsPerHost;
   $("limit-rate").value = settings.overallRateLimit ? Math.round(settings.overallRateLimit / 1024) : 0;
 }
 

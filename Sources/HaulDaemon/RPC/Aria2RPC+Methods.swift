@@ -356,6 +356,7 @@ extension Aria2RPC {
             case "max-overall-download-limit":
                 change.overallRateLimit = try Self.size(value, option: name)
             case "max-connection-per-server":
+                // Connections to one server: Haul's are over all the downloads to it.
                 change.maxConnectionsPerHost = Int(try Self.size(value, option: name))
             case "lowest-speed-limit":
                 change.lowestSpeedLimit = try Self.size(value, option: name)

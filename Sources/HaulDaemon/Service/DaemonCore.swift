@@ -92,6 +92,7 @@ final class DaemonCore: Sendable {
         let limits = await manager.limits
         return API.Settings(
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
+            maxDownloadsPerHost: limits.maxDownloadsPerHost,
             maxConnectionsPerHost: limits.maxConnectionsPerHost,
             overallRateLimit: manager.overallRateLimit ?? 0,
             giveUpAfter: await manager.keepsTrying?.giveUpAfter.components.seconds,
@@ -127,6 +128,7 @@ final class DaemonCore: Sendable {
             waiting: overall.waiting,
             bytesPerSecond: overall.bytesPerSecond,
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
+            maxDownloadsPerHost: limits.maxDownloadsPerHost,
             maxConnectionsPerHost: limits.maxConnectionsPerHost,
             eventStreams: readers.count,
             network: await network(waiting: counts[TaskState.waitingForNetwork.rawValue] ?? 0)
@@ -211,7 +213,7 @@ final class DaemonCore: Sendable {
             try await manager.store.saveLimits(change)
             if let meteredInterfaces { try await manager.store.saveMeteredInterfaces(meteredInterfaces) }
             try await Self.apply(change, meteredInterfaces: meteredInterfaces, to: manager)
-            if change.maxConcurrentDownloads != nil || change.maxConnectionsPerHost != nil {
+            if change.maxConcurrentDownloads != nil || change.maxDownloadsPerHost != nil {
                 // In a fleet the limits hold across every daemon: what runs over them anywhere
                 // goes back — sent once, by the daemon the change came through (the others
                 // only apply the stored limits when they hear of it).
@@ -248,6 +250,7 @@ final class DaemonCore: Sendable {
             if policy != (await manager.networkPolicy) { try await manager.setNetworkPolicy(policy) }
         }
         if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
+        if let limit = change.maxDownloadsPerHost { try await manager.setMaxDownloadsPerHost(limit) }
         if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
         if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
         if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }

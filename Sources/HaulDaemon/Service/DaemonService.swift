@@ -27,6 +27,9 @@ public final class DaemonService: Service, Sendable {
         public var maxConcurrentDownloads: Int?
         /// How many downloads run at once against one host; nil as for
         /// ``maxConcurrentDownloads``, 8 when never set.
+        public var maxDownloadsPerHost: Int?
+        /// How many connections the downloads to one host hold at once, together; nil as for
+        /// ``maxConcurrentDownloads``, 16 when never set.
         public var maxConnectionsPerHost: Int?
         /// A loopback TCP listener (`host`, `port`; port 0 picks a free one). Every request
         /// on it must carry the token of `$HAUL_HOME/daemon.token`.
@@ -89,7 +92,7 @@ public final class DaemonService: Service, Sendable {
         public init(
             home: HaulHome,
             maxConcurrentDownloads: Int? = nil,
-            maxConnectionsPerHost: Int? = nil,
+            maxDownloadsPerHost: Int? = nil,
             listen: (host: String, port: Int)? = nil,
             listenPublicly: Bool = false,
             handlesSignals: Bool = false,
@@ -100,7 +103,7 @@ public final class DaemonService: Service, Sendable {
         ) {
             self.home = home
             self.maxConcurrentDownloads = maxConcurrentDownloads
-            self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.maxDownloadsPerHost = maxDownloadsPerHost
             self.listen = listen
             self.listenPublicly = listenPublicly
             self.handlesSignals = handlesSignals
@@ -154,10 +157,11 @@ public final class DaemonService: Service, Sendable {
         var managerConfiguration = DownloadManager.Configuration(
             store: .engine(store),
             maxConcurrentDownloads: limits.maxConcurrentDownloads ?? 3,
-            maxConnectionsPerHost: limits.maxConnectionsPerHost ?? 8,
+            maxDownloadsPerHost: limits.maxDownloadsPerHost ?? 8,
             recoversTasks: true,
             background: true
         )
+        managerConfiguration.maxConnectionsPerHost = limits.maxConnectionsPerHost ?? 16
         var keepsTrying = configuration.keepsTrying
         if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }
         managerConfiguration.keepsTrying = keepsTrying
@@ -277,6 +281,7 @@ public final class DaemonService: Service, Sendable {
     {
         let given = StoredLimits(
             maxConcurrentDownloads: configuration.maxConcurrentDownloads,
+            maxDownloadsPerHost: configuration.maxDownloadsPerHost,
             maxConnectionsPerHost: configuration.maxConnectionsPerHost,
             overallRateLimit: configuration.overallRateLimit,
             lowestSpeedLimit: configuration.lowestSpeed?.bytesPerSecond,

@@ -36,7 +36,8 @@ import Testing
             waiting: waiting,
             bytesPerSecond: 0,
             maxConcurrentDownloads: 3,
-            maxConnectionsPerHost: 8,
+            maxDownloadsPerHost: 8,
+            maxConnectionsPerHost: 16,
             eventStreams: 1
         )
     }

@@ -46,7 +46,8 @@ struct APIHardeningTests {
         [
             #"{"overallRateLimit": 9223372036854775807}"#,
             #"{"maxConcurrentDownloads": 7, "overallRateLimit": -1}"#,
-            #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": 0}"#,
+            #"{"maxConcurrentDownloads": 7, "maxDownloadsPerHost": 0}"#,
+            #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": 1001}"#,
             #"{"maxConcurrentDownloads": 0}"#,
             #"{"maxConcurrentDownloads": 7, "giveUpAfter": 0}"#,
             #"{"giveUpAfter": 99999999999}"#,
@@ -74,7 +75,8 @@ struct APIHardeningTests {
         let home = temp.file("home")
         let defaults = API.Settings(
             maxConcurrentDownloads: 3,
-            maxConnectionsPerHost: 8,
+            maxDownloadsPerHost: 8,
+            maxConnectionsPerHost: 16,
             overallRateLimit: 0,
             giveUpAfter: 86400,
             allowMetered: true,
@@ -84,7 +86,8 @@ struct APIHardeningTests {
         )
         let changed = API.Settings(
             maxConcurrentDownloads: 7,
-            maxConnectionsPerHost: 2,
+            maxDownloadsPerHost: 2,
+            maxConnectionsPerHost: 12,
             overallRateLimit: 5_000_000,
             giveUpAfter: 3600,
             allowMetered: false,
@@ -115,7 +118,8 @@ struct APIHardeningTests {
                 kept
                     == API.Settings(
                         maxConcurrentDownloads: 2,
-                        maxConnectionsPerHost: 2,
+                        maxDownloadsPerHost: 2,
+                        maxConnectionsPerHost: 12,
                         overallRateLimit: 5_000_000,
                         giveUpAfter: 3600,
                         allowMetered: false,
@@ -129,7 +133,7 @@ struct APIHardeningTests {
         }
         // A store edited by hand: the bad value is ignored, the good ones kept.
         try await engine.withDaemonStore(home: home) { store in
-            try await store.saveLimits(StoredLimits(maxConcurrentDownloads: 0, maxConnectionsPerHost: 4))
+            try await store.saveLimits(StoredLimits(maxConcurrentDownloads: 0, maxDownloadsPerHost: 4))
         }
         try await withDaemon(on: engine, home: home, maxConcurrent: nil) { client, _ in
             let kept = try await client.settings()
@@ -137,7 +141,8 @@ struct APIHardeningTests {
                 kept
                     == API.Settings(
                         maxConcurrentDownloads: 3,
-                        maxConnectionsPerHost: 4,
+                        maxDownloadsPerHost: 4,
+                        maxConnectionsPerHost: 12,
                         overallRateLimit: 0,
                         giveUpAfter: 3600,
                         allowMetered: false,
@@ -489,7 +494,7 @@ struct APIHardeningTests {
             .init(
                 method: .PUT,
                 path: "/settings",
-                body: #"{"maxConcurrentDownloads": 7, "maxConnectionsPerHost": -1}"#
+                body: #"{"maxConcurrentDownloads": 7, "maxDownloadsPerHost": -1}"#
             ),
             .init(
                 method: .PUT,

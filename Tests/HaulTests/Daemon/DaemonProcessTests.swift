@@ -221,7 +221,7 @@ import Testing
             let set = try await HaulProcess.run(["set", "-j", "2"], home: home)
             #expect(
                 set.stdout
-                    == "max-concurrent: 2\nmax-per-host: 8\nlimit-rate: none\ngive-up-after: 1d\nallow-metered: yes\nmetered-interfaces: wwan*,ppp*\nlowest-speed: none\n",
+                    == "max-concurrent: 2\nmax-per-host: 8\nmax-connections-per-host: 16\nlimit-rate: none\ngive-up-after: 1d\nallow-metered: yes\nmetered-interfaces: wwan*,ppp*\nlowest-speed: none\n",
                 "\(set.stderr)"
             )
             let overall = try await HaulProcess.run(["set", "--limit-rate", "20M"], home: home)

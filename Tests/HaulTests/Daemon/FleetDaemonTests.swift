@@ -209,12 +209,12 @@ struct FleetDaemonTests {
     func signalsReachEveryNode() async throws {
         try await Self.withFleet(files: 1, size: 8 << 20, rate: "256k", limit: 4, perHost: 4) { fleet in
             // Limits changed through n0 run on n1 and n2 (their own values, not the store's).
-            _ = try await fleet.clients[0].update(API.Settings(maxConcurrentDownloads: 2, maxConnectionsPerHost: 3))
+            _ = try await fleet.clients[0].update(API.Settings(maxConcurrentDownloads: 2, maxDownloadsPerHost: 3))
             for client in fleet.clients[1...] {
                 #expect(
                     try await waitUntil {
                         let settings = try await client.settings()
-                        return settings.maxConcurrentDownloads == 2 && settings.maxConnectionsPerHost == 3
+                        return settings.maxConcurrentDownloads == 2 && settings.maxDownloadsPerHost == 3
                     }
                 )
             }

@@ -125,7 +125,8 @@ struct RouteTests {
                     settings
                         == API.Settings(
                             maxConcurrentDownloads: 7,
-                            maxConnectionsPerHost: 8,
+                            maxDownloadsPerHost: 8,
+                            maxConnectionsPerHost: 16,
                             overallRateLimit: 1 << 20,
                             allowMetered: true,
                             meteredInterfaces: ["wwan*", "ppp*"],

@@ -27,7 +27,7 @@ struct DownloadManagerTests {
         return DownloadManager.Configuration(
             downloader: downloader,
             maxConcurrentDownloads: limit,
-            maxConnectionsPerHost: perHost
+            maxDownloadsPerHost: perHost
         )
     }
 
@@ -423,10 +423,12 @@ struct DownloadManagerTests {
             ) {
                 manager in
                 await expectHaulError(.invalidArgument) { try await manager.setMaxConcurrentDownloads(0) }
-                await expectHaulError(.invalidArgument) { try await manager.setMaxConnectionsPerHost(-1) }
+                await expectHaulError(.invalidArgument) { try await manager.setMaxDownloadsPerHost(-1) }
                 await expectHaulError(.invalidArgument) { try await manager.setMaxConcurrentDownloads(1_001) }
-                await expectHaulError(.invalidArgument) { try await manager.setMaxConnectionsPerHost(Int.max) }
-                #expect(await manager.limits == (2, 100))
+                await expectHaulError(.invalidArgument) { try await manager.setMaxDownloadsPerHost(Int.max) }
+                await expectHaulError(.invalidArgument) { try await manager.setMaxConnectionsPerHost(0) }
+                await expectHaulError(.invalidArgument) { try await manager.setMaxConnectionsPerHost(1_001) }
+                #expect(await manager.limits == (2, 100, 16))
             }
         }
     }

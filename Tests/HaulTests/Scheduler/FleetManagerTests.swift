@@ -44,7 +44,7 @@ struct FleetManagerTests {
         var configuration = DownloadManager.Configuration(
             downloader: downloader,
             maxConcurrentDownloads: limit,
-            maxConnectionsPerHost: perHost,
+            maxDownloadsPerHost: perHost,
             background: true
         )
         configuration.recoversTasks = true

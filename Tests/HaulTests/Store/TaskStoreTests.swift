@@ -272,11 +272,21 @@ struct TaskStoreTests {
         try await engine.withStore(temp) { store in
             #expect(try await store.storedLimits().limits == StoredLimits())
             try await store.saveLimits(StoredLimits(maxConcurrentDownloads: 4, overallRateLimit: 0))
-            try await store.saveLimits(StoredLimits(maxConnectionsPerHost: 2))
+            try await store.saveLimits(StoredLimits(maxDownloadsPerHost: 2, maxConnectionsPerHost: 12))
             #expect(
                 try await store.storedLimits().limits
-                    == StoredLimits(maxConcurrentDownloads: 4, maxConnectionsPerHost: 2, overallRateLimit: 0)
+                    == StoredLimits(
+                        maxConcurrentDownloads: 4,
+                        maxDownloadsPerHost: 2,
+                        maxConnectionsPerHost: 12,
+                        overallRateLimit: 0
+                    )
             )
+            // Downloads per host keep the name stores written before connections had their
+            // own limit used for them.
+            try await store.saveNumericSettings([("maxConnectionsPerHost", 5)])
+            #expect(try await store.storedLimits().limits.maxDownloadsPerHost == 5)
+            #expect(try await store.storedLimits().limits.maxConnectionsPerHost == 12)
             try await store.saveNumericSettings([("maxConcurrentDownloads", 5000)])
             let (limits, rejected) = try await store.storedLimits()
             #expect(limits.maxConcurrentDownloads == nil && rejected == ["maxConcurrentDownloads = 5000"])
