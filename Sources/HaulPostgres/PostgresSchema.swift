@@ -296,7 +296,8 @@ enum Postgres {
         }
         if error is CancellationError { return "it was cancelled" }
         if error is ConnectionClosed {
-            return "the database had closed the connection (it ends a transaction left idle past the lease)"
+            return
+                "the database had closed the connection (it was restarted or stopped, or it ended a transaction left idle past the lease)"
         }
         if let error = error as? ConnectionPoolError {
             switch error {

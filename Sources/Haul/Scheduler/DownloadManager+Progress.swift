@@ -32,8 +32,25 @@ extension DownloadManager {
     /// Every task of this manager's kind (background or not) in the store, in queue order;
     /// with `session`, only that session's.
     public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
-        let infos = try await store.infos(ids: nil, background: background, session: session)
-        return known.values.contains { $0.unrecorded != nil } ? infos.map(overlaid) : infos
+        try await store.infos(ids: nil, background: background, session: session).map(overlaid)
+    }
+
+    /// `counts` (tasks per state, as the store has them) as ``tasks(session:)`` shows the
+    /// tasks: a run started here that the store still calls queued counts as running, a
+    /// state the store refused as the state kept here. Every count shown (`haul status`,
+    /// `/metrics`, the dashboard) comes from this, so running and waiting agree with the
+    /// per-state counts and with the list.
+    public func stateCounts(correcting counts: [String: Int]) async throws -> [String: Int] {
+        let ids = Array(running) + known.compactMap { $0.value.unrecorded != nil ? $0.key : nil }
+        guard !ids.isEmpty else { return counts }
+        var counts = counts
+        for info in try await store.infos(ids: ids, background: nil, session: nil) {
+            let shown = overlaid(info).state
+            guard shown != info.state, let stored = counts[info.state.rawValue], stored > 0 else { continue }
+            counts[info.state.rawValue] = stored > 1 ? stored - 1 : nil
+            counts[shown.rawValue, default: 0] += 1
+        }
+        return counts
     }
 
     /// One task.

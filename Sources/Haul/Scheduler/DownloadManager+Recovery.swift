@@ -149,10 +149,17 @@ extension DownloadManager {
         return true
     }
 
-    /// A task as its store record says, with the state this manager knows when the store missed it.
+    /// A task as its store record says, with the state this manager knows when the store
+    /// does not have it yet: running, for a run started here that the store still calls
+    /// queued (a new download records "running" with its first response); the state kept
+    /// here, when the store refused to record it.
     func overlaid(_ info: DownloadInfo) -> DownloadInfo {
-        guard let task = known[info.id], let message = task.unrecorded else { return info }
         var info = info
+        if info.state == .queued, running.contains(info.id) {
+            info.state = .running
+            return info
+        }
+        guard let task = known[info.id], let message = task.unrecorded else { return info }
         info.state = task.state
         info.errorMessage = task.state == .failed ? message : nil
         return info

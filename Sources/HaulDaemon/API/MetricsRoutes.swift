@@ -15,7 +15,7 @@ struct MetricsRoutes {
 
     func register(on router: Router<APIContext>) {
         router.get("/metrics") { _, _ in
-            let counts = try await core.sessionStore.backgroundStateCounts()
+            let counts = try await core.stateCounts()
             for state in TaskState.allCases {
                 registry.makeGauge(name: "haul_downloads", labels: [("state", state.rawValue)])
                     .set(Double(counts[state.rawValue] ?? 0))

@@ -109,8 +109,14 @@ final class DaemonCore: Sendable {
         await trigger?()
     }
 
+    /// The daemon's tasks per state, as its listings show them (``DownloadManager/stateCounts(correcting:)``):
+    /// in fleet mode, the whole fleet's.
+    func stateCounts() async throws -> [String: Int] {
+        try await manager.stateCounts(correcting: try await sessionStore.backgroundStateCounts())
+    }
+
     func status() async throws -> API.Status {
-        let counts = try await sessionStore.backgroundStateCounts()
+        let counts = try await stateCounts()
         let overall = await manager.overallProgress()
         let limits = await manager.limits
         var status = API.Status(
@@ -124,8 +130,9 @@ final class DaemonCore: Sendable {
             listen: listen,
             directory: defaultDirectory,
             tasks: counts,
-            running: overall.running,
-            waiting: overall.waiting,
+            // From the same counts as `tasks`: the two never disagree.
+            running: counts[TaskState.running.rawValue] ?? 0,
+            waiting: counts[TaskState.queued.rawValue] ?? 0,
             bytesPerSecond: overall.bytesPerSecond,
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
             maxDownloadsPerHost: limits.maxDownloadsPerHost,
@@ -134,9 +141,7 @@ final class DaemonCore: Sendable {
             network: await network(waiting: counts[TaskState.waitingForNetwork.rawValue] ?? 0)
         )
         if let fleet = sessionStore as? any FleetView {
-            // The limits are the fleet's, and so are these (each node's share: its leases).
-            status.running = counts[TaskState.running.rawValue] ?? 0
-            status.waiting = counts[TaskState.queued.rawValue] ?? 0
+            // The limits are the fleet's, and so are the counts (each node's share: its leases).
             status.store = fleet.storeDescription
             let lease = fleet.leaseDuration.components
             status.fleet = API.Status.Fleet(

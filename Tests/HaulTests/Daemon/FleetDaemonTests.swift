@@ -280,13 +280,17 @@ struct FleetDaemonTests {
                 n0.kill(SIGSTOP)
                 // n1 takes it over once n0's lease (3 s) runs out, with a later fence, and
                 // goes on from n0's checkpoint. (On a loaded machine n1 may itself miss a
-                // renewal in time and take the task again: a later fence still.)
+                // renewal in time and take the task again: a later fence still. Its first
+                // runs may find the part file still locked by the stopped n0 and wait to try
+                // again, holding no lease meanwhile: n1 holds it only now and then.)
                 try await fleet.start(1)
+                var last = try await lease()
                 #expect(
                     try await waitUntil(timeout: .seconds(60)) {
-                        let now = try await lease()
-                        return now.owner == "n1" && now.fence >= 2
-                    }
+                        last = try await lease()
+                        return last.owner != "n0" && last.fence >= 2
+                    },
+                    "\(last) n1: \(fleet.daemon(1)?.currentStderr.suffix(2000) ?? "")"
                 )
                 let atTakeover = try await lease().committed
                 n0.kill(SIGCONT)

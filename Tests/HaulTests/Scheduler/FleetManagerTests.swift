@@ -345,12 +345,16 @@ struct FleetManagerTests {
                     }
                     let refused = await late.value
                     // Refused in one sentence: the pool's (no connection for a minute), or — when
-                    // the add took a pooled connection the shutdown had just ended — the server's.
+                    // the add took a pooled connection the shutdown had just ended — the server's,
+                    // or Haul's own for a connection found closed.
                     let message = refused?.description ?? ""
                     #expect(
                         message.hasPrefix("Cannot record a download in PostgreSQL: ")
                             && (message.contains("PostgreSQL running and reachable")
-                                || message.contains("terminating connection")),
+                                || message.contains("terminating connection")
+                                || message.contains(
+                                    "the database had closed the connection (it was restarted or stopped"
+                                )),
                         "\(message)"
                     )
                     #expect(!message.contains("PSQLError") && !message.contains("ConnectionPool"), "\(message)")
