@@ -141,7 +141,8 @@ public final class FleetQueue: Sendable {
                 ).decode((String, Int).self) {
                     running[host] = count
                 }
-                let room = min(wanted, maxRunning - running.values.reduce(0, +))
+                let share = try await self.share(of: maxRunning, seconds: seconds, on: connection)
+                let room = min(wanted, maxRunning - running.values.reduce(0, +), share)
                 guard room > 0 else { return [] }
                 let picked = try await self.next(
                     room: room,
@@ -169,6 +170,28 @@ public final class FleetQueue: Sendable {
                 return leases.sorted { place[$0.task, default: .max] < place[$1.task, default: .max] }
             }
         }
+    }
+
+    /// How many more leases this node may take of the fleet's `maxRunning`: its even share
+    /// among the nodes alive (those whose heartbeat is younger than a lease, this one
+    /// included), less what it holds — so the work spreads over every node instead of
+    /// going to whichever asks first. A node that dies stops counting a lease later.
+    private func share(of maxRunning: Int, seconds: Double, on connection: PostgresConnection) async throws -> Int {
+        var (others, mine) = (0, 0)
+        for try await (alive, held) in try await connection.checkedQuery(
+            """
+            SELECT
+                (SELECT count(*) FROM fleet_node WHERE name <> \(node) AND stopped_at IS NULL
+                    AND heartbeat_at > now() - make_interval(secs => \(seconds))),
+                (SELECT count(*) FROM haul_task WHERE owner = \(node) AND state = 'running'
+                    AND lease_expires > now())
+            """,
+            logger: logger
+        ).decode((Int, Int).self) {
+            (others, mine) = (alive, held)
+        }
+        let nodes = others + 1
+        return (maxRunning + nodes - 1) / nodes - mine
     }
 
     /// The next `room` waiting tasks in queue order that the per-host cap lets start (given
