@@ -40,8 +40,19 @@ extension PostgresStore {
             duration: leaseDuration,
             excluding: leases.withLock { Array($0.keys) }
         )
+        // An answer that came after the leases' time (a database slow to answer, or the
+        // admission lock held long) is not used: its leases are neither booked nor run, and
+        // the database gives their tasks back when that time ends there.
+        let validUntil = sent + leaseDuration
+        guard validUntil > .now else {
+            logger.notice(
+                "took leases too late to use them; their tasks go back to the queue when the leases run out",
+                metadata: ["leases": "\(taken.count)", "node": "\(node)"]
+            )
+            return []
+        }
         leases.withLock { held in
-            for lease in taken { held[lease.task] = HeldLease(lease: lease, validUntil: sent + leaseDuration) }
+            for lease in taken { held[lease.task] = HeldLease(lease: lease, validUntil: validUntil) }
         }
         return taken.map(\.task)
     }

@@ -124,7 +124,14 @@ extension DownloadManager {
         // cap then says no), and it starts as soon as that run has ended here. One whose
         // task vanished or was stopped meanwhile, or taken as the manager began to stop, goes
         // straight back, so that it does not hold a place for nothing.
-        for id in ids where !running.contains(id) && !scheduler.isWaiting(id) && fleet.holdsLease(id) {
+        for id in ids where !running.contains(id) && !scheduler.isWaiting(id) {
+            guard fleet.holdsLease(id) else {
+                // Lost before it started (its time ran out unrenewed): no run here holds it,
+                // so nothing is left to fence. Forgotten — a lost lease stays booked until
+                // its run ends, and with no run the task would be passed over here for ever.
+                fleet.abandonLease(id)
+                continue
+            }
             scheduler.remove(id)
             do {
                 try await fleet.releaseLease(id)

@@ -208,6 +208,51 @@ struct FleetQueueTests {
         }
     }
 
+    @Test(
+        "leases whose answer came after their time (the admission lock held past a lease) are not used: none booked; the task is leased again once the database gives it back"
+    )
+    func lateLeases() async throws {
+        try await Self.withDatabase { client in
+            let lease = Duration.milliseconds(300)
+            let store = try await Self.node(client, "a", lease: lease)
+            let ids = try await Self.add(store, 1)
+            let (locked, lockedSink) = AsyncStream<Void>.makeStream()
+            let (release, releaseSink) = AsyncStream<Void>.makeStream()
+            let holder = Task {
+                try await client.withConnection { connection in
+                    _ = try await connection.query(
+                        "SELECT pg_advisory_lock(\(FleetQueue.admissionLock))",
+                        logger: Self.logger
+                    )
+                    lockedSink.yield()
+                    for await _ in release { break }
+                    _ = try await connection.query(
+                        "SELECT pg_advisory_unlock(\(FleetQueue.admissionLock))",
+                        logger: Self.logger
+                    )
+                }
+            }
+            for await _ in locked { break }
+            let asked = ContinuousClock.now
+            let late = Task { try await store.acquireLeases(wanted: 1, maxRunning: 1, perHost: 1) }
+            // (The store's leases run on the real clock: it takes no test clock yet.)
+            #expect(try await waitUntil { ContinuousClock.now > asked + lease * 2 })
+            releaseSink.yield()
+            try await holder.value
+            #expect(try await late.value.isEmpty)
+            #expect(!store.holdsLease(ids[0]))
+            // Given back by the database when the lease ends there, then taken again in time.
+            var again: [UUID] = []
+            #expect(
+                try await waitUntil {
+                    again = try await store.acquireLeases(wanted: 1, maxRunning: 1, perHost: 1)
+                    return !again.isEmpty
+                }
+            )
+            #expect(again == ids && store.holdsLease(ids[0]))
+        }
+    }
+
     @Test("three nodes taking leases at once: disjoint, never over the fleet's limit or a host's cap")
     func limitsHoldAcrossNodes() async throws {
         try await Self.withDatabase { client in
