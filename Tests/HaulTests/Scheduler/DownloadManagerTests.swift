@@ -120,11 +120,21 @@ struct DownloadManagerTests {
                                 ]
                             }
                         )
-                        #expect(
-                            try await waitUntil(timeout: .seconds(60)) {
-                                try await manager.tasks().allSatisfy { $0.state == .completed }
+                        let done = try await waitUntil(timeout: .seconds(60)) {
+                            try await manager.tasks().allSatisfy { $0.state == .completed }
+                        }
+                        if !done {
+                            // Where each stood, for the cause (one CI run under load saw this).
+                            var report: [String] = []
+                            for task in try await manager.tasks() {
+                                let name = task.url.lastPathComponent
+                                let server = task.url.port == one.port ? one : two
+                                report.append(
+                                    "\(name) \(task.state) \(task.bytesCommitted) committed, \(server.requests(for: "/\(name)").count) requests, \(server.bodyBytesSent("/\(name)")) sent, \(task.errorMessage ?? "")"
+                                )
                             }
-                        )
+                            Issue.record("not all completed in 60 s: \(report)")
+                        }
                     }
                     #expect(one.maxActiveResponses == 2)
                     #expect(two.maxActiveResponses == 2)
