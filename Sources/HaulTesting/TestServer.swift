@@ -100,6 +100,10 @@ public final class TestServer: Sendable {
         /// Every response goes silent (sends nothing more, keeps the connection open) once it
         /// reaches this offset of the file: a server that stalls at the same point each time.
         public var stallAt: Int?
+        /// Every response waits once it reaches this offset of the file until the test calls
+        /// ``TestServer/release(_:)`` for the path: downloads held under way for as long as
+        /// the test needs, however slow the machine.
+        public var holdAt: Int?
         /// When set, a new version changes only these byte ranges and keeps the rest of
         /// version 1: a file whose bytes around a resume point stay the same while others change.
         public var changedBytes: [Range<Int>]?
@@ -135,6 +139,7 @@ public final class TestServer: Sendable {
             chunked: Bool = false,
             closeDelimited: Bool = false,
             stallAt: Int? = nil,
+            holdAt: Int? = nil,
             changedBytes: [Range<Int>]? = nil,
             corrupted: [Range<Int>] = []
         ) {
@@ -160,6 +165,7 @@ public final class TestServer: Sendable {
             self.chunked = chunked
             self.closeDelimited = closeDelimited
             self.stallAt = stallAt
+            self.holdAt = holdAt
             self.changedBytes = changedBytes
             self.corrupted = corrupted
         }
@@ -218,6 +224,7 @@ public final class TestServer: Sendable {
     /// The port the server listens on.
     public let port: Int
     private let state = Mutex(State())
+    private let holds = ResponseHolds()
     private let channel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>, Never>
     private let runner = Mutex<Task<Void, Never>?>(nil)
     /// Finished when the accept loop has taken every connection the listener accepted.
@@ -359,6 +366,15 @@ public final class TestServer: Sendable {
     /// Responses being sent right now.
     public var activeResponses: Int { state.withLock { $0.activeResponses } }
 
+    /// Responses waiting at their resource's `holdAt` right now.
+    public var heldResponses: Int { holds.waiting }
+
+    /// Lets the responses held at `path`'s `holdAt` go on, and every later one pass; all
+    /// paths when `path` is nil.
+    public func release(_ path: String? = nil) {
+        holds.release(path)
+    }
+
     // MARK: Serving
 
     private func acceptLoop() async {
@@ -388,7 +404,11 @@ public final class TestServer: Sendable {
                 case .body: continue
                 case .end:
                     guard let requestHead = head else { return }
-                    let keepAlive = try await respond(to: requestHead, outbound: outbound)
+                    let keepAlive = try await respond(
+                        to: requestHead,
+                        outbound: outbound,
+                        closed: connection.channel.closeFuture
+                    )
                     if !keepAlive || !requestHead.isKeepAlive { return }
                 }
             }
@@ -406,6 +426,7 @@ public final class TestServer: Sendable {
             chunked: Bool,
             closeDelimited: Bool,
             stallAfter: Int?,
+            holdAfter: Int?,
             bytesPerSecond: Int?
         )
     }
@@ -413,7 +434,8 @@ public final class TestServer: Sendable {
     /// Answers one request; returns whether the connection may be kept open.
     private func respond(
         to head: HTTPRequestHead,
-        outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+        outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
+        closed: EventLoopFuture<Void>
     ) async throws
         -> Bool
     {
@@ -452,6 +474,7 @@ public final class TestServer: Sendable {
             let chunked,
             let closeDelimited,
             let stallAfter,
+            let holdAfter,
             let bytesPerSecond
         ):
             let version = closeDelimited ? "HTTP/1.0" : "HTTP/1.1"
@@ -472,11 +495,17 @@ public final class TestServer: Sendable {
             let started = ContinuousClock.now
             var sent = 0
             let slice = bytesPerSecond.map { max(1024, min(64 * 1024, $0 / 20)) } ?? 64 * 1024
+            var held = holdAfter == nil
             while sent < limit {
                 if let stallAfter, sent >= stallAfter {
                     try await Task.sleep(for: .seconds(3600))  // Silent until the test ends.
                 }
-                let n = min(slice, limit - sent, (stallAfter ?? .max) - sent)
+                if !held, let holdAfter, sent >= holdAfter {
+                    held = true
+                    await holds.wait(at: path, closed: closed)
+                    try Task.checkCancellation()
+                }
+                let n = min(slice, limit - sent, (stallAfter ?? .max) - sent, held ? .max : holdAfter! - sent)
                 let piece = bytes[bytes.startIndex + sent..<bytes.startIndex + sent + n]
                 var buffer = ByteBuffer()
                 if chunked { buffer.writeString(String(n, radix: 16) + "\r\n") }
@@ -574,6 +603,7 @@ public final class TestServer: Sendable {
             chunked: chunked,
             closeDelimited: resource.closeDelimited && status == 200,
             stallAfter: resource.stallAt.map { max(0, $0 - range.lowerBound) },
+            holdAfter: resource.holdAt.map { max(0, $0 - range.lowerBound) },
             bytesPerSecond: head.headers.first(name: "Range") == nil
                 ? resource.unrangedBytesPerSecond ?? resource.bytesPerSecond : resource.bytesPerSecond
         )
@@ -606,40 +636,5 @@ public final class TestServer: Sendable {
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
         return formatter.string(from: date)
-    }
-}
-
-/// Deterministic test content.
-public enum TestContent {
-    /// `count` pseudo-random bytes from a seed and version (xorshift64*).
-    public static func bytes(count: Int, seed: UInt64, version: Int = 1) -> [UInt8] {
-        var state = (seed &* 0x9E37_79B9_7F4A_7C15) ^ UInt64(version) &* 0xBF58_476D_1CE4_E5B9 | 1
-        var result = [UInt8](repeating: 0, count: count)
-        result.withUnsafeMutableBytes { raw in
-            var index = 0
-            while index < count {
-                state ^= state >> 12
-                state ^= state << 25
-                state ^= state >> 27
-                var word = (state &* 0x2545_F491_4F6C_DD1D).littleEndian
-                let n = min(8, count - index)
-                withUnsafeBytes(of: &word) {
-                    raw.baseAddress!.advanced(by: index).copyMemory(from: $0.baseAddress!, byteCount: n)
-                }
-                index += n
-            }
-        }
-        return result
-    }
-
-    /// SHA-256 in lower-case hex.
-    public static func sha256<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        SHA256.hash(data: Array(bytes)).map { String(format: "%02x", $0) }.joined()
-    }
-
-    /// SHA-256 of a file, in lower-case hex, or nil when it cannot be read.
-    public static func sha256(file path: String) -> String? {
-        guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
     }
 }

@@ -68,19 +68,32 @@ struct DownloadManagerTests {
         let temp = try TemporaryDirectory()
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { server in
-                // Three seconds each: a third start that is slow on a loaded machine still finds
-                // the first two running (at one second, a CI run once saw at most two at once).
+                // Each response waits a quarter of the way in until the test lets it go, so
+                // the test sees the limit while downloads run, however slow the machine.
                 for index in 0..<8 {
-                    server.set("/f\(index)", .init(size: 3 << 20, seed: UInt64(index), bytesPerSecond: 1 << 20))
+                    server.set("/f\(index)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
-                try await DownloadManager.withDownloadManager(
-                    configuration: Self.configuration(location, limit: 3)
-                ) {
-                    manager in
-                    // Added together, so the first three start together even on a loaded machine.
+                var configuration = Self.configuration(location, limit: 3)
+                // Held responses are silent on purpose; no read timeout is wanted here.
+                configuration.downloader.readTimeout = .seconds(3600)
+                try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     _ = try await manager.download(
                         (0..<8).map { DownloadRequest(url: server.url("/f\($0)"), destination: .directory(temp.path)) }
                     )
+                    // Let them go one at a time, in order: each that ends makes room for the
+                    // next in the queue, and never more than three are under way.
+                    for index in 0..<8 {
+                        let running = min(3, 8 - index)
+                        let ready = try await waitUntil(timeout: .seconds(60)) {
+                            let completed = try await manager.tasks().filter { $0.state == .completed }.count
+                            return completed == index && server.heldResponses == running
+                                && server.requests.count == min(8, index + 3)
+                        }
+                        let states = try await manager.tasks().map { "\($0.url.lastPathComponent) \($0.state)" }
+                        #expect(ready, "before f\(index) is let go: \(states), \(server.requests.count) requests")
+                        #expect(states.filter { $0.hasSuffix(" running") }.count == running, "\(states)")
+                        server.release("/f\(index)")
+                    }
                     #expect(
                         try await waitUntil(timeout: .seconds(60)) {
                             try await manager.tasks().allSatisfy { $0.state == .completed }
@@ -90,6 +103,7 @@ struct DownloadManagerTests {
                 #expect(server.maxActiveResponses == 3)
                 for index in 0..<8 {
                     #expect(sha256(file: temp.file("f\(index)")) == server.sha256("/f\(index)"))
+                    #expect(server.requests(for: "/f\(index)").count == 1)
                 }
             }
         }
@@ -101,17 +115,17 @@ struct DownloadManagerTests {
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { one in
                 try await TestServer.withServer { two in
-                    // Eight seconds each: a host's second download starts while its first runs,
-                    // however slow starting them is (a loaded CI run once took longer than the
-                    // one second they used to last, and saw one at a time).
+                    // Each response waits a quarter of the way in until the test lets it go:
+                    // a host's first two are under way together however slow the machine, and
+                    // the cap is seen while they are (not inferred from throttled timing).
                     for index in 0..<4 {
-                        one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 128 << 10))
-                        two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), bytesPerSecond: 128 << 10))
+                        one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
+                        two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), holdAt: 256 << 10))
                     }
-                    try await DownloadManager.withDownloadManager(
-                        configuration: Self.configuration(location, limit: 10, perHost: 2)
-                    ) { manager in
-                        // Added together, so each host's first two start together even on a loaded machine.
+                    var configuration = Self.configuration(location, limit: 10, perHost: 2)
+                    // Held responses are silent on purpose; no read timeout is wanted here.
+                    configuration.downloader.readTimeout = .seconds(3600)
+                    try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                         _ = try await manager.download(
                             (0..<4).flatMap { index in
                                 [
@@ -120,24 +134,34 @@ struct DownloadManagerTests {
                                 ]
                             }
                         )
-                        let done = try await waitUntil(timeout: .seconds(60)) {
-                            try await manager.tasks().allSatisfy { $0.state == .completed }
-                        }
-                        if !done {
-                            // Where each stood, for the cause (one CI run under load saw this).
-                            var report: [String] = []
-                            for task in try await manager.tasks() {
-                                let name = task.url.lastPathComponent
-                                let server = task.url.port == one.port ? one : two
-                                report.append(
-                                    "\(name) \(task.state) \(task.bytesCommitted) committed, \(server.requests(for: "/\(name)").count) requests, \(server.bodyBytesSent("/\(name)")) sent, \(task.errorMessage ?? "")"
-                                )
+                        #expect(
+                            try await waitUntil(timeout: .seconds(60)) {
+                                one.heldResponses == 2 && two.heldResponses == 2
                             }
-                            Issue.record("not all completed in 60 s: \(report)")
-                        }
+                        )
+                        // Two of each host's four run, the other two wait, and no third request came.
+                        let states = try await manager.tasks().map { "\($0.url.lastPathComponent) \($0.state)" }
+                        #expect(
+                            states.sorted() == [
+                                "a0 running", "a1 running", "a2 queued", "a3 queued",
+                                "b0 running", "b1 running", "b2 queued", "b3 queued",
+                            ]
+                        )
+                        #expect(one.requests.count == 2 && two.requests.count == 2)
+                        one.release()
+                        two.release()
+                        #expect(
+                            try await waitUntil(timeout: .seconds(60)) {
+                                try await manager.tasks().allSatisfy { $0.state == .completed }
+                            }
+                        )
                     }
                     #expect(one.maxActiveResponses == 2)
                     #expect(two.maxActiveResponses == 2)
+                    for index in 0..<4 {
+                        #expect(sha256(file: temp.file("a\(index)")) == one.sha256("/a\(index)"))
+                        #expect(sha256(file: temp.file("b\(index)")) == two.sha256("/b\(index)"))
+                    }
                 }
             }
         }
@@ -152,17 +176,16 @@ struct DownloadManagerTests {
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { server in
                 let names = ["A", "B", "C", "D", "E", "F"]
-                // Slow (half a minute each; the rate of a response under way stays) until the test
-                // lifts the rate at its end: all five are under
-                // way together however slow starting them is (a loaded machine once took longer
-                // than the eight seconds they used to last, and A ended before E began).
+                // Each response waits a quarter of the way in until the test lets it go: all five
+                // are under way together however slow the machine (throttled, a loaded machine
+                // once saw A end before E began, and once A and B not end in a minute).
                 for (index, name) in names.enumerated() {
-                    server.set("/\(name)", .init(size: 2 << 20, seed: UInt64(index), bytesPerSecond: 64 << 10))
+                    server.set("/\(name)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
-                try await DownloadManager.withDownloadManager(
-                    configuration: Self.configuration(location, limit: 5)
-                ) {
-                    manager in
+                var configuration = Self.configuration(location, limit: 5)
+                // Held responses are silent on purpose; no read timeout is wanted here.
+                configuration.downloader.readTimeout = .seconds(3600)
+                try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     var ids: [String: UUID] = [:]
                     for name in names {
                         ids[name] = try await manager.download(
@@ -194,7 +217,7 @@ struct DownloadManagerTests {
                     // Each kept its data (committed bytes only grow, whatever runs since).
                     let kept = try await manager.tasks().filter { ["C", "D", "E"].contains(name($0.id)) }
                     #expect(kept.count == 3 && kept.allSatisfy { $0.bytesCommitted > 0 })
-                    for name in names { server.update("/\(name)") { $0.bytesPerSecond = nil } }
+                    server.release()
                     #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
                 }
                 for name in names { #expect(sha256(file: temp.file(name)) == server.sha256("/\(name)")) }
@@ -211,13 +234,13 @@ struct DownloadManagerTests {
         let temp = try TemporaryDirectory()
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { server in
-                for name in ["A", "B", "C", "D"] {
-                    server.set("/\(name)", .init(size: 500_000, bytesPerSecond: 1 << 20))
-                }
-                try await DownloadManager.withDownloadManager(
-                    configuration: Self.configuration(location, limit: 1)
-                ) {
-                    manager in
+                // A waits part of the way in until all four are queued: B cannot start before D
+                // is added, however slow the machine.
+                server.set("/A", .init(size: 500_000, holdAt: 100_000))
+                for name in ["B", "C", "D"] { server.set("/\(name)", .init(size: 500_000)) }
+                var configuration = Self.configuration(location, limit: 1)
+                configuration.downloader.readTimeout = .seconds(3600)  // A is held on purpose.
+                try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     let recorder = Recorder(manager.events(), state: .running)
                     var ids: [String: UUID] = [:]
                     for name in ["A", "B", "C"] {
@@ -229,6 +252,7 @@ struct DownloadManagerTests {
                         DownloadRequest(url: server.url("/D"), destination: .directory(temp.path)),
                         priority: 5
                     ).id
+                    server.release()
                     #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
                     // C starts last: once its start is told, every start before it was.
                     let told = try await recorder.waitUntilTold(ids["C"]!)
@@ -250,12 +274,12 @@ struct DownloadManagerTests {
             try await TestServer.withServer { server in
                 server.set("/done", .init(size: 10_000, seed: 9))
                 for index in 0..<4 {
-                    // 32 s each: none can finish during the test.
-                    server.set("/f\(index)", .init(size: 2 << 20, seed: UInt64(index), bytesPerSecond: 64 << 10))
+                    // Held part of the way in, never let go: none can finish during the test.
+                    server.set("/f\(index)", .init(size: 2 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
-                try await DownloadManager.withDownloadManager(
-                    configuration: Self.configuration(location, limit: 2)
-                ) { manager in
+                var configuration = Self.configuration(location, limit: 2)
+                configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
+                try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     let done = try await manager.download(
                         DownloadRequest(url: server.url("/done"), destination: .directory(temp.path))
                     )
@@ -306,13 +330,13 @@ struct DownloadManagerTests {
         let temp = try TemporaryDirectory()
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { server in
-                server.set("/p", .init(size: 4 << 20, bytesPerSecond: 4 << 20))
-                // Slow enough that it is still running when the test cancels it on a busy machine.
-                server.set("/c", .init(size: 4 << 20, seed: 2, bytesPerSecond: 256 << 10))
-                try await DownloadManager.withDownloadManager(
-                    configuration: Self.configuration(location, limit: 2)
-                ) {
-                    manager in
+                // Held part of the way in: p until it is resumed, c for good; both are still
+                // running when the test pauses or cancels them, however slow the machine.
+                server.set("/p", .init(size: 4 << 20, holdAt: 1 << 20))
+                server.set("/c", .init(size: 4 << 20, seed: 2, holdAt: 256 << 10))
+                var configuration = Self.configuration(location, limit: 2)
+                configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
+                try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     let p = try await manager.download(
                         DownloadRequest(url: server.url("/p"), destination: .directory(temp.path))
                     )
@@ -330,7 +354,7 @@ struct DownloadManagerTests {
                     #expect(cancelled.state == .cancelled, "\(cancelled.errorMessage ?? "no error")")
                     #expect(!FileManager.default.fileExists(atPath: temp.file("c.part")))
 
-                    server.update("/p") { $0.bytesPerSecond = nil }
+                    server.release("/p")
                     _ = try await manager.resume(p.id)
                     #expect(try await waitUntil { try await manager.info(p.id).state == .completed })
                     #expect(sha256(file: temp.file("p")) == server.sha256("/p"))
@@ -371,10 +395,11 @@ struct DownloadManagerTests {
             try await TestServer.withServer { server in
                 server.set("/held", .init(size: 1 << 20, seed: 3))
                 server.set("/after", .init(size: 1 << 20, seed: 4))
-                server.set("/slow", .init(size: 4 << 20, seed: 5, bytesPerSecond: 512 << 10))
-                try await DownloadManager.withDownloadManager(
-                    configuration: Self.configuration(location, limit: 4)
-                ) { manager in
+                // Held part of the way in, never let go: still running when it is added again.
+                server.set("/slow", .init(size: 4 << 20, seed: 5, holdAt: 256 << 10))
+                var configuration = Self.configuration(location, limit: 4)
+                configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
+                try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     let events = await manager.events()
                     let held = try await manager.download(
                         [DownloadRequest(url: server.url("/held"), destination: .directory(temp.path))],
@@ -453,12 +478,15 @@ struct DownloadManagerTests {
             let location = Downloader.StoreLocation.engine(store)
             try await TestServer.withServer { server in
                 let names = ["A", "B", "C", "D", "E"]
+                // Held a quarter of the way in until the second manager's order is seen: none
+                // can end first, however slow the machine.
                 for (index, name) in names.enumerated() {
-                    server.set("/\(name)", .init(size: 1 << 20, seed: UInt64(index), bytesPerSecond: 512 << 10))
+                    server.set("/\(name)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
                 var ids: [String: UUID] = [:]
-                try await DownloadManager.withDownloadManager(configuration: Self.configuration(location, limit: 2)) {
-                    manager in
+                var first = Self.configuration(location, limit: 2)
+                first.downloader.readTimeout = .seconds(3600)  // Held on purpose.
+                try await DownloadManager.withDownloadManager(configuration: first) { manager in
                     for name in names {
                         ids[name] = try await manager.download(
                             DownloadRequest(url: server.url("/\(name)"), destination: .directory(temp.path))
@@ -470,16 +498,16 @@ struct DownloadManagerTests {
                 // As a kill -9 would leave it: the two that were running still say so.
                 try await store.setState(ids["A"]!, .running)
                 try await store.setState(ids["B"]!, .running)
-                for name in names { server.update("/\(name)") { $0.bytesPerSecond = 200 << 10 } }
 
-                try await DownloadManager.withDownloadManager(configuration: Self.configuration(location, limit: 1)) {
-                    manager in
+                var second = Self.configuration(location, limit: 1)
+                second.downloader.readTimeout = .seconds(3600)  // Held on purpose.
+                try await DownloadManager.withDownloadManager(configuration: second) { manager in
                     let name = { (id: UUID) in ids.first { $0.value == id }!.key }
                     let recorder = Recorder(manager.events(), state: .running)
                     #expect(try await waitUntil { await !manager.runningTaskIDs.isEmpty })
                     #expect(await manager.runningTaskIDs.map(name) == ["A"])
                     #expect(await manager.waitingTaskIDs.map(name) == ["B", "C", "D"])
-                    for name in names { server.update("/\(name)") { $0.bytesPerSecond = nil } }
+                    server.release()
                     #expect(
                         try await waitUntil { try await manager.tasks().filter { $0.state == .completed }.count == 4 }
                     )
@@ -550,10 +578,12 @@ struct DownloadManagerTests {
         try await engine.withLocation(temp, "one.sqlite") { one in
             try await engine.withLocation(temp, "two.sqlite") { two in
                 try await TestServer.withServer { server in
-                    server.set("/r", .init(size: 3 << 20, bytesPerSecond: 3 << 20))
-                    let blob = try await DownloadManager.withDownloadManager(
-                        configuration: Self.configuration(one, limit: 2)
-                    ) { manager in
+                    // Held a third of the way in until the second manager resumes it: still
+                    // running when it is paused, however slow the machine.
+                    server.set("/r", .init(size: 3 << 20, holdAt: 1 << 20))
+                    var first = Self.configuration(one, limit: 2)
+                    first.downloader.readTimeout = .seconds(3600)  // Held on purpose.
+                    let blob = try await DownloadManager.withDownloadManager(configuration: first) { manager in
                         let task = try await manager.download(
                             DownloadRequest(url: server.url("/r"), destination: .directory(temp.path))
                         )
@@ -565,7 +595,7 @@ struct DownloadManagerTests {
                         return try await manager.pause(task.id).encoded()
                     }
                     let resumeData = try ResumeData(decoding: blob)
-                    server.update("/r") { $0.bytesPerSecond = nil }
+                    server.release("/r")
                     try await DownloadManager.withDownloadManager(
                         configuration: Self.configuration(two, limit: 2)
                     ) { manager in
@@ -600,8 +630,11 @@ struct DownloadManagerTests {
         let temp = try TemporaryDirectory()
         try await engine.withLocation(temp, "s.sqlite") { location in
             try await TestServer.withServer { server in
-                server.set("/early", .init(size: 4 << 20, bytesPerSecond: 2 << 20))
-                let manager = try DownloadManager(configuration: Self.configuration(location, limit: 2))
+                // Held a quarter of the way in: still running when it is paused.
+                server.set("/early", .init(size: 4 << 20, holdAt: 1 << 20))
+                var configuration = Self.configuration(location, limit: 2)
+                configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
+                let manager = try DownloadManager(configuration: configuration)
                 let info = try await manager.download(
                     DownloadRequest(url: server.url("/early"), destination: .directory(temp.path))
                 )
