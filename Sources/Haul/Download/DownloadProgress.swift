@@ -82,14 +82,15 @@ final class ProgressBox: Sendable {
         }
     }
 
-    /// Sleeps `delay` before retry number `attempt` of `maxRetries` after `error`, showing
-    /// the wait in the progress meanwhile.
+    /// Sleeps `delay` on `timeline` before retry number `attempt` of `maxRetries` after
+    /// `error`, showing the wait in the progress meanwhile.
     /// `announce` is given the progress once the wait is in it.
     func waiting(
         _ delay: Duration,
         after error: HaulError,
         attempt: Int,
         of maxRetries: Int,
+        on timeline: Timeline,
         announce: (DownloadProgress) -> Void = { _ in }
     ) async throws {
         update {
@@ -106,7 +107,7 @@ final class ProgressBox: Sendable {
         }
         defer { update { $0.waiting = nil } }
         announce(snapshot())
-        try await Task.sleep(for: delay)
+        try await timeline.sleep(for: delay)
     }
 
     func snapshot(now: ContinuousClock.Instant = .now) -> DownloadProgress {

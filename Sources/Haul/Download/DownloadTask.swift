@@ -16,10 +16,11 @@ public final class DownloadTask: Sendable {
     init(
         id: UUID,
         rateLimit: Int64?,
+        clock: any Clock<Duration> = ContinuousClock(),
         operation: @escaping @Sendable (TransferHandles) async throws -> DownloadResult
     ) {
         self.id = id
-        let handles = TransferHandles(rateLimit: rateLimit)
+        let handles = TransferHandles(rateLimit: rateLimit, clock: clock)
         self.handles = handles
         self.runner = Task { try await operation(handles) }
     }

@@ -52,7 +52,10 @@ extension Downloader {
             request: request,
             transport: transport,
             environment: environment,
-            limiters: [RateLimiter(bytesPerSecond: request.rateLimit), environment.globalLimiter]
+            limiters: [
+                RateLimiter(bytesPerSecond: request.rateLimit, clock: environment.timeline.clock),
+                environment.globalLimiter,
+            ]
         )
         do {
             let result = try await stream.run(progress: progress, into: sink)
@@ -82,7 +85,7 @@ private struct BodyStream {
         progress: (DownloadProgress) -> Void,
         into sink: (ByteBuffer) async throws -> Void
     ) async throws -> StreamResult {
-        let started = ContinuousClock.now
+        let started = environment.timeline.now
         box.update { $0.fileName = request.url.lastPathComponent }
         let response = try await open(progress: progress)
         let total = try announcedLength(response)
@@ -132,12 +135,22 @@ private struct BodyStream {
                 hint: "Every byte was already written to the output: discard it, and check the checksum or the URL"
             )
         }
-        return StreamResult(finalURL: response.url, bytes: position, totalBytes: total, elapsed: .now - started)
+        return StreamResult(
+            finalURL: response.url,
+            bytes: position,
+            totalBytes: total,
+            elapsed: environment.timeline.now - started
+        )
     }
 
     /// The 200 to stream; until it comes, failures are retried as a download's are.
     private func open(progress: (DownloadProgress) -> Void) async throws -> HTTPTransport.Response {
-        try await environment.retry.retrying(progress: box, logger: environment.logger, announce: progress) {
+        try await environment.retry.retrying(
+            progress: box,
+            logger: environment.logger,
+            timeline: environment.timeline,
+            announce: progress
+        ) {
             let response = try await transport.get(
                 request.url,
                 headers: request.headers,

@@ -62,6 +62,9 @@ public final class Downloader: Sendable {
         /// the file system keeps extended attributes. The URL is written without credentials,
         /// and with secret-looking query values hidden.
         public var setsOriginAttribute = true
+        /// The clock downloads measure and wait by: rates, checkpoints, retry delays, the
+        /// speed floor. A test gives a clock it moves itself.
+        public var clock: any Clock<Duration> = ContinuousClock()
 
         public init(
             store: StoreLocation = .default,
@@ -122,6 +125,8 @@ public final class Downloader: Sendable {
     private let overallLimiter: RateLimiter
     /// The speed floor of the transfers that start from now on (``setLowestSpeed(_:)``).
     private let speedFloor: Mutex<LowestSpeed?>
+    /// The time its transfers measure and wait by (``Configuration/clock``).
+    let timeline: Timeline
 
     /// Opens the store and creates the HTTP client. Call ``shutdown()`` when done, or use
     /// ``withDownloader(configuration:_:)``.
@@ -148,7 +153,8 @@ public final class Downloader: Sendable {
         )
         self.clients = ClientPool(configuration: http)
         self.configuration = configuration
-        self.overallLimiter = RateLimiter(bytesPerSecond: configuration.overallRateLimit)
+        self.timeline = Timeline(configuration.clock)
+        self.overallLimiter = RateLimiter(bytesPerSecond: configuration.overallRateLimit, clock: configuration.clock)
         self.speedFloor = Mutex(configuration.lowestSpeed)
     }
 
@@ -400,6 +406,7 @@ public final class Downloader: Sendable {
             lowestSpeed: lowestSpeed,
             setsRemoteTime: configuration.setsRemoteTime,
             setsOriginAttribute: configuration.setsOriginAttribute,
+            timeline: timeline,
             logger: configuration.logger
         )
     }
@@ -408,7 +415,7 @@ public final class Downloader: Sendable {
     /// (``Transfer/execute(_:segments:environment:handles:)``, as a ``DownloadManager`` does).
     private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
         let environment = self.environment
-        return DownloadTask(id: record.id, rateLimit: record.rateLimit) { handles in
+        return DownloadTask(id: record.id, rateLimit: record.rateLimit, clock: timeline.clock) { handles in
             try await Transfer.execute(record, segments: segments, environment: environment, handles: handles).get()
         }
     }

@@ -19,20 +19,22 @@ struct Checkpointer: Sendable {
     var sources: SourcePool?
     /// The download's pieces, when it has piece hashes: the verified ones recorded when they changed.
     var pieces: PieceVerifier?
+    /// The time it paces checkpoints by.
+    var timeline = Timeline()
 
     /// Checkpoints until the calling task is cancelled.
     func run() async throws {
-        var last = ContinuousClock.now
+        var last = timeline.now
         var lastWritten = plan.bytesCommitted
         let tick = min(interval, .milliseconds(250))
         while true {
             do {
-                try await Task.sleep(for: tick)
+                try await timeline.sleep(for: tick)
             } catch {
                 return  // Cancelled: the transfer makes the last checkpoint itself.
             }
             let written = plan.bytesWritten
-            let now = ContinuousClock.now
+            let now = timeline.now
             guard written > lastWritten, now - last >= interval || written - lastWritten >= bytes else { continue }
             last = now
             lastWritten = written

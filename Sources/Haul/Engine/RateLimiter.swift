@@ -20,7 +20,8 @@ public final class RateLimiter: Sendable {
         /// Connections waiting for tokens now.
         var sleepers = 0
         var level: Double = 0
-        var last: ContinuousClock.Instant = .now
+        /// When the level was last brought up to date, on the limiter's timeline.
+        var last: Duration = .zero
 
         mutating func set(_ value: Int64?) {
             let bounded = value.map { min($0, RateLimiter.maxBytesPerSecond) }
@@ -33,11 +34,16 @@ public final class RateLimiter: Sendable {
     public static let maxBytesPerSecond: Int64 = 1 << 40
 
     private let state: Mutex<State>
+    private let timeline: Timeline
 
-    /// - Parameter bytesPerSecond: the limit, or nil for none.
-    public init(bytesPerSecond: Int64? = nil) {
+    /// - Parameters:
+    ///   - bytesPerSecond: the limit, or nil for none.
+    ///   - clock: the clock it measures and waits by.
+    public init(bytesPerSecond: Int64? = nil, clock: any Clock<Duration> = ContinuousClock()) {
+        timeline = Timeline(clock)
         var initial = State()
         initial.set(bytesPerSecond)
+        initial.last = timeline.now
         state = Mutex(initial)
     }
 
@@ -51,12 +57,13 @@ public final class RateLimiter: Sendable {
     /// they ran up is forgiven) and the next chunk follows the new rate — so removing a
     /// 1 B/s limit does not leave a connection asleep for hours.
     public func setRate(_ bytesPerSecond: Int64?) {
+        let now = timeline.now
         state.withLock { state in
             state.set(bytesPerSecond)
             state.changed = true
             state.generation += 1
             state.level = 0
-            state.last = .now
+            state.last = now
         }
     }
 
@@ -73,9 +80,8 @@ public final class RateLimiter: Sendable {
         var (wait, generation): (Double, Int) = state.withLock { state in
             // Unlimited: a lock, nothing more.
             guard let rate = state.rate, rate > 0 else { return (0, state.generation) }
-            let now = ContinuousClock.now
-            let elapsed = now - state.last
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let now = timeline.now
+            let seconds = (now - state.last).seconds
             let capacity = max(rate / 10, 65536)
             state.level = min(capacity, state.level + seconds * rate)
             state.last = now
@@ -88,7 +94,7 @@ public final class RateLimiter: Sendable {
         // Sleep in slices of at most 100 ms, so a changed limit is noticed at once.
         while wait > 0 {
             let slice = min(wait, 0.1)
-            try await Task.sleep(for: .nanoseconds(Int64(slice * 1e9)))
+            try await timeline.sleep(for: .nanoseconds(Int64(slice * 1e9)))
             wait -= slice
             if state.withLock({ $0.generation }) != generation { return }
         }

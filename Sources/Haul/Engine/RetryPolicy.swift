@@ -72,6 +72,7 @@ public struct RetryPolicy: Sendable, Equatable {
     func retrying<Result>(
         progress: ProgressBox,
         logger: Logger,
+        timeline: Timeline,
         offline: () -> Bool = { false },
         announce: (DownloadProgress) -> Void = { _ in },
         _ attempt: () async throws -> Result
@@ -89,7 +90,14 @@ public struct RetryPolicy: Sendable, Equatable {
                     "retrying",
                     metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
                 )
-                try await progress.waiting(delay, after: error, attempt: failures, of: maxRetries, announce: announce)
+                try await progress.waiting(
+                    delay,
+                    after: error,
+                    attempt: failures,
+                    of: maxRetries,
+                    on: timeline,
+                    announce: announce
+                )
             }
         }
     }

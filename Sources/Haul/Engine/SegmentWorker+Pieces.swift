@@ -140,7 +140,7 @@ extension SegmentWorker {
                 case let .retry(error):
                     failures += 1
                     guard failures <= retry.maxRetries else { throw retry.givenUp(error) }
-                    try await Task.sleep(for: try retry.delay(retrying: error, attempt: failures))
+                    try await timeline.sleep(for: try retry.delay(retrying: error, attempt: failures))
                 }
             }
         }

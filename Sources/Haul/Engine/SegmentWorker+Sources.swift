@@ -188,9 +188,15 @@ extension SegmentWorker {
                 do {
                     let delay = try retry.delay(retrying: error, attempt: failures)
                     if alone {
-                        try await progress.waiting(delay, after: error, attempt: failures, of: retry.maxRetries)
+                        try await progress.waiting(
+                            delay,
+                            after: error,
+                            attempt: failures,
+                            of: retry.maxRetries,
+                            on: timeline
+                        )
                     } else {
-                        try await Task.sleep(for: delay)
+                        try await timeline.sleep(for: delay)
                     }
                 } catch {
                     letGo()
@@ -257,7 +263,7 @@ extension SegmentWorker {
                     else { throw retry.givenUp(error) }
                     return .dropped
                 }
-                try await Task.sleep(for: (try? retry.delay(retrying: error, attempt: failures)) ?? .seconds(1))
+                try await timeline.sleep(for: (try? retry.delay(retrying: error, attempt: failures)) ?? .seconds(1))
             }
         }
         if received == expected {

@@ -65,6 +65,8 @@ struct SegmentWorker: Sendable {
     /// connections are the download's alone (a single ``Downloader``, or mirrors, which
     /// each source caps).
     var share: HostConnections.Share?
+    /// The time the connections measure (flushes, the speed floor) and wait (retries) by.
+    var timeline = Timeline()
 
     /// How a connection's work ended.
     enum Ending: Sendable, Equatable {
@@ -182,7 +184,13 @@ struct SegmentWorker: Sendable {
                     "retrying segment",
                     metadata: ["start": "\(start)", "attempt": "\(failures)", "error": "\(error.message)"]
                 )
-                try await progress.waiting(delay, after: error, attempt: failures, of: retry.maxRetries)
+                try await progress.waiting(
+                    delay,
+                    after: error,
+                    attempt: failures,
+                    of: retry.maxRetries,
+                    on: timeline
+                )
             } catch {
                 // A wait longer than allowed (final), or a stop during the backoff.
                 return control.requested != nil ? .stopped : .failed(error)
@@ -262,12 +270,12 @@ struct SegmentWorker: Sendable {
             pieces?.wrote(credited..<batch.offset, by: source ?? lead, isWritten: plan.isWritten)
             credited = batch.offset
         }
-        var lastFlush = ContinuousClock.now
+        var lastFlush = timeline.now
         var speedFloor = lowestSpeed.map { SpeedFloor($0, start: lastFlush) }
         do {
             for try await var buffer in segment.response.head.body {
                 if var floor = speedFloor {
-                    if floor.record(buffer.readableBytes, at: .now) { throw floor.failure(url: url) }
+                    if floor.record(buffer.readableBytes, at: timeline.now) { throw floor.failure(url: url) }
                     speedFloor = floor
                 }
                 if overlapChecked < overlap.count, buffer.readableBytes > 0 {
@@ -299,11 +307,11 @@ struct SegmentWorker: Sendable {
                     batch.append(buffer)
                     position += Int64(allowed)
                     progress.add(allowed)
-                    if batch.isFull || ContinuousClock.now - lastFlush >= flushInterval {
+                    if batch.isFull || timeline.now - lastFlush >= flushInterval {
                         try await batch.flush(to: part)
                         plan.wrote(upTo: batch.offset, segmentStart: start)
                         credit()
-                        lastFlush = .now
+                        lastFlush = timeline.now
                         // Dropped meanwhile (its pieces did not match): it sends no more.
                         if let source, let sources, !sources.isActive(source) { throw SourceDropped() }
                     }

@@ -31,10 +31,11 @@ public struct LowestSpeed: Sendable, Equatable {
 struct SpeedFloor {
     let floor: LowestSpeed
     /// When the current window began, and the bytes since.
-    private var windowStart: ContinuousClock.Instant
+    private var windowStart: Duration
     private var bytes: Int64 = 0
 
-    init(_ floor: LowestSpeed, start: ContinuousClock.Instant) {
+    /// - Parameter start: when the connection's response began, on the transfer's timeline.
+    init(_ floor: LowestSpeed, start: Duration) {
         self.floor = floor
         self.windowStart = start
     }
@@ -42,12 +43,11 @@ struct SpeedFloor {
     /// Counts `count` bytes arrived at `now`; true when a whole window has passed with fewer
     /// bytes than the floor asks for (the connection is too slow), else false (a window that
     /// has passed fast enough starts the next).
-    mutating func record(_ count: Int, at now: ContinuousClock.Instant) -> Bool {
+    mutating func record(_ count: Int, at now: Duration) -> Bool {
         bytes += Int64(count)
         let elapsed = now - windowStart
         guard elapsed >= floor.time else { return false }
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        if Double(bytes) < Double(floor.bytesPerSecond) * seconds { return true }
+        if Double(bytes) < Double(floor.bytesPerSecond) * elapsed.seconds { return true }
         windowStart = now
         bytes = 0
         return false

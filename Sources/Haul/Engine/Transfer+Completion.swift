@@ -69,7 +69,7 @@ extension Transfer {
     }
 
     /// Verifies and moves the part file into place.
-    func finish(started: ContinuousClock.Instant) async throws -> DownloadResult {
+    func finish(started: Duration) async throws -> DownloadResult {
         let part = try await openPart()
         let total = task.totalLength ?? committedBytes
         guard let destination = task.destinationPath, let partPath = task.partPath else {
@@ -180,7 +180,7 @@ extension Transfer {
             bytesFetched: fetched,
             resumedFrom: progress.snapshot().resumedFrom,
             alreadyComplete: false,
-            elapsed: ContinuousClock.now - started,
+            elapsed: environment.timeline.now - started,
             lengthConfirmed: lengthConfirmed
         )
         result.sources = task.sources

@@ -54,7 +54,12 @@ extension Transfer {
         let (transport, url, logger) = (self.transport, self.url, self.logger)
         let isOffline = environment.isOffline
         func offline() -> Bool { isOffline(url) }
-        let response = try await environment.retry.retrying(progress: progress, logger: logger, offline: offline) {
+        let response = try await environment.retry.retrying(
+            progress: progress,
+            logger: logger,
+            timeline: environment.timeline,
+            offline: offline
+        ) {
             let response = try await transport.get(
                 url,
                 headers: headers + [condition],

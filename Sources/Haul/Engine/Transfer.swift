@@ -33,6 +33,8 @@ struct TransferEnvironment: Sendable {
     var setsRemoteTime = true
     /// Whether the finished file gets the `user.xdg.origin.url` extended attribute.
     var setsOriginAttribute = true
+    /// The time transfers measure and wait by (the downloader's clock).
+    var timeline = Timeline()
     var logger: Logger
 }
 
@@ -142,7 +144,7 @@ final class Transfer {
 
     /// Runs the download to the end: the verified file in place, or an error.
     func run() async throws -> DownloadResult {
-        let started = ContinuousClock.now
+        let started = environment.timeline.now
         do {
             let done = try await alreadyComplete()
             if let done, !task.checkNewer { return done }
@@ -320,7 +322,13 @@ final class Transfer {
                     "retrying",
                     metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
                 )
-                try await progress.waiting(delay, after: error, attempt: failures, of: environment.retry.maxRetries)
+                try await progress.waiting(
+                    delay,
+                    after: error,
+                    attempt: failures,
+                    of: environment.retry.maxRetries,
+                    on: environment.timeline
+                )
             }
         }
     }
@@ -482,7 +490,8 @@ final class Transfer {
             pieces: pieceVerifier,
             lowestSpeed: environment.lowestSpeed,
             crossChecksMirrors: checksum == nil && serverDigest == nil && pieceVerifier == nil,
-            share: share
+            share: share,
+            timeline: environment.timeline
         )
     }
 
@@ -532,7 +541,8 @@ final class Transfer {
             interval: environment.checkpointInterval,
             bytes: environment.checkpointBytes,
             sources: sources,
-            pieces: pieces
+            pieces: pieces,
+            timeline: environment.timeline
         )
         let extra = first == nil ? connections : (plan.count > 1 ? min(connections, plan.count) - 1 : 0)
         if plan.count > 1 {

@@ -5,8 +5,8 @@ struct TransferHandles: Sendable {
     var progress = ProgressBox()
     var limiter: RateLimiter
 
-    init(rateLimit: Int64? = nil) {
-        limiter = RateLimiter(bytesPerSecond: rateLimit)
+    init(rateLimit: Int64? = nil, clock: any Clock<Duration> = ContinuousClock()) {
+        limiter = RateLimiter(bytesPerSecond: rateLimit, clock: clock)
     }
 }
 

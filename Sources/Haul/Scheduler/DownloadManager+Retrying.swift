@@ -127,10 +127,3 @@ extension DownloadManager {
         keepTrying = policy
     }
 }
-
-extension Duration {
-    /// In seconds, as a Double.
-    var seconds: Double {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
-    }
-}

@@ -284,7 +284,7 @@ public actor DownloadManager {
     func start(_ id: UUID) {
         guard !shuttingDown else { return }
         move(id, .start)
-        let transfer = TransferHandles()
+        let transfer = TransferHandles(clock: downloader.timeline.clock)
         known[id]?.run = RunningTransfer(handles: transfer)
         running.insert(id)
         startSink.yield((id, transfer))

@@ -395,10 +395,10 @@ struct RateLimitTests {
         #expect(sha256(file: path) == server.sha256("/f.bin"))
     }
 
-    /// A limit holds: never above it by more than the measurement's 10 %, and not stuck far
-    /// below it. A loaded machine only makes transfers slower, so the upper bound is exact
-    /// there too; the lower one is loose for that reason (how close Haul gets to a limit is
-    /// measured by Benchmarks/run's throttled workload, not asserted here).
+    /// A limit holds: never above it by more than the measurement's 10 %. A loaded machine
+    /// only makes transfers slower, so this bound is exact there too. How a limit paces a
+    /// download over time is tested on a test clock (ClockTests); how close Haul gets to a
+    /// limit is measured by Benchmarks/run's throttled workload, not asserted here.
     static func expectHeld(
         _ rate: Double,
         limit: Int,
@@ -407,7 +407,6 @@ struct RateLimitTests {
     ) {
         let ratio = rate / Double(limit)
         #expect(ratio <= 1.10, "measured \(Int(rate)) B/s \(what): over the limit", sourceLocation: sourceLocation)
-        #expect(ratio >= 0.5, "measured \(Int(rate)) B/s \(what): far below the limit", sourceLocation: sourceLocation)
     }
 
     /// Bytes the files hold on disk (allocated blocks: segments leave holes between them).
@@ -484,8 +483,9 @@ struct RateLimitTests {
             #expect(try await HaulProcess.run(["set", "--limit-rate", "2M", id], home: home).status == 0)
             try await Task.sleep(for: .milliseconds(500))
             let raised = try await Self.rate(of: a, over: 4)
-            // Above half of 2 MiB/s: the raise from 512 KiB/s took effect.
             Self.expectHeld(raised, limit: 2 << 20, "after raising to 2 MiB/s")
+            // Above the old limit: the daemon passed the raise from 512 KiB/s on.
+            #expect(raised > 1.1 * Double(512 << 10), "measured \(Int(raised)) B/s after raising from 512 KiB/s")
 
             // Two downloads under an overall limit of 1 MiB/s share it.
             #expect(try await HaulProcess.run(["set", "--limit-rate", "1M"], home: home).status == 0)
