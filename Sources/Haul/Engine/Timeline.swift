@@ -1,3 +1,5 @@
+import Foundation
+
 /// The time Haul waits and measures by: an injected clock (`ContinuousClock` in use, a test
 /// clock in tests), read as the time since an origin taken from it.
 ///
@@ -8,10 +10,19 @@ struct Timeline: Sendable {
     /// The clock this timeline reads.
     let clock: any Clock<Duration>
     private let elapsed: @Sendable () -> Duration
+    private let wallDate: @Sendable () -> Date
 
     init(_ clock: any Clock<Duration> = ContinuousClock()) {
         self.clock = clock
-        self.elapsed = Self.stopwatch(on: clock)
+        let elapsed = Self.stopwatch(on: clock)
+        self.elapsed = elapsed
+        if clock is ContinuousClock {
+            wallDate = { Date() }
+        } else {
+            // Another clock's dates move with it: a test clock's only when the test moves it.
+            let origin = Date()
+            wallDate = { origin.addingTimeInterval(elapsed().seconds) }
+        }
     }
 
     private static func stopwatch<C: Clock<Duration>>(on clock: C) -> @Sendable () -> Duration {
@@ -21,6 +32,10 @@ struct Timeline: Sendable {
 
     /// The time since this timeline's origin.
     var now: Duration { elapsed() }
+
+    /// The date now: the system's for the continuous clock (what is stored and shown, such
+    /// as a retry's next try, is a date); for another clock, its start's date moved on with it.
+    var date: Date { wallDate() }
 
     /// Waits `duration` on the clock; throws `CancellationError` when the task is cancelled.
     func sleep(for duration: Duration) async throws {

@@ -41,9 +41,9 @@ extension DownloadManager {
             if task.state == .retrying {
                 if keepTrying == nil {
                     // A manager that does not keep trying takes the task for its next try now.
-                    armRetry(record.id, at: Date())
+                    armRetry(record.id, at: timeline.date)
                 } else {
-                    armRetry(record.id, at: record.nextTryAt ?? Date())
+                    armRetry(record.id, at: record.nextTryAt ?? timeline.date)
                 }
             }
         }

@@ -47,7 +47,7 @@ extension DownloadManager {
         guard let policy = keepTrying, passes, !shuttingDown, running.contains(id),
             known[id]?.run?.handles.control.requested == nil
         else { return false }
-        let now = Date()
+        let now = timeline.date
         let stored = (try? await store.task(id: id)) ?? nil
         let since = progressed ? now : (stored?.retryingSince ?? now)
         let attempt = progressed ? 1 : (known[id]?.retryAttempts ?? 0) + 1
@@ -79,9 +79,10 @@ extension DownloadManager {
     func armRetry(_ id: UUID, at date: Date) {
         known[id]?.retryTimer?.cancel()
         // At most a year: no date from the store makes the millisecond count overflow.
-        let wait = min(max(0, date.timeIntervalSinceNow), 366 * 86400)
+        let wait = min(max(0, date.timeIntervalSince(timeline.date)), 366 * 86400)
+        let timeline = timeline
         known[id]?.retryTimer = Task { [weak self] in
-            try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+            try? await timeline.sleep(for: .milliseconds(Int64(wait * 1000)))
             guard !Task.isCancelled else { return }
             await self?.retryDue(id)
         }
@@ -95,7 +96,7 @@ extension DownloadManager {
             try await store.setState(id, .queued)
         } catch {
             // The store refuses for now: try again a little later.
-            armRetry(id, at: Date().addingTimeInterval(5))
+            armRetry(id, at: timeline.date.addingTimeInterval(5))
             return
         }
         guard known[id]?.state == .retrying else { return }  // Paused or cancelled meanwhile.

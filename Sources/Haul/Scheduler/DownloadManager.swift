@@ -97,6 +97,8 @@ public actor DownloadManager {
     }
 
     let downloader: Downloader
+    /// The time the manager waits by (its downloader's clock): retry-later timers.
+    var timeline: Timeline { downloader.timeline }
     var scheduler: Scheduler
     /// Every task this manager knows, and all it knows of each.
     var known: [UUID: ManagedTask] = [:]

@@ -220,4 +220,85 @@ struct ClockTests {
             #expect(taken >= .milliseconds(6700) && taken <= .milliseconds(7500), "\(taken)")
         }
     }
+
+    /// A manager on `clock` whose transfers retry nothing themselves and whose tasks keep
+    /// trying with a 30 s first delay.
+    static func keepingTrying(
+        _ temp: TemporaryDirectory,
+        _ clock: TestClock,
+        giveUpAfter: Duration
+    ) -> DownloadManager.Configuration {
+        var downloader = testConfiguration(store: temp.file("s.sqlite"), retries: 0)
+        downloader.clock = clock
+        var configuration = DownloadManager.Configuration(downloader: downloader, maxConcurrentDownloads: 2)
+        configuration.keepsTrying = KeepTrying(giveUpAfter: giveUpAfter, firstDelay: .seconds(30))
+        return configuration
+    }
+
+    @Test(
+        "a task that keeps trying waits its backoff on the clock (22.5–30 s, then 45–60 s, then 90–120 s), not a moment less, and completes when the server answers"
+    )
+    func keepTryingBackoff() async throws {
+        let temp = try TemporaryDirectory()
+        let clock = TestClock()
+        try await TestServer.withServer { server in
+            server.set("/f", .init(size: 50_000, seed: 4, failFirst: 3))
+            let configuration = Self.keepingTrying(temp, clock, giveUpAfter: .seconds(3600))
+            try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+                let task = try await manager.download(
+                    DownloadRequest(url: server.url("/f"), destination: .directory(temp.path))
+                )
+                for attempt in 1...3 {
+                    // Failed (a 503), and waiting on the clock for its next try.
+                    #expect(try await waitUntil { try await manager.info(task.id).state == .retrying })
+                    await clock.waitForSleepers(1)
+                    let ceiling = Duration.seconds(30 << (attempt - 1))
+                    clock.advance(by: ceiling * 0.75 - .seconds(1))
+                    #expect(server.requests(for: "/f").count == attempt, "tried again before its backoff")
+                    #expect(try await manager.info(task.id).state == .retrying)
+                    clock.advance(by: ceiling * 0.25 + .seconds(1))
+                    #expect(try await waitUntil { server.requests(for: "/f").count == attempt + 1 })
+                }
+                #expect(try await waitUntil { try await manager.info(task.id).state == .completed })
+            }
+            #expect(sha256(file: temp.file("f")) == server.sha256("/f"))
+            #expect(clock.now.offset == .seconds(210))
+        }
+    }
+
+    @Test(
+        "a task that keeps failing gives up once it has tried for giveUpAfter (60 s) without progress: retrying, retrying, failed"
+    )
+    func keepTryingGivesUp() async throws {
+        let temp = try TemporaryDirectory()
+        let clock = TestClock()
+        try await TestServer.withServer { server in
+            server.set("/f", .init(size: 50_000, seed: 5, failFirst: 1000))
+            let configuration = Self.keepingTrying(temp, clock, giveUpAfter: .seconds(60))
+            try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+                let events = manager.events()
+                let task = try await manager.download(
+                    DownloadRequest(url: server.url("/f"), destination: .directory(temp.path))
+                )
+                // t = 0: the first failure; t = 30: the second, 30 s into the streak; t = 90:
+                // the third, past the 60 s it may last.
+                for attempt in 1...2 {
+                    #expect(try await waitUntil { try await manager.info(task.id).state == .retrying })
+                    await clock.waitForSleepers(1)
+                    clock.advance(by: .seconds(30 << (attempt - 1)))
+                    #expect(try await waitUntil { server.requests(for: "/f").count == attempt + 1 })
+                }
+                #expect(try await waitUntil { try await manager.info(task.id).state == .failed })
+                var states: [TaskState] = []
+                for await event in events {
+                    if case .stateChanged(let id, _, let to, _) = event, id == task.id {
+                        states.append(to)
+                        if to == .failed { break }
+                    }
+                }
+                #expect(states == [.running, .retrying, .queued, .running, .retrying, .queued, .running, .failed])
+                #expect(server.requests(for: "/f").count == 3)
+            }
+        }
+    }
 }
