@@ -273,7 +273,7 @@ public final class HaulClient: Sendable {
             response = try await http.execute(request, timeout: .milliseconds(Int64(timeout / .milliseconds(1))))
             data = try await response.body.collect(upTo: 256 << 20)
         } catch {
-            throw HaulClient.connectionError(error, base: base)
+            throw HaulClient.connectionError(error, base: base, waited: timeout)
         }
         guard response.status == .ok else { throw try HaulClient.failure(response, body: data) }
         do {
@@ -303,13 +303,24 @@ public final class HaulClient: Sendable {
         )
     }
 
-    static func connectionError(_ error: any Error, base: String) -> HaulError {
+    /// - Parameter waited: how long the call waited for its answer, when it had a bound: a
+    ///   daemon that did not answer in time is running (busy), not unreachable.
+    static func connectionError(_ error: any Error, base: String, waited: Duration? = nil) -> HaulError {
         if let error = error as? HaulError { return error }
+        let place = base.removingPercentEncoding ?? base
+        if let waited, let error = error as? HTTPClientError, error == .deadlineExceeded || error == .readTimeout {
+            return HaulError(
+                .connection,
+                "The Haul daemon (\(place)) did not answer within \(waited.components.seconds) s",
+                hint: "It is running but busy; try again in a moment"
+            )
+        }
+        // The system's reason when there is one ("Connection refused"), never a type's name.
+        let reason = (error as? IOError).map { String(cString: strerror($0.errnoCode)) }
         return HaulError(
             .connection,
-            "Cannot reach the Haul daemon (\(base.removingPercentEncoding ?? base))",
-            hint: "Start it with 'haul daemon'",
-            underlying: error
+            "Cannot reach the Haul daemon (\(place))" + (reason.map { ": \($0)" } ?? ""),
+            hint: "Start it with 'haul daemon'"
         )
     }
 }

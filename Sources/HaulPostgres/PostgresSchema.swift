@@ -287,7 +287,7 @@ enum Postgres {
         if let error = error as? PSQLError {
             if let message = error.serverInfo?[.message] { return message }
             switch error.code {
-            case .connectionError, .serverClosedConnection, .uncleanShutdown:
+            case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown:
                 return "the connection to the database failed or was closed"
             case .queryCancelled: return "the query was cancelled"
             case .tooManyParameters: return "too many values in one query"

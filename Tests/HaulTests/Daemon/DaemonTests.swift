@@ -331,11 +331,15 @@ extension DaemonTests {
     }
 }
 
-/// Binds a Unix socket at `path` and closes it, leaving the file behind.
-func makeStaleSocket(_ path: String) throws {
+/// Binds a Unix socket at `path` and closes it, leaving the file behind; or, with
+/// `keepListening`, listens on it (taking connections, answering nothing) and returns it for
+/// the caller to close.
+@discardableResult
+func makeStaleSocket(_ path: String, keepListening: Bool = false) throws -> Int32 {
     let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
     try #require(descriptor >= 0)
-    defer { close(descriptor) }
+    var handedOver = false
+    defer { if !handedOver { close(descriptor) } }
     var address = sockaddr_un()
     address.sun_family = sa_family_t(AF_UNIX)
     withUnsafeMutableBytes(of: &address.sun_path) { raw in
@@ -349,4 +353,8 @@ func makeStaleSocket(_ path: String) throws {
         }
     }
     try #require(bound == 0)
+    guard keepListening else { return -1 }
+    try #require(listen(descriptor, 8) == 0)
+    handedOver = true
+    return descriptor
 }

@@ -50,4 +50,20 @@ struct MessageTests {
             }
         }
     }
+
+    @Test("a daemon that does not answer in time: the client says it is busy, not that it cannot be reached")
+    func busyDaemon() async throws {
+        let temp = try TemporaryDirectory()
+        let home = try temp.directory("home")
+        // A socket that takes connections and never answers: a daemon too busy to reply.
+        let descriptor = try makeStaleSocket(home + "/daemon.sock", keepListening: true)
+        defer { close(descriptor) }
+        let client = HaulClient(home: HaulHome(path: home))
+        let error = await expectHaulError(.connection) { _ = try await client.status(timeout: .seconds(1)) }
+        try? await client.shutdown()
+        let text = error?.description ?? ""
+        #expect(text.contains("did not answer within 1 s"), "\(text)")
+        #expect(text.contains("running but busy"), "\(text)")
+        #expect(!text.contains("Start it with") && !text.contains("HTTPClientError"), "\(text)")
+    }
 }

@@ -346,12 +346,14 @@ struct FleetManagerTests {
                     let refused = await late.value
                     // Refused in one sentence: the pool's (no connection for a minute), or — when
                     // the add took a pooled connection the shutdown had just ended — the server's,
-                    // or Haul's own for a connection found closed.
+                    // or Haul's own for a connection found closed (by the server, or by the
+                    // client once it saw the server gone).
                     let message = refused?.description ?? ""
                     #expect(
                         message.hasPrefix("Cannot record a download in PostgreSQL: ")
                             && (message.contains("PostgreSQL running and reachable")
                                 || message.contains("terminating connection")
+                                || message.contains("the connection to the database failed or was closed")
                                 || message.contains(
                                     "the database had closed the connection (it was restarted or stopped"
                                 )),
