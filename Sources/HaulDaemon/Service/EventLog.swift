@@ -74,7 +74,11 @@ final class EventLog: Sendable {
                 if case .added(let info) = event { sessions[taskID] = info.session }
                 var session = sessions[taskID]
                 if session == nil {
-                    session = try? await store.session(ofTask: taskID)
+                    switch await self.session(ofTask: taskID) {
+                    case .found(let found): session = found
+                    case .removed: break
+                    case .unanswered: needsRepair = true  // Its final state is logged once the store answers.
+                    }
                     sessions[taskID] = session
                 }
                 // A task removed meanwhile has no session to tell.
@@ -90,9 +94,9 @@ final class EventLog: Sendable {
                     records.append(record)
                 }
             }
-            if !records.isEmpty {
+            if !records.isEmpty || needsRepair {
                 if needsRepair { needsRepair = !(await repair()) }
-                if !(await append(records)) { needsRepair = true }
+                if !records.isEmpty, !(await append(records)) { needsRepair = true }
             }
             if events.droppedEvents != dropped {
                 // The log fell more than the subscription's bound behind: tell what it missed.
@@ -105,6 +109,39 @@ final class EventLog: Sendable {
                 await prune()
             }
         }
+    }
+
+    /// What the store says of a task's session.
+    private enum SessionLookup {
+        case found(String)
+        /// No such task: it was removed.
+        case removed
+        /// The store did not answer, after a few seconds of asking.
+        case unanswered
+    }
+
+    /// The session of a task whose events are to be logged, asked of the store a few times
+    /// a second apart when it refuses (under load a database may, for a moment): an event
+    /// skipped for want of its session would be lost to every follower.
+    private func session(ofTask id: UUID) async -> SessionLookup {
+        for attempt in 1...EventLog.appendAttempts {
+            do {
+                return try await store.session(ofTask: id).map(SessionLookup.found) ?? .removed
+            } catch {
+                guard attempt < EventLog.appendAttempts, !Task.isCancelled else {
+                    logger.error(
+                        "cannot read a task's session; its final state is logged once the store answers",
+                        metadata: ["haul.task": "\(id)", "error": "\(error)"]
+                    )
+                    return .unanswered
+                }
+                if attempt == 1 {
+                    logger.warning("cannot read a task's session, trying again", metadata: ["error": "\(error)"])
+                }
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        return .unanswered
     }
 
     /// Listens from now on. The stream ends when the daemon stops.
