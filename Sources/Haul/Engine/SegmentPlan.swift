@@ -201,6 +201,11 @@ final class SegmentPlan: Sendable {
         }
     }
 
+    /// The segment that starts at `start`, if there is one.
+    func segment(at start: Int64) -> Segment? {
+        index(startingAt: start).map(segment)
+    }
+
     /// Finds the index of the segment that starts at `start` (indices move when segments are added).
     func index(startingAt start: Int64) -> Int? {
         state.withLock { $0.segments.firstIndex { $0.start == start } }

@@ -4,22 +4,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// A response already received for a segment, with what the transfer checked about it.
-struct SegmentResponse: Sendable {
-    var response: HTTPTransport.Response
-    /// The segment it feeds (identified by its start).
-    var segmentStart: Int64
-    /// Where the body's first byte belongs in the file.
-    var bodyOffset: Int64
-    /// The bytes just before the resume point the body must repeat (rule 7), when the
-    /// server gave no validator; they are compared, not written.
-    var overlap: [UInt8]
-    /// Where the response says its body ends, when it says.
-    var expectedEnd: Int64?
-    /// The mirror it came from, when not the URL asked for: named in its errors.
-    var mirror: URL?
-}
-
 /// One connection of a download: fetches segments and writes them into the part file.
 ///
 /// Loops: claim a segment of the ``SegmentPlan`` (or steal half of one), ask for exactly
@@ -398,10 +382,3 @@ struct SegmentWorker: Sendable {
 /// A source was dropped for the download while one of its responses was streaming: the
 /// connection leaves it (its segment goes back to be claimed).
 struct SourceDropped: Error {}
-
-extension SegmentPlan {
-    /// The segment that starts at `start`, if there is one.
-    func segment(at start: Int64) -> Segment? {
-        index(startingAt: start).map(segment)
-    }
-}
