@@ -235,12 +235,23 @@ struct FollowerTests {
         /// Every event follower 0 was told, per task: kind, state and event id (for a failure's cause).
         private let told = Mutex<[UUID: [String]]>([:])
         func add(_ follower: Int, _ id: UUID) { completions.withLock { $0[follower, default: []].append(id) } }
+        /// The ids of the logged events follower 0 was told, in order.
+        private let ids = Mutex<[Int64]>([])
         func tell(_ record: EventRecord) {
+            if let eventID = record.eventID { ids.withLock { $0.append(eventID) } }
             guard let id = record.taskID else { return }
             let line = "\(record.kind)\(record.to.map { " → \($0)" } ?? "") #\(record.eventID ?? -1)"
             told.withLock { $0[id, default: []].append(line) }
         }
         func told(_ id: UUID) -> [String] { told.withLock { $0[id] ?? [] } }
+        /// Ids missing from what follower 0 was told, between the first and the last (the
+        /// session is the daemon's only one, so its ids follow each other): events logged
+        /// and never delivered, as against events never logged.
+        var gaps: [Int64] {
+            let told = Set(ids.withLock { $0 })
+            guard let low = told.min(), let high = told.max() else { return [] }
+            return (low...high).filter { !told.contains($0) }
+        }
         func count(_ follower: Int) -> Int { completions.withLock { $0[follower]?.count ?? 0 } }
         var all: [Int: [UUID]] { completions.withLock { $0 } }
     }
@@ -250,6 +261,7 @@ struct FollowerTests {
     static func reportMissed(_ missing: Set<UUID>, _ seen: Seen, _ client: HaulClient) async throws {
         let infos = try await client.tasks()
         let logged = try await client.loggedEvents(session: "s", after: 0)
+        Issue.record("event ids follower 0 was not told, between its first and last: \(seen.gaps.prefix(40))")
         for id in missing {
             let state = infos.first { $0.id == id }?.state
             let inLog: [String] = logged.filter { $0.taskID == id }.map { "\($0.kind) #\($0.eventID ?? -1)" }
