@@ -59,8 +59,10 @@ private func run(
         do {
             // Bounded generously: with the whole suite starting at once on two loaded cores, a
             // daemon can take a while to answer; the bound only turns a hang into a failure.
+            // Each try may take its time too: at one second each, a daemon answering every
+            // status in two was never seen answering (a local full run, 90 s of tries).
             let answered = try await waitUntil(timeout: .seconds(90)) {
-                (try? await client.status(timeout: .seconds(1))) != nil
+                (try? await client.status(timeout: .seconds(15))) != nil
             }
             #expect(answered)
             try await body(client, daemon)
