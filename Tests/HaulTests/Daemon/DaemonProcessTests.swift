@@ -74,8 +74,10 @@ import Testing
         let out = try temp.directory("out")
         let home = temp.file("home")
         try await TestServer.withServer { server in
-            // Slow enough (20 s) that a loaded machine cannot finish before the stop; fast again after it.
-            server.set("/big", .init(size: 6_000_000, seed: 3, bytesPerSecond: 300_000))
+            // Held a third of the way in until the stop is over: it cannot finish before the
+            // stop, however loaded the machine (throttled to 20 s, a loaded run once saw it
+            // complete first).
+            server.set("/big", .init(size: 6_000_000, seed: 3, holdAt: 2_000_000))
             let daemon = try HaulProcess(["daemon", "--foreground", "--checkpoint-interval", "10"], home: home)
             let client = HaulClient(home: HaulHome(path: home))
             defer { Task { try? await client.shutdown() } }
@@ -93,7 +95,7 @@ import Testing
             let stored = try #require(try await Store(path: home + "/haul.sqlite").infos().first)
             #expect(stored.state == .queued)
             #expect(stored.bytesCommitted > 500_000)
-            server.update("/big") { $0.bytesPerSecond = nil }
+            server.release("/big")
 
             let again = try HaulProcess(["daemon", "--foreground"], home: home)
             #expect(
