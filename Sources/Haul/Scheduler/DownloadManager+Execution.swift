@@ -107,13 +107,7 @@ extension DownloadManager {
         case .some(.some(.completed)): move(id, .complete, reason: .leaseLost)
         case .some(.some(.failed)): move(id, .fail, reason: .leaseLost)
         case .some(.none): known[id] = nil
-        default:
-            // Waiting for a lease again, as far as this node knows: said, so that whoever
-            // follows the events (the daemon's log) looks at the store — the run may have
-            // recorded the task's end before its lease was found lost.
-            let from = known[id]?.state ?? .running
-            known[id] = ManagedTask(.queued, entry: known[id]?.entry)
-            hub.publish(.stateChanged(id: id, from: from, to: .queued, reason: .leaseLost))
+        default: known[id] = ManagedTask(.queued, entry: known[id]?.entry)
         }
     }
 

@@ -72,9 +72,6 @@ final class EventLog: Sendable {
                     continue
                 }
                 if case .added(let info) = event { sessions[taskID] = info.session }
-                // A run stopped for a lost lease may have recorded the task's end first: the
-                // repair logs the final state the store has, if the log does not.
-                if case .stateChanged(_, _, _, .leaseLost) = event { needsRepair = true }
                 var session = sessions[taskID]
                 if session == nil {
                     switch await self.session(ofTask: taskID) {
