@@ -258,8 +258,10 @@ struct SegmentWorker: Sendable {
         var speedFloor = lowestSpeed.map { SpeedFloor($0, start: lastFlush) }
         do {
             for try await var buffer in segment.response.head.body {
+                // The clock read once per chunk, for the speed floor and the flush.
+                let now = timeline.now
                 if var floor = speedFloor {
-                    if floor.record(buffer.readableBytes, at: timeline.now) { throw floor.failure(url: url) }
+                    if floor.record(buffer.readableBytes, at: now) { throw floor.failure(url: url) }
                     speedFloor = floor
                 }
                 if overlapChecked < overlap.count, buffer.readableBytes > 0 {
@@ -291,11 +293,11 @@ struct SegmentWorker: Sendable {
                     batch.append(buffer)
                     position += Int64(allowed)
                     progress.add(allowed)
-                    if batch.isFull || timeline.now - lastFlush >= flushInterval {
+                    if batch.isFull || now - lastFlush >= flushInterval {
                         try await batch.flush(to: part)
                         plan.wrote(upTo: batch.offset, segmentStart: start)
                         credit()
-                        lastFlush = timeline.now
+                        lastFlush = now
                         // Dropped meanwhile (its pieces did not match): it sends no more.
                         if let source, let sources, !sources.isActive(source) { throw SourceDropped() }
                     }
