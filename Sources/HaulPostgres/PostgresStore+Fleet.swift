@@ -195,9 +195,15 @@ extension PostgresStore {
     }
 
     /// Runs `body` in a transaction fenced for task `id` (``checkFence(_:_:)`` first).
+    /// - Parameter final: a write a run makes once it writes no more bytes (its file placed,
+    ///   its end recorded): its verdict is waited for. Another node cannot take the task over
+    ///   meanwhile — once the fence passed, the row stays locked until the commit — and a
+    ///   write given up on might still commit, leaving the task completed or paused in the
+    ///   store while this node thinks it lost the lease, and nobody told.
     func fenced<T: Sendable>(
         _ id: UUID,
         _ what: String,
+        final: Bool = false,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         // A lease known lost is refused at once, without waiting for a connection (the
@@ -212,10 +218,11 @@ extension PostgresStore {
                 }
             }
         }
-        guard held != nil else { return try await write() }
-        // Not waited for past the lease's time (the database not answering: a request waits
-        // up to a minute for a connection): by then the write would be refused anyway, and the
-        // run must stop before another node takes the task over. The write is not cancelled
+        guard held != nil, !final else { return try await write() }
+        // A write made while the run may still write bytes (a checkpoint, a response, a part
+        // file) is not waited for past the lease's time (the database not answering: a request
+        // waits up to a minute for a connection): by then the write would be refused anyway,
+        // and the run must stop before another node takes the task over. The write is not cancelled
         // (it may be inside its transaction): it ends by itself, and a late success was a
         // write the fence allowed.
         let fence = held?.lease.fence

@@ -425,7 +425,7 @@ public final class PostgresStore: FleetTaskStore {
         forgettingPart: Bool
     ) async throws {
         let running = leases.withLock { $0[id] != nil }
-        try await fenced(id, "record a task's state") { connection in
+        try await fenced(id, "record a task's state", final: true) { connection in
             if !running, [.paused, .cancelled, .failed].contains(state) {
                 // A user's stop, from a node not running the task: never over a completion
                 // another node recorded since this one looked.
@@ -453,7 +453,7 @@ public final class PostgresStore: FleetTaskStore {
             try await place()
             return
         }
-        try await fenced(id, "record a finished download") { connection in
+        try await fenced(id, "record a finished download", final: true) { connection in
             // The row is locked under this node's lease until the commit: a pause or cancel
             // from another node waits, then finds the task completed.
             try await place()
@@ -465,7 +465,7 @@ public final class PostgresStore: FleetTaskStore {
     }
 
     package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {
-        try await fenced(id, "record a task's next try") { connection in
+        try await fenced(id, "record a task's next try", final: true) { connection in
             _ = try await connection.checkedQuery(
                 """
                 UPDATE haul_task SET state = 'retrying', "errorMessage" = \(error),
@@ -490,7 +490,7 @@ public final class PostgresStore: FleetTaskStore {
 
     package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
         let running = leases.withLock { $0[id] != nil }
-        let order = try await fenced(id, "queue a task again") { connection in
+        let order = try await fenced(id, "queue a task again", final: true) { connection in
             if !running { try await FleetSignals.send(.task(id), on: connection, logger: self.logger) }
             if state == .queued { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
             let order = try await Self.nextQueueOrder(connection, logger: self.logger)

@@ -434,6 +434,29 @@ struct FleetQueueTests {
         }
     }
 
+    @Test(
+        "a placement still under way when the lease's time in this node's book runs out is waited for: once its fence passed it commits, and the run learns it completed"
+    )
+    func slowPlacementCompletes() async throws {
+        try await Self.withDatabase { client in
+            let lease = Duration.seconds(3)
+            let a = try await Self.node(client, "a", lease: lease)
+            let ids = try await Self.add(a, 1)
+            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == ids)
+            let placed = PlacedFiles()
+            // The fence is checked, the row locked; the rename then takes longer than the lease.
+            // Given up on at the lease's time, the write would still commit, and the run would
+            // report a lost lease for a task the store calls completed.
+            try await a.placeFinished(ids[0]) {
+                try await Task.sleep(for: lease + .seconds(1))
+                placed.add(ids[0])
+            }
+            #expect(placed.all == ids)
+            #expect(try await a.task(id: ids[0])?.state == .completed)
+            #expect(try await a.fleet.entries().map(\.owner) == [nil])
+        }
+    }
+
     final class PlacedFiles: Sendable {
         private let ids = Mutex<[UUID]>([])
         func add(_ id: UUID) { ids.withLock { $0.append(id) } }
