@@ -32,7 +32,7 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
             case cancelled
             case paused
             case busy
-            case leaseLost
+            case revoked
         }
 
         fileprivate let base: Base
@@ -85,10 +85,10 @@ public struct HaulError: Error, CustomStringConvertible, Sendable {
         public static let paused = Code(.paused)
         /// Another process is running the same download.
         public static let busy = Code(.busy)
-        /// In fleet mode, this node no longer holds the task's lease (it ran out, or the task
-        /// was paused, cancelled or taken over elsewhere): its transfer stopped and wrote
-        /// nothing more; the node now holding the task, if any, continues it.
-        public static let leaseLost = Code(.leaseLost)
+        /// The manager's claim on the task in a shared queue (daemons sharing one store) was revoked —
+        /// it ran out, or the task was paused, cancelled or taken over elsewhere: its transfer
+        /// stopped and wrote nothing more; whoever holds the task now, if anyone, continues it.
+        public static let revoked = Code(.revoked)
 
         public var description: String { base.rawValue }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulDaemon
 import Logging
 import PostgresNIO
 import Synchronization

@@ -12,7 +12,7 @@ import Synchronization
 /// a state) first checks, in its own transaction and with the row locked until it commits,
 /// that the lease still holds: this node the owner, the fence the one it was given, the
 /// task running, the lease unexpired by the database's clock. If not, nothing is written
-/// and the write fails with ``HaulError/Code/leaseLost``: another node may run the task
+/// and the write fails with ``HaulError/Code/revoked``: another node may run the task
 /// now, or someone paused or cancelled it. A write about a task it holds no lease on (a
 /// user's pause of a task running elsewhere) is not fenced; it ends whatever lease the
 /// task had, which the node running it then learns from its next write or heartbeat.
@@ -23,7 +23,8 @@ extension PostgresStore {
         /// Until when this node may take the lease as held without a renewal: the lease's
         /// length from the moment the acquisition or the last renewal was sent — never later
         /// than the time the database gives it, which counts from when it ran the query.
-        var validUntil: ContinuousClock.Instant
+        /// On the store's timeline.
+        var validUntil: Duration
         /// Found lost (by a heartbeat or a refused write): every write about its task is
         /// refused until the run here that held it has ended.
         var lost = false
@@ -32,7 +33,7 @@ extension PostgresStore {
     package var node: String { fleet.node }
 
     package func acquireLeases(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
-        let sent = ContinuousClock.now
+        let sent = timeline.now
         let taken = try await fleet.acquire(
             wanted: wanted,
             maxRunning: maxRunning,
@@ -44,7 +45,7 @@ extension PostgresStore {
         // admission lock held long) is not used: its leases are neither booked nor run, and
         // the database gives their tasks back when that time ends there.
         let validUntil = sent + leaseDuration
-        guard validUntil > .now else {
+        guard validUntil > timeline.now else {
             logger.notice(
                 "took leases too late to use them; their tasks go back to the queue when the leases run out",
                 metadata: ["leases": "\(taken.count)", "node": "\(node)"]
@@ -60,7 +61,7 @@ extension PostgresStore {
     package func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID> {
         // Judged: the leases held when the beat began. One taken while it is under way is not
         // in its answer, and is not lost for that.
-        let sent = ContinuousClock.now
+        let sent = timeline.now
         let beating = leases.withLock { held in held.values.filter { !$0.lost }.map(\.lease) }
         let renewed = try await fleet.heartbeat(
             bytesPerSecond: bytesPerSecond,
@@ -99,7 +100,7 @@ extension PostgresStore {
     }
 
     package func leasesRunOut() -> Set<UUID> {
-        let now = ContinuousClock.now
+        let now = timeline.now
         let runOut = leases.withLock { held in
             var runOut: Set<UUID> = []
             for (id, entry) in held where !entry.lost && entry.validUntil <= now {
@@ -155,7 +156,7 @@ extension PostgresStore {
 
     /// Checks, within `connection`'s transaction, that this node still holds the lease it
     /// took on task `id`, locking the row until the transaction ends; a task it holds no
-    /// lease on passes. Throws ``HaulError/Code/leaseLost`` when the lease no longer holds,
+    /// lease on passes. Throws ``HaulError/Code/revoked`` when the lease no longer holds,
     /// and marks it lost: every later write about the task is refused as well (a fence, once
     /// passed, never holds again) until the run here ends (``runEnded(_:)``).
     func checkFence(_ connection: PostgresConnection, _ id: UUID) async throws {
@@ -188,7 +189,7 @@ extension PostgresStore {
     /// The refusal of a write about task `id`, whose `lease` this node lost.
     private func leaseLost(_ id: UUID) -> HaulError {
         HaulError(
-            .leaseLost,
+            .revoked,
             "This node (\(node)) no longer holds task \(id): its lease ran out or the task was changed elsewhere; the transfer here stopped and wrote nothing more",
             hint: "Nothing to do: the node holding the task now continues it from its last checkpoint"
         )
@@ -234,11 +235,11 @@ extension PostgresStore {
                 // and the write's own fence check judges a lease lost elsewhere.
                 while !Task.isCancelled {
                     guard let now = self.leases.withLock({ $0[id] }), now.lease.fence == fence else {
-                        try? await Task.sleep(for: .seconds(3600))
+                        try? await self.timeline.sleep(for: .seconds(3600))
                         continue
                     }
-                    if now.validUntil <= .now { return }
-                    try? await Task.sleep(until: now.validUntil)
+                    if now.validUntil <= self.timeline.now { return }
+                    try? await self.timeline.sleep(until: now.validUntil)
                 }
             }
         )

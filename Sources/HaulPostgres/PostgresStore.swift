@@ -17,7 +17,7 @@ import Synchronization
 /// advisory lock, so adds racing on several nodes never create two tasks for one
 /// destination (a unique index backs that, as in SQLite); queue positions come from a
 /// sequence.
-public final class PostgresStore: FleetTaskStore {
+public final class PostgresStore: TaskStore {
     let client: PostgresClient
     let logger: Logger
     /// Runs the client's connection pool while the store is open (nil when the caller runs it).
@@ -25,6 +25,8 @@ public final class PostgresStore: FleetTaskStore {
     /// This node's place in the fleet's queue.
     package let fleet: FleetQueue
     package let leaseDuration: Duration
+    /// The time this node's book of leases runs on (its clock: a test's, or the continuous one).
+    let timeline: Timeline
     /// Where the database is (nil when the caller gave a client).
     let location: PostgresLocation?
     /// The leases this node took, by task: the writes about these tasks are fenced. A lease
@@ -45,12 +47,14 @@ public final class PostgresStore: FleetTaskStore {
         client: PostgresClient,
         node: String = PostgresStore.defaultNode,
         leaseDuration: Duration = PostgresStore.defaultLeaseDuration,
+        clock: any Clock<Duration> = ContinuousClock(),
         logger: Logger
     ) async throws {
         try self.init(
             client: client,
             node: node,
             leaseDuration: leaseDuration,
+            timeline: Timeline(clock),
             location: nil,
             logger: logger,
             runner: nil
@@ -62,10 +66,12 @@ public final class PostgresStore: FleetTaskStore {
         client: PostgresClient,
         node: String,
         leaseDuration: Duration,
+        timeline: Timeline = Timeline(),
         location: PostgresLocation?,
         logger: Logger,
         runner: Task<Void, Never>?
     ) throws {
+        self.timeline = timeline
         self.location = location
         self.client = client
         self.logger = logger

@@ -301,7 +301,7 @@ public struct DownloadRequest: Sendable {
     }
 
     /// Whether `name` is 1 to `maxLength` ASCII letters, digits, `.`, `_` or `-`: what a
-    /// session's name and a fleet node's name may be.
+    /// session's name and a daemon's name in a shared store may be.
     package static func isPlainName(_ name: String, maxLength: Int) -> Bool {
         (1...maxLength).contains(name.utf8.count)
             && name.utf8.allSatisfy { byte in

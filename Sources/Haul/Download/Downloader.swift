@@ -127,7 +127,7 @@ public final class Downloader: Sendable {
     /// - Parameters:
     ///   - priority: the priority of the tasks it records (an existing task keeps its own).
     ///   - paused: the tasks it records are recorded paused, in the same transaction, so
-    ///     that no runner (another node of a fleet) can start one before it is paused.
+    ///     that no runner (another daemon sharing the store) can start one before it is paused.
     func prepare(
         _ requests: [DownloadRequest],
         background: Bool = false,

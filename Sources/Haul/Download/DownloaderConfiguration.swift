@@ -79,7 +79,7 @@ extension Downloader {
     }
 
     /// Where a downloader keeps its store: a SQLite file (the default), memory, or a store
-    /// already opened (fleet mode's PostgreSQL store is one).
+    /// already opened (the PostgreSQL store daemons on several machines share is one).
     public struct StoreLocation: Sendable {
         enum Kind: Sendable {
             case path(String)

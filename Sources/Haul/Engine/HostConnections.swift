@@ -100,8 +100,8 @@ package final class HostConnections: Sendable {
         }
 
         /// Gives a connection back; `yielded` when it ended because ``shouldYield()`` said so.
-        func release(yielded: Bool = false) {
-            budget.release(host: host, download: download, yielded: yielded)
+        func giveBack(yielded: Bool = false) {
+            budget.giveBack(host: host, download: download, yielded: yielded)
         }
 
         /// Whether the connection asking, at a segment boundary, should give way to another
@@ -126,10 +126,10 @@ package final class HostConnections: Sendable {
                 do {
                     ending = try await body(round)
                 } catch {
-                    release()
+                    giveBack()
                     throw error
                 }
-                release(yielded: ending == .yielded)
+                giveBack(yielded: ending == .yielded)
                 guard ending == .yielded else { return }
             }
         }
@@ -179,7 +179,7 @@ package final class HostConnections: Sendable {
         }
     }
 
-    private func release(host: String, download: Int, yielded: Bool) {
+    private func giveBack(host: String, download: Int, yielded: Bool) {
         let granted = state.withLock { state -> [Waiter] in
             guard var entry = state.hosts[host] else { return [] }
             let held = entry.held[download, default: 0] - 1

@@ -74,8 +74,8 @@ final class PartFile: Sendable {
 
     /// Whether two identities (`"dev:ino"`) name one file. The inodes must match; the
     /// devices need not: machines that mount one share (NFS) give it different device
-    /// numbers, while the inode is the file's id on the server — so a node of a fleet that
-    /// takes over a task finds the part file another machine was writing.
+    /// numbers, while the inode is the file's id on the server — so a daemon on another machine
+    /// that takes over a task finds the part file another machine was writing.
     static func sameFile(_ recorded: String, _ actual: String) -> Bool {
         func inode(_ identity: String) -> Substring? {
             let parts = identity.split(separator: ":")

@@ -235,7 +235,7 @@ final class SegmentPlan: Sendable {
 
     /// Lets go of a segment: what was accepted but not written is forgotten, so whoever
     /// claims it next continues from what is on disk.
-    func release(segmentStart start: Int64) {
+    func free(segmentStart start: Int64) {
         state.withLock { state in
             guard let index = state.segments.firstIndex(where: { $0.start == start }) else { return }
             if state.segments[index].owned { state.owners -= 1 }
@@ -244,7 +244,7 @@ final class SegmentPlan: Sendable {
         }
     }
 
-    /// Releases the segment unless its owner is the only connection left: a failing
+    /// Frees the segment unless its owner is the only connection left: a failing
     /// connection steps aside while others can finish its work. Returns whether it stepped aside.
     func stepAside(segmentStart start: Int64) -> Bool {
         state.withLock { state in

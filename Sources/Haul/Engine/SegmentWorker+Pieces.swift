@@ -109,11 +109,11 @@ extension SegmentWorker {
                     url: url
                 )
             }
-            let source: SourceLease
+            let source: ChosenSource
             if let sources {
-                source = lease(index, in: sources)
+                source = chosen(index, in: sources)
             } else {
-                source = SourceLease(index: 0, url: url, rules: rules)
+                source = ChosenSource(index: 0, url: url, rules: rules)
             }
             do {
                 try await write(range, from: source)
@@ -148,7 +148,7 @@ extension SegmentWorker {
 
     /// Asks `source` for exactly `range` (with its `If-Range`) and writes the answer over
     /// the part file's bytes there.
-    private func write(_ range: Range<Int64>, from source: SourceLease) async throws {
+    private func write(_ range: Range<Int64>, from source: ChosenSource) async throws {
         let last = range.upperBound - 1
         let response = try await transport.get(
             source.url,

@@ -9,7 +9,7 @@ import NIOCore
 extension SegmentWorker {
     /// A source a connection uses: where it is, and the rules its answers are read by (its
     /// own validators, the file's length).
-    struct SourceLease: Sendable {
+    struct ChosenSource: Sendable {
         var index: Int
         var url: URL
         var rules: TransferRules
@@ -21,12 +21,12 @@ extension SegmentWorker {
         case dropped
     }
 
-    func lease(_ index: Int, in pool: SourcePool) -> SourceLease {
+    func chosen(_ index: Int, in pool: SourcePool) -> ChosenSource {
         let source = pool.source(index)
-        if index == lead { return SourceLease(index: index, url: source.url, rules: rules) }
+        if index == lead { return ChosenSource(index: index, url: source.url, rules: rules) }
         var validators = source.validators ?? Validators()
         validators.totalLength = rules.totalLength
-        return SourceLease(index: index, url: source.url, rules: TransferRules(validators))
+        return ChosenSource(index: index, url: source.url, rules: TransferRules(validators))
     }
 
     /// Works until there is nothing left to claim, or no source can take a connection.
@@ -35,8 +35,8 @@ extension SegmentWorker {
         var segmentStart: Int64?
         var pending: HaulError?
         func letGo() {
-            if let current { pool.release(current) }
-            if let segmentStart { plan.release(segmentStart: segmentStart) }
+            if let current { pool.putBack(current) }
+            if let segmentStart { plan.free(segmentStart: segmentStart) }
         }
         if let first {
             // The first response is the lead's, its connection taken before any other
@@ -45,11 +45,11 @@ extension SegmentWorker {
             segmentStart = first.segmentStart
             do {
                 try await stream(first, source: lead)
-                plan.release(segmentStart: first.segmentStart)
+                plan.free(segmentStart: first.segmentStart)
                 segmentStart = nil
             } catch is SourceDropped {
                 // The lead served bad pieces and was dropped: the loop lets it go.
-                plan.release(segmentStart: first.segmentStart)
+                plan.free(segmentStart: first.segmentStart)
                 segmentStart = nil
             } catch {
                 switch AttemptOutcome(error, stopRequested: control.requested != nil) {
@@ -65,15 +65,15 @@ extension SegmentWorker {
         while true {
             if let source = current, !pool.isActive(source) {
                 // Dropped meanwhile (its pieces did not match): its segment goes to the others.
-                pool.release(source)
+                pool.putBack(source)
                 current = nil
                 if let start = segmentStart {
-                    plan.release(segmentStart: start)
+                    plan.free(segmentStart: start)
                     segmentStart = nil
                 }
             }
             if current == nil {
-                guard let index = pool.lease() else {
+                guard let index = pool.take() else {
                     if pool.awaitsVerification {
                         // A mirror is being checked and has room: this connection is for it.
                         do {
@@ -91,7 +91,7 @@ extension SegmentWorker {
                 if !pool.source(index).verified {
                     do {
                         if try await verify(index, in: pool) != .verified {
-                            pool.release(index)
+                            pool.putBack(index)
                             current = nil
                             continue
                         }
@@ -116,7 +116,7 @@ extension SegmentWorker {
                 pending = nil
                 outcome = .retry(failure)
             } else {
-                outcome = await fetchOnce(segmentStart: start, from: lease(source, in: pool))
+                outcome = await fetchOnce(segmentStart: start, from: chosen(source, in: pool))
             }
             switch outcome {
             case .done, .stepAside:
@@ -130,7 +130,7 @@ extension SegmentWorker {
                         throw error
                     }
                 }
-                plan.release(segmentStart: start)
+                plan.free(segmentStart: start)
                 segmentStart = nil
             case .stopped:
                 letGo()
@@ -142,7 +142,7 @@ extension SegmentWorker {
                     letGo()
                     throw restart
                 }
-                pool.release(source)
+                pool.putBack(source)
                 current = nil
             case let .failed(error):
                 // A status no retry mends (404, 403, 410…) or a refused TLS handshake drops
@@ -153,7 +153,7 @@ extension SegmentWorker {
                     letGo()
                     throw error
                 }
-                pool.release(source)
+                pool.putBack(source)
                 current = nil
             case let .retry(error):
                 let failures = pool.failed(source)
@@ -163,7 +163,7 @@ extension SegmentWorker {
                         letGo()
                         throw retry.givenUp(error)
                     }
-                    pool.release(source)
+                    pool.putBack(source)
                     current = nil
                     continue
                 }
@@ -178,11 +178,11 @@ extension SegmentWorker {
                     logger.debug(
                         "source failed; its segment goes to the other sources",
                         metadata: [
-                            "source": "\(Redaction.url(lease(source, in: pool).url))",
+                            "source": "\(Redaction.url(chosen(source, in: pool).url))",
                             "error": "\(error.message)",
                         ]
                     )
-                    plan.release(segmentStart: start)
+                    plan.free(segmentStart: start)
                     segmentStart = nil
                 }
                 do {
@@ -208,7 +208,7 @@ extension SegmentWorker {
 
     /// Drops `index` with a logged reason; false when it is the last source.
     private func drop(_ index: Int, in pool: SourcePool, because reason: String) -> Bool {
-        let url = lease(index, in: pool).url
+        let url = chosen(index, in: pool).url
         guard pool.drop(index, reason: reason) else { return false }
         logger.warning(
             "source dropped for this download; the others continue",
@@ -218,7 +218,7 @@ extension SegmentWorker {
     }
 
     /// One request for what is left of a segment, from one source, streamed to its end.
-    private func fetchOnce(segmentStart start: Int64, from source: SourceLease) async -> AttemptOutcome {
+    private func fetchOnce(segmentStart start: Int64, from source: ChosenSource) async -> AttemptOutcome {
         guard let segment = plan.segment(at: start), let end = segment.end, segment.written < end else { return .done }
         do {
             try await stream(
@@ -244,7 +244,7 @@ extension SegmentWorker {
     func verify(_ index: Int, in pool: SourcePool) async throws -> Verdict {
         let window = try await writtenWindow(pool)
         let expected = try await FileIO.run { [part] in try part.read(at: window.lowerBound, count: Int(window.count)) }
-        let source = lease(index, in: pool)
+        let source = chosen(index, in: pool)
         var received: [UInt8] = []
         var validators = Validators()
         // Asked again after each backoff until its retries are spent.
@@ -279,14 +279,14 @@ extension SegmentWorker {
         var forMirror = [source.url]
         var asked: [URL] = []
         for other in 0..<pool.count where other != index && pool.isActive(other) && !pool.source(other).verified {
-            let lease = lease(other, in: pool)
-            guard case let .bytes(bytes, learnt) = await sample(lease, window) else { continue }
-            asked.append(lease.url)
+            let mirror = chosen(other, in: pool)
+            guard case let .bytes(bytes, learnt) = await sample(mirror, window) else { continue }
+            asked.append(mirror.url)
             if bytes == expected {
                 forFile += 1
                 pool.verified(other, validators: learnt)
             } else if bytes == received {
-                forMirror.append(lease.url)
+                forMirror.append(mirror.url)
             }
         }
         let place = "bytes \(window.lowerBound)–\(window.upperBound - 1)"
@@ -300,7 +300,7 @@ extension SegmentWorker {
                     logger.warning(
                         "source dropped for this download; the others continue",
                         metadata: [
-                            "source": "\(Redaction.url(lease(index, in: pool).url))",
+                            "source": "\(Redaction.url(chosen(index, in: pool).url))",
                             "reason": "\(Redaction.text(reason))",
                         ]
                     )
@@ -310,7 +310,7 @@ extension SegmentWorker {
         }
         if forFile > forMirror.count {
             for url in forMirror {
-                if let other = (0..<pool.count).first(where: { lease($0, in: pool).url == url }) {
+                if let other = (0..<pool.count).first(where: { chosen($0, in: pool).url == url }) {
                     _ = drop(other, in: pool, because: "its \(place) differ from the other sources'")
                 }
             }
@@ -337,7 +337,7 @@ extension SegmentWorker {
         let offset = length > size ? Int64.random(in: 0...(length - size)) : 0
         let window = (stretch.lowerBound + offset)..<(stretch.lowerBound + offset + size)
         let written = try await FileIO.run { [part] in try part.read(at: window.lowerBound, count: Int(window.count)) }
-        let first = lease(lead, in: pool)
+        let first = chosen(lead, in: pool)
         guard pool.isActive(lead), case let .bytes(bytes, _) = await sample(first, window, ifRange: first.rules.ifRange)
         else { return }
         if bytes == written { return }
@@ -376,7 +376,7 @@ extension SegmentWorker {
     /// Asks `source` for `window` of the file: without `If-Range` for a mirror being
     /// verified (its validators are learnt from this answer), with `ifRange` for a source
     /// whose validators are known (a 200 then says its file changed).
-    private func sample(_ source: SourceLease, _ window: Range<Int64>, ifRange: String? = nil) async -> Sample {
+    private func sample(_ source: ChosenSource, _ window: Range<Int64>, ifRange: String? = nil) async -> Sample {
         do {
             let response = try await transport.get(
                 source.url,

@@ -82,14 +82,14 @@ struct SegmentWorker: Sendable {
                     // The open-ended first response broke; its segment continues with ranges.
                     failure = error
                 case let outcome:
-                    plan.release(segmentStart: first.segmentStart)
+                    plan.free(segmentStart: first.segmentStart)
                     throw outcome.error ?? error
                 }
             }
             // Without ranges the first response is the only stream: its failures go up to
             // the transfer, which applies the single-stream rules.
             guard rules.allowsRanges else {
-                plan.release(segmentStart: first.segmentStart)
+                plan.free(segmentStart: first.segmentStart)
                 return .finished
             }
             guard try await work(segmentStart: first.segmentStart, after: failure) else { return .finished }
@@ -110,10 +110,10 @@ struct SegmentWorker: Sendable {
         case .stepAside:
             return false
         case .done:
-            plan.release(segmentStart: start)
+            plan.free(segmentStart: start)
             return true
         case .restart, .retry, .stopped, .failed:
-            plan.release(segmentStart: start)
+            plan.free(segmentStart: start)
             throw outcome.error ?? CancellationError()
         }
     }
@@ -191,7 +191,7 @@ struct SegmentWorker: Sendable {
         segmentStart start: Int64,
         from: Int64,
         to end: Int64,
-        source: SourceLease? = nil
+        source: ChosenSource? = nil
     ) async throws -> SegmentResponse {
         let url = source?.url ?? url
         let rules = source?.rules ?? rules

@@ -80,7 +80,7 @@ final class SourcePool: Sendable {
     /// A connection for a source: the verified one with the fewest recent failures and
     /// connections, else a mirror no connection is verifying (marked as being verified now).
     /// Nil when every active source is at its cap or being verified.
-    func lease() -> Int? {
+    func take() -> Int? {
         state.withLock { state in
             let candidates = state.sources.indices.filter {
                 state.sources[$0].dropped == nil && state.connections[$0] < perSourceCap
@@ -103,7 +103,7 @@ final class SourcePool: Sendable {
     }
 
     /// Gives a connection back.
-    func release(_ index: Int) {
+    func putBack(_ index: Int) {
         state.withLock { state in
             state.connections[index] = max(0, state.connections[index] - 1)
             state.verifying.remove(index)

@@ -6,13 +6,13 @@ import Foundation
 /// `any Clock<Duration>` cannot compare two of its instants without knowing their type;
 /// a timeline opens the clock once and gives plain durations, which its users store,
 /// subtract and compare.
-struct Timeline: Sendable {
+package struct Timeline: Sendable {
     /// The clock this timeline reads.
-    let clock: any Clock<Duration>
+    package let clock: any Clock<Duration>
     private let elapsed: @Sendable () -> Duration
     private let wallDate: @Sendable () -> Date
 
-    init(_ clock: any Clock<Duration> = ContinuousClock()) {
+    package init(_ clock: any Clock<Duration> = ContinuousClock()) {
         self.clock = clock
         let elapsed = Self.stopwatch(on: clock)
         self.elapsed = elapsed
@@ -31,27 +31,27 @@ struct Timeline: Sendable {
     }
 
     /// The time since this timeline's origin.
-    var now: Duration { elapsed() }
+    package var now: Duration { elapsed() }
 
     /// The date now: the system's for the continuous clock (what is stored and shown, such
     /// as a retry's next try, is a date); for another clock, its start's date moved on with it.
-    var date: Date { wallDate() }
+    package var date: Date { wallDate() }
 
     /// Waits `duration` on the clock; throws `CancellationError` when the task is cancelled.
-    func sleep(for duration: Duration) async throws {
+    package func sleep(for duration: Duration) async throws {
         guard duration > .zero else { return try Task.checkCancellation() }
         try await clock.sleep(for: duration)
     }
 
     /// Waits until the timeline reads `deadline`.
-    func sleep(until deadline: Duration) async throws {
+    package func sleep(until deadline: Duration) async throws {
         try await sleep(for: deadline - now)
     }
 }
 
 extension Duration {
     /// The duration in seconds, as a `Double`.
-    var seconds: Double {
+    package var seconds: Double {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

@@ -144,9 +144,9 @@ extension Transfer {
         do {
             try checkDestinationFree()
             let replacing = mayReplaceDestination
-            // Placed as the store's step making the task completed: in a fleet, under this
-            // node's lease, so that a pause or cancel from another node cannot land between
-            // the lease's check and the file's placement.
+            // Placed as the store's step making the task completed: with a shared queue,
+            // under this manager's claim, so that a pause or cancel from another manager
+            // cannot land between the claim's check and the file's placement.
             try await store.placeFinished(task.id) {
                 try await FileIO.run {
                     try FileOps.rename(partPath, to: destination, replacing: replacing)
@@ -195,9 +195,9 @@ extension Transfer {
         if part == nil, let error = error as? HaulError, error.code == .busy {
             return error  // Another process owns this download and its records.
         }
-        if let error = error as? HaulError, error.code == .leaseLost {
-            // Another node holds the task now: nothing is recorded, nothing removed (its part
-            // file may be the one that node writes).
+        if let error = error as? HaulError, error.code == .revoked {
+            // Another manager holds the task now: nothing is recorded, nothing removed (its
+            // part file may be the one that manager writes).
             part?.close()
             part = nil
             return error

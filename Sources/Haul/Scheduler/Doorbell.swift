@@ -2,7 +2,7 @@ import Synchronization
 
 /// Wakes one waiting loop early: ``wait(atMost:)`` returns at the first ``ring()`` since the
 /// last wait ended, or after the given time. Rings while nobody waits are kept (as one).
-final class Doorbell: Sendable {
+package final class Doorbell: Sendable {
     private struct State {
         var rung = false
         var waiter: CheckedContinuation<Void, Never>?
@@ -11,8 +11,10 @@ final class Doorbell: Sendable {
 
     private let state = Mutex(State())
 
+    package init() {}
+
     /// Wakes the waiter, or the next one to wait.
-    func ring() {
+    package func ring() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard let waiter = state.waiter else {
                 state.rung = true
@@ -26,7 +28,7 @@ final class Doorbell: Sendable {
 
     /// Returns at the next ring (at once if one came since the last wait), after `timeout`,
     /// or when the task is cancelled. One waiter at a time.
-    func wait(atMost timeout: Duration) async {
+    package func wait(atMost timeout: Duration) async {
         let generation = state.withLock { state -> Int? in
             if state.rung {
                 state.rung = false

@@ -32,7 +32,8 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
     public var nextTryAt: Date?
     /// For a failed task: the class of its failure (``HaulError/Code``), as its error had it.
     public var errorCode: HaulError.Code?
-    /// In fleet mode: the daemon (node) holding the task's lease, the one running it.
+    /// With a queue daemons share (``SharedQueue``): the daemon holding the task's claim, the
+    /// one running it (its name in the shared store).
     public var node: String?
     /// For a download with mirrors: the URL and each mirror, with the bytes each delivered
     /// (at the last checkpoint) and why any was dropped. Encoded with each URL's secrets

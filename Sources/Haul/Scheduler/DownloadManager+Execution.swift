@@ -50,12 +50,12 @@ extension DownloadManager {
             ended = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))
         }
         var outcome = ended.mapError { told($0, about: id) }
-        if case .failure(let error) = outcome, error.code == .leaseLost {
-            // What the task is now, as the fleet's store has it: paused or cancelled from
-            // another node, taken over, or removed — unknown when the database does not
-            // answer within a lease's time (the lease may have been lost for that reason).
+        if case .failure(let error) = outcome, error.code == .revoked {
+            // What the task is now, as the shared store has it: paused or cancelled by
+            // another manager, taken over, or removed — unknown when the store does not
+            // answer within a claim's time (the claim may have been revoked for that reason).
             let store = self.store
-            let wait = fleet?.leaseDuration ?? .seconds(15)
+            let wait = sharedQueue?.claimDuration ?? .seconds(15)
             let read = try? await valueOrNil(
                 of: { try await store.task(id: id) },
                 unlessFirst: { try? await Task.sleep(for: wait) }
@@ -67,7 +67,7 @@ extension DownloadManager {
             // follows the task learns of them with it.
             outcome = .success(await follow(result, of: task))
         }
-        if case .failure(let error) = outcome, error.code != .leaseLost {
+        if case .failure(let error) = outcome, error.code != .revoked {
             let stop = handles.control.requested
             if stop == .yield || stop == nil, await goOffline(id, after: stop == nil ? error : nil) { return }
             if stop == nil, await retryLater(id, after: error, progressed: handles.progress.snapshot().bytesThisRun > 0)
@@ -90,22 +90,22 @@ extension DownloadManager {
         known[id]?.stateElsewhere = state
     }
 
-    /// A transfer whose lease this node lost has ended: nothing more is written about the
-    /// task here. Paused, cancelled, completed or failed elsewhere, it moves so here too
-    /// (the session's log, which has that state already, does not tell it twice); taken
-    /// over by another node, it just stops running here; removed, it is forgotten.
-    func leaseLost(_ id: UUID) {
+    /// A transfer whose claim was revoked has ended: nothing more is written about the task
+    /// here. Paused, cancelled, completed or failed elsewhere, it moves so here too (the
+    /// session's log, which has that state already, does not tell it twice); taken over by
+    /// another manager, it just stops running here; removed, it is forgotten.
+    func revoked(_ id: UUID) {
         scheduler.remove(id)
         let elsewhere: TaskState?? = known[id].flatMap { $0.stateElsewhere }
         logger.warning(
-            "stopped a download whose lease this node lost",
+            "stopped a download whose claim in the shared queue was revoked",
             metadata: ["haul.task": "\(id)", "state": "\(elsewhere.map { $0?.rawValue ?? "removed" } ?? "unknown")"]
         )
         switch elsewhere {
-        case .some(.some(.paused)): move(id, .pause, reason: .leaseLost)
-        case .some(.some(.cancelled)): move(id, .cancel, reason: .leaseLost)
-        case .some(.some(.completed)): move(id, .complete, reason: .leaseLost)
-        case .some(.some(.failed)): move(id, .fail, reason: .leaseLost)
+        case .some(.some(.paused)): move(id, .pause, reason: .revoked)
+        case .some(.some(.cancelled)): move(id, .cancel, reason: .revoked)
+        case .some(.some(.completed)): move(id, .complete, reason: .revoked)
+        case .some(.some(.failed)): move(id, .fail, reason: .revoked)
         case .some(.none): known[id] = nil
         default: known[id] = ManagedTask(.queued, entry: known[id]?.entry)
         }
@@ -128,9 +128,9 @@ extension DownloadManager {
     /// waited for the run's end.
     func leaveRun(_ id: UUID, _ event: TaskStateMachine.Event, reason: StateChangeReason? = nil) {
         running.remove(id)
-        if let fleet {
-            fleet.runEnded(id)
-            leaseDoorbell.ring()
+        if let sharedQueue {
+            sharedQueue.runEnded(id)
+            claimDoorbell.ring()
         }
         let run = known[id]?.run
         known[id]?.run = nil
@@ -163,9 +163,9 @@ extension DownloadManager {
         mayHaveHooks: Bool = true
     ) {
         running.remove(id)
-        if let fleet {
-            fleet.runEnded(id)
-            leaseDoorbell.ring()
+        if let sharedQueue {
+            sharedQueue.runEnded(id)
+            claimDoorbell.ring()
         }
         let run = known[id]?.run
         known[id]?.run = nil
@@ -177,10 +177,10 @@ extension DownloadManager {
             scheduler.remove(id)
             move(id, .complete)
             ended(id, .completed(result), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
-        case .failure(let error) where error.code == .leaseLost:
-            leaseLost(id)
-        case .failure(let error) where error.code == .store && fleet != nil:
-            storeFailedInFleet(id, error: error, stop: stop)
+        case .failure(let error) where error.code == .revoked:
+            revoked(id)
+        case .failure(let error) where error.code == .store && sharedQueue != nil:
+            storeFailedSharing(id, error: error, stop: stop)
         case .failure(let error) where error.code == .store:
             storeFailed(id, error: error, stop: stop)
         case .failure(let error) where error.code == .paused && stop == .yield:

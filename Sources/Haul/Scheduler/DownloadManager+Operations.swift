@@ -30,8 +30,8 @@ extension DownloadManager {
     /// Queues many downloads, in order, as ``download(_:priority:)`` does each: all are
     /// checked, then found or recorded in one transaction, so a bad one adds none.
     /// - Parameter paused: the downloads are added paused (aria2's `pause` option): a new
-    ///   one is recorded paused, so it never starts, here or on another node of a fleet,
-    ///   until resumed; one already there that is going on is paused.
+    ///   one is recorded paused, so it never starts, here or by another manager sharing its
+    ///   queue, until resumed; one already there that is going on is paused.
     /// - Returns: the tasks as they stand now, in the order of `requests`.
     public func download(
         _ requests: [DownloadRequest],
@@ -180,7 +180,7 @@ extension DownloadManager {
     /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or one that is not queued or running.
     @discardableResult
     public func pause(_ id: UUID) async throws -> ResumeData {
-        await refreshFromFleet(id)
+        await refreshFromSharedStore(id)
         let state = try currentState(id)
         switch state {
         case .queued, .retrying, .waitingForNetwork:
@@ -200,7 +200,7 @@ extension DownloadManager {
     @discardableResult
     public func resume(_ id: UUID, priority: Int? = nil) async throws -> DownloadInfo {
         if let priority { try DownloadManager.validatePriority(priority) }
-        await refreshFromFleet(id)
+        await refreshFromSharedStore(id)
         let state = try currentState(id)
         guard TaskStateMachine.next(from: state, on: .resume) != nil else {
             throw HaulError(.invalidArgument, "Cannot resume task \(id): it is \(state.rawValue)")
@@ -238,7 +238,7 @@ extension DownloadManager {
 
     /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
     public func cancel(_ id: UUID) async throws {
-        await refreshFromFleet(id)
+        await refreshFromSharedStore(id)
         let state = try currentState(id)
         switch state {
         case .running:
@@ -286,7 +286,7 @@ extension DownloadManager {
     /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also
     /// deletes its finished file.
     public func remove(_ id: UUID, deleteFile: Bool = false) async throws {
-        await refreshFromFleet(id)
+        await refreshFromSharedStore(id)
         let state = try currentState(id)
         if TaskOperation.cancel.applies(to: state) { try await cancel(id) }
         let record = try await store.task(id: id)

@@ -17,9 +17,9 @@ extension DownloadManager {
                 continue
             }
             var task = ManagedTask(state, entry: DownloadManager.entry(for: record))
-            if state == .running, fleet != nil {
-                // Fleet mode: another node runs it, or its lease runs out and the fleet's
-                // queue gives it to the next node that asks. Not running here.
+            if state == .running, sharedQueue != nil {
+                // Another manager runs it, or its claim runs out and the shared queue gives
+                // it to the next manager that asks. Not running here.
                 known[record.id] = ManagedTask(.queued, entry: task.entry)
                 continue
             }
@@ -91,19 +91,19 @@ extension DownloadManager {
         if known[id]?.unrecorded == nil { known[id]?.unrecorded = .some(nil) }
     }
 
-    /// In fleet mode, a run ended because the database could not record it (it did not
-    /// answer): the lease is left to run out there, and the task goes back to the fleet's
-    /// queue, to continue from its last recorded checkpoint on whichever node takes it
+    /// With a shared queue, a run ended because the store could not record it (it did not
+    /// answer): the claim is left to run out there, and the task goes back to the shared
+    /// queue, to continue from its last recorded checkpoint on whichever manager takes it
     /// next — this one too. A pause or cancel that was stopping it is recorded later, as
     /// on one machine (``storeFailed(_:error:stop:)``).
-    func storeFailedInFleet(_ id: UUID, error: HaulError, stop: StopReason?) {
-        fleet?.abandonLease(id)
+    func storeFailedSharing(_ id: UUID, error: HaulError, stop: StopReason?) {
+        sharedQueue?.abandonClaim(id)
         if stop == .pause || stop == .cancel {
             storeFailed(id, error: error, stop: stop)
             return
         }
         logger.warning(
-            "the database could not record this download; it goes back to the fleet's queue and continues from its last checkpoint",
+            "the shared store could not record this download; it goes back to the shared queue and continues from its last checkpoint",
             metadata: ["haul.task": "\(id)", "error": "\(error)"]
         )
         scheduler.remove(id)

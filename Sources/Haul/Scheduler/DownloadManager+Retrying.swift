@@ -41,9 +41,10 @@ extension DownloadManager {
     /// true; false leaves the failure to ``transferEnded(_:outcome:stop:mayHaveHooks:)``.
     /// - Parameter progressed: the run moved the download forward, which starts a new streak.
     func retryLater(_ id: UUID, after error: HaulError, progressed: Bool) async -> Bool {
-        // In a fleet, a part file another process holds is a node that lost this task's
-        // lease and has yet to notice (stalled, say): it lets go once it does, so try again.
-        let passes = error.isRetryable || (fleet != nil && error.code == .busy)
+        // With a shared queue, a part file another process holds is a manager whose claim on
+        // this task was revoked and has yet to notice (stalled, say): it lets go once it
+        // does, so try again.
+        let passes = error.isRetryable || (sharedQueue != nil && error.code == .busy)
         guard let policy = keepTrying, passes, !shuttingDown, running.contains(id),
             known[id]?.run?.handles.control.requested == nil
         else { return false }

@@ -56,6 +56,10 @@ public actor DownloadManager {
         public var hooks = Hooks.none
         /// The longest a hook may run before it is stopped.
         public var hookTimeout: Duration = .seconds(600)
+        /// A queue this (background) manager shares with others, each on its own machine: its
+        /// tasks then run here only under its claims (``SharedQueue``). Its tasks live in the
+        /// store the queue belongs to, which ``store`` must name.
+        package var sharedQueue: (any SharedQueue)?
 
         /// Where the store lives: the downloader's.
         public var store: Downloader.StoreLocation {
@@ -106,7 +110,8 @@ public actor DownloadManager {
     /// ``transferEnded(_:outcome:stop:mayHaveHooks:)`` alone.
     var running: Set<UUID> = []
     /// The tasks whose stop (a pause or cancel of one not running here) is being recorded:
-    /// a fleet lease taken on one meanwhile does not start it (DownloadManager+Fleet.swift).
+    /// a shared queue's claim taken on one meanwhile does not start it
+    /// (DownloadManager+SharedQueue.swift).
     var stopsUnderWay: Set<UUID> = []
     var shuttingDown = false
     /// What the last ``DownloadEvent/networkChanged(_:)`` said (or the network when watching began).
@@ -138,15 +143,14 @@ public actor DownloadManager {
 
     /// The store the manager records into.
     package nonisolated var store: any TaskStore { downloader.store }
-    /// In fleet mode (the daemon's manager on a store several daemons share), that store:
-    /// tasks run here only while this node holds their leases (DownloadManager+Fleet.swift).
-    let fleet: (any FleetTaskStore)?
+    /// The queue this manager shares with others (``Configuration/sharedQueue``): tasks run
+    /// here only while it holds their claims (DownloadManager+SharedQueue.swift).
+    let sharedQueue: (any SharedQueue)?
     /// The connections per host this manager's downloads share.
     nonisolated let hostConnections: HostConnections
-    /// Rung when a run here ends, so that the fleet's next lease is taken at once.
-    nonisolated let leaseDoorbell = Doorbell()
-    /// Rung when another node changed a task running here: the heartbeat checks its lease now.
-    nonisolated let beatDoorbell = Doorbell()
+    /// Rung when a run here ends, or the shared queue says work waits: the next claim is
+    /// taken at once.
+    nonisolated let claimDoorbell = Doorbell()
 
     /// Opens the store and loads its known. Call ``run()`` (or use
     /// ``withDownloadManager(configuration:_:)``) for anything to move.
@@ -171,7 +175,7 @@ public actor DownloadManager {
         self.policy = PolicyBox(configuration.networkPolicy)
         self.hooks = configuration.hooks
         self.hookTimeout = configuration.hookTimeout
-        self.fleet = configuration.background ? downloader.store as? any FleetTaskStore : nil
+        self.sharedQueue = configuration.background ? configuration.sharedQueue : nil
         self.hostConnections = HostConnections(cap: configuration.maxConnectionsPerHost)
     }
 
@@ -221,8 +225,8 @@ public actor DownloadManager {
         } onCancel: {
             Task { await self.shutdown() }
         }
-        // Fleet mode: what was yielded is back in the queue; any lease still held goes now.
-        await leaveFleet()
+        // With a shared queue: what was yielded is back in it; any claim still held goes now.
+        await giveBackClaims()
         hub.finish()
         try await downloader.shutdown()
     }
@@ -236,7 +240,7 @@ public actor DownloadManager {
             outer.addTask { await self.publishProgressUntilShutdown() }
             outer.addTask { await self.reconcileUntilShutdown() }
             outer.addTask { await self.watchNetworkUntilShutdown() }
-            outer.addTask { await self.takeLeasesUntilShutdown() }
+            outer.addTask { await self.claimUntilShutdown() }
             await withDiscardingTaskGroup { group in
                 for await (id, transfer) in starts {
                     group.addTask { await self.execute(id, transfer) }
@@ -272,10 +276,10 @@ public actor DownloadManager {
     /// Starts what the scheduler admits, unless stopping or the store refuses writes.
     func admitAndStart() {
         guard !shuttingDown, !storeRefusing else { return }
-        if let fleet {
-            // Fleet mode: a task runs here only under this node's lease. One without waits in
-            // the fleet's queue, where the next lease taken (here or elsewhere) finds it.
-            for id in scheduler.waitingIDs where !fleet.holdsLease(id) { scheduler.remove(id) }
+        if let sharedQueue {
+            // A task runs here only under this manager's claim. One without waits in the
+            // shared queue, where the next claim taken (here or elsewhere) finds it.
+            for id in scheduler.waitingIDs where !sharedQueue.holdsClaim(id) { scheduler.remove(id) }
         }
         for id in scheduler.admit() where !running.contains(id) {
             start(id)

@@ -31,7 +31,7 @@ struct ManagedTask {
     var retryAttempts = 0
     /// Its transfer was asked to stop because its route went: it waits for the network.
     var offlinePending = false
-    /// In fleet mode, after this node lost its lease: the task's state in the shared store
+    /// With a shared queue, after its claim was revoked: the task's state in the shared store
     /// (nil when it was removed there), read when the transfer ended.
     var stateElsewhere: TaskState??
 

@@ -13,9 +13,10 @@ public enum StateChangeReason: String, Sendable, Codable, CaseIterable {
     /// The store refused to record its progress (a full disk, say); it runs again once the
     /// store takes writes.
     case storeRefused
-    /// In fleet mode, this node lost the task's lease (it ran out, or the task was changed
-    /// elsewhere): its transfer here stopped, and the node holding the task continues it.
-    case leaseLost
+    /// Its claim in a shared queue (daemons sharing one store) was revoked — it ran out, or the task
+    /// was changed elsewhere: its transfer here stopped, and whoever holds the task now
+    /// continues it.
+    case revoked
     /// Its verified file is in place.
     case completed
     /// It failed; the failure event carries the reason.

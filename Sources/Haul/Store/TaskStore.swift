@@ -4,9 +4,9 @@ import Foundation
 /// part files, states, and the saved settings. Every ``Downloader`` and ``DownloadManager``
 /// records through one of these.
 ///
-/// Two engines: ``Store`` (SQLite, through GRDB), the embedded default, and, in fleet mode,
-/// PostgreSQL (the HaulPostgres target, which `haul get` and library users who never use it
-/// do not link). Each requirement is one intent of docs/architecture.md's store rules — a
+/// Two engines: ``Store`` (SQLite, through GRDB), the embedded default, and PostgreSQL, which
+/// daemons on several machines share (the HaulPostgres target, which `haul get` and library
+/// users who never use it do not link). Each requirement is one intent of docs/architecture.md's store rules — a
 /// transaction of its own, touching only the columns of its group — and each engine keeps
 /// those rules: an engine is swapped in, never a rule. What does not depend on the engine
 /// (reading saved settings back, checking a layout of segments) lives in the extension
@@ -74,12 +74,13 @@ package protocol TaskStore: AnyObject, Sendable {
         forgettingPart: Bool
     ) async throws
     /// Runs `place`, which puts a finished download's file where it belongs, as the step
-    /// that makes task `id` completed toward everyone else: a store several daemons share
-    /// runs it inside a transaction holding the task's row under this node's lease, records
-    /// the task completed in it, and refuses (``HaulError/Code/leaseLost``) before anything
-    /// is placed when the lease no longer holds — so a pause or cancel from another node
-    /// lands either before (nothing placed) or after (it finds the task completed), never
-    /// in between. The full completion (last checkpoint, file details) is recorded after.
+    /// that makes task `id` completed toward everyone else: a store several managers share
+    /// runs it inside a transaction holding the task's row under this manager's claim
+    /// (``SharedQueue``), records the task completed in it, and refuses
+    /// (``HaulError/Code/revoked``) before anything is placed when the claim no longer holds
+    /// — so a pause or cancel from another manager lands either before (nothing placed) or
+    /// after (it finds the task completed), never in between. The full completion (last
+    /// checkpoint, file details) is recorded after.
     func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws
     /// Records that a task waits to try again at `nextTryAt`.
     func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws
@@ -354,62 +355,4 @@ extension DownloadInfo {
         self.sources = decodedSources
         self.node = node
     }
-}
-
-/// A store several managers share, each on its own machine (fleet mode): a manager runs a
-/// task only while it holds the task's lease, and every write it makes about a task it
-/// runs is fenced — it counts only while the lease still holds, and otherwise fails with
-/// ``HaulError/Code/leaseLost``, writing nothing.
-/// What another node did that this one may act on at once (``FleetTaskStore/fleetSignals()``).
-/// A hint, never the state: the store is read for that.
-package enum FleetSignal: Sendable, Hashable {
-    /// A node not running task `id` changed it (paused, cancelled, resumed, removed it):
-    /// the node running it checks its lease now rather than at its next write.
-    case task(UUID)
-    /// Tasks wait in the queue (added, resumed, given back): nodes with room take leases now.
-    case queue
-    /// The fleet's limits or settings changed.
-    case settings
-    /// Events were logged to the sessions' logs.
-    case events
-    /// Signals may have been missed (the listening connection broke and is back): look at
-    /// everything again.
-    case resumed
-}
-
-package protocol FleetTaskStore: TaskStore {
-    /// This node's name in the fleet.
-    var node: String { get }
-    /// How long a lease lasts unless renewed; the heartbeat renews at a third of it.
-    var leaseDuration: Duration { get }
-    /// Takes leases on waiting tasks, in queue order, as the fleet-wide limits leave room
-    /// (at most `maxRunning` in the fleet, `perHost` per host, `wanted` here); their tasks
-    /// are then running. Returns their ids in queue order.
-    func acquireLeases(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID]
-    /// Renews every lease this node holds, saying its speed; returns the tasks whose lease
-    /// this node no longer holds (stop them; write nothing more about them).
-    func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID>
-    /// Whether this node holds the lease of task `id` (as far as it knows).
-    func holdsLease(_ id: UUID) -> Bool
-    /// The leases whose time ran out without a renewal this node saw (the database did not
-    /// answer the heartbeats): from now on they are lost here — their writes are refused,
-    /// and their runs must stop before another node takes the tasks over. Returns them.
-    func leasesRunOut() -> Set<UUID>
-    /// The run of task `id` here has ended: a lease of it found lost is forgotten (until then
-    /// it refuses every write about the task, so that a stopping run cannot overwrite what
-    /// was done elsewhere). A lease still held stays, for the task's state to be recorded.
-    func runEnded(_ id: UUID)
-    /// Forgets the lease of task `id`, whose run here ended without the database recording
-    /// it: the lease runs out there, and the fleet's queue gives the task to the next node
-    /// that asks (this one too), to continue from its last recorded checkpoint.
-    func abandonLease(_ id: UUID)
-    /// Gives one lease back: its task waits in the queue again, at its place.
-    func releaseLease(_ id: UUID) async throws
-    /// Leaves the fleet cleanly: every lease still held goes back to the queue at once.
-    func leaveFleet() async throws
-    /// What other nodes signal, from now on, until the store closes.
-    func fleetSignals() -> AsyncStream<FleetSignal>
-    /// Sends the tasks running over the fleet-wide limits back to waiting, the most recently
-    /// started first; the nodes running them stop. Returns them.
-    func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID]
 }

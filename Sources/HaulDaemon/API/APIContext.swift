@@ -24,7 +24,7 @@ extension HaulError: HTTPResponseError {
     public var status: HTTPResponse.Status {
         switch code {
         case .notFound: .notFound
-        case .busy, .destinationExists, .leaseLost: .conflict
+        case .busy, .destinationExists, .revoked: .conflict
         case .store: .internalServerError
         default: .badRequest
         }

@@ -222,7 +222,7 @@ final class DaemonCore: Sendable {
                 // In a fleet the limits hold across every daemon: what runs over them anywhere
                 // goes back — sent once, by the daemon the change came through (the others
                 // only apply the stored limits when they hear of it).
-                try await manager.keepFleetWithinLimits()
+                try await manager.sendBackOverLimits()
             }
         }
     }

@@ -86,7 +86,8 @@ public final class DaemonService: Service, Sendable {
         /// A store several daemons share (fleet mode: PostgreSQL, opened by the caller, which
         /// also closes it): the tasks and the session event logs live there instead of in the
         /// home's SQLite store. The home still holds the socket, the lock, the token and the log.
-        package var sharedStore: (any TaskStore & EventLogStore)?
+        /// Its queue is the daemons' shared queue: tasks run here only under its claims.
+        package var sharedStore: (any TaskStore & EventLogStore & SharedQueue)?
         public var logger: Logger
 
         public init(
@@ -150,7 +151,8 @@ public final class DaemonService: Service, Sendable {
                 logger.error("cannot close the store", metadata: ["error": "\(error)"])
             }
         }
-        guard let store: any TaskStore & EventLogStore = configuration.sharedStore ?? local else { return }
+        let shared: (any TaskStore & EventLogStore)? = configuration.sharedStore
+        guard let store: any TaskStore & EventLogStore = shared ?? local else { return }
         // Read before the manager exists: nothing may throw between its creation and its run.
         let token = try DaemonService.loadOrCreateToken(paths.token)
         let limits = try await DaemonService.startingLimits(configuration, store: store, logger: logger)
@@ -162,6 +164,7 @@ public final class DaemonService: Service, Sendable {
             background: true
         )
         managerConfiguration.maxConnectionsPerHost = limits.maxConnectionsPerHost ?? 16
+        managerConfiguration.sharedQueue = configuration.sharedStore
         var keepsTrying = configuration.keepsTrying
         if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }
         managerConfiguration.keepsTrying = keepsTrying

@@ -109,6 +109,23 @@ package struct UnannouncedTask: Sendable, Equatable {
     }
 }
 
+/// What another daemon of the fleet did that this one may act on at once
+/// (``FleetView/fleetSignals()``). A hint, never the state: the store is read for that.
+package enum FleetSignal: Sendable, Hashable {
+    /// A node not running task `id` changed it (paused, cancelled, resumed, removed it):
+    /// the node running it checks its lease now rather than at its next write.
+    case task(UUID)
+    /// Tasks wait in the queue (added, resumed, given back): nodes with room take leases now.
+    case queue
+    /// The fleet's limits or settings changed.
+    case settings
+    /// Events were logged to the sessions' logs.
+    case events
+    /// Signals may have been missed (the listening connection broke and is back): look at
+    /// everything again.
+    case resumed
+}
+
 /// A daemon's view of the fleet it runs in (fleet mode's shared store), for `haul status`.
 package protocol FleetView: Sendable {
     /// This daemon's name in the fleet.

@@ -299,7 +299,7 @@ struct FleetDaemonTests {
                 var seen = [try await lease()]
                 let refused = try await waitUntil(timeout: .seconds(60)) {
                     seen.append(try await lease())
-                    return n0.currentStderr.contains("stopped a download whose lease this node lost")
+                    return n0.currentStderr.contains("stopped a download whose claim in the shared queue was revoked")
                 }
                 #expect(refused, "\(n0.currentStderr.suffix(2000))")
                 let committed = seen.map(\.committed)

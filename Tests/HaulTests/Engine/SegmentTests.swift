@@ -324,7 +324,7 @@ struct SegmentPlanTests {
         plan.own(0)
         _ = plan.accept(40, segmentStart: 0)
         plan.wrote(upTo: 20, segmentStart: 0)
-        plan.release(segmentStart: 0)
+        plan.free(segmentStart: 0)
         #expect(plan.claim() == 0)
         #expect(plan.segment(0).received == 20)
     }

@@ -48,6 +48,7 @@ struct FleetManagerTests {
             background: true
         )
         configuration.recoversTasks = true
+        configuration.sharedQueue = store
         return configuration
     }
 
@@ -239,7 +240,7 @@ struct FleetManagerTests {
 
                     // Paused through a: b stops it (at its next write), with the store's state.
                     _ = try await a.pause(p.id)
-                    #expect(try await waitUntil { told.contains(p.id, .paused, .leaseLost) }, "\(told.all)")
+                    #expect(try await waitUntil { told.contains(p.id, .paused, .revoked) }, "\(told.all)")
                     #expect(try await waitUntil { await b.runningTaskIDs == [c.id] })
                     let paused = try #require(
                         try await nodes[0].infos(ids: [p.id], background: true, session: nil).first
@@ -249,7 +250,7 @@ struct FleetManagerTests {
 
                     // Cancelled through a: b stops that one too; its part file is gone.
                     try await a.cancel(c.id)
-                    #expect(try await waitUntil { told.contains(c.id, .cancelled, .leaseLost) }, "\(told.all)")
+                    #expect(try await waitUntil { told.contains(c.id, .cancelled, .revoked) }, "\(told.all)")
                     #expect(try await nodes[0].task(id: c.id)?.state == .cancelled)
                     #expect(try await waitUntil { server.activeResponses == 0 }, "b must really stop")
 
@@ -433,7 +434,7 @@ struct FleetManagerTests {
                     defer { aRuns.cancel() }
                     _ = try await a.pause(p.id)
                     #expect(
-                        try await waitUntil(timeout: .seconds(20)) { told.contains(p.id, .paused, .leaseLost) },
+                        try await waitUntil(timeout: .seconds(20)) { told.contains(p.id, .paused, .revoked) },
                         "\(told.all)"
                     )
                     #expect(try await waitUntil(timeout: .seconds(20)) { server.activeResponses == 0 })
@@ -483,7 +484,7 @@ struct FleetManagerTests {
                     // can say which go back — the two started last, on a.
                     try await a.setMaxConcurrentDownloads(2)
                     try await b.setMaxConcurrentDownloads(2)
-                    try await a.keepFleetWithinLimits()
+                    try await a.sendBackOverLimits()
                     #expect(try await waitUntil { await a.runningTaskIDs.isEmpty && server.activeResponses == 2 })
                     #expect(Set(await b.runningTaskIDs) == Set(ids[0..<2]))
                     let entries = try await nodes[0].fleet.entries()

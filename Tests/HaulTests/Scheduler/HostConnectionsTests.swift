@@ -50,7 +50,7 @@ struct HostConnectionsTests {
         #expect(!new.shouldYield())
         #expect(wide.shouldYield())
         #expect(!wide.shouldYield(), "one connection too many: one gives way, not two")
-        wide.release(yielded: true)
+        wide.giveBack(yielded: true)
         #expect(budget.held(host: "h") == 4)
         #expect(!wide.shouldYield())
     }
@@ -68,7 +68,7 @@ struct HostConnectionsTests {
         let (bAnswer, bTask) = Self.waiting(b)
         #expect(try await waitUntil { budget.waiting(host: "h") == 2 })
         // a (2 held) waits ahead of b (1 held), but b holds fewer: b gets the one c frees.
-        c.release()
+        c.giveBack()
         #expect(try await waitUntil { bAnswer.granted == true })
         #expect(aAnswer.granted == nil)
         // Raising the cap lets a in too.
@@ -90,7 +90,7 @@ struct HostConnectionsTests {
         await task.value
         #expect(answer.granted == false)
         #expect(budget.waiting(host: "h") == 0)
-        share.release()
+        share.giveBack()
         #expect(budget.held(host: "h") == 0)
     }
 

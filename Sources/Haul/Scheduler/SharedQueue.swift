@@ -1,0 +1,56 @@
+import Foundation
+
+/// A queue of tasks several managers share, each on its own machine: the seam between the
+/// core and whatever shares the work (daemons on several machines sharing one PostgreSQL store, in HaulPostgres).
+///
+/// A manager runs one of the queue's tasks only while it holds a *claim* on it. The queue
+/// decides which waiting tasks a manager may claim (under limits over every manager), keeps
+/// the claims alive, and takes back those it can no longer vouch for. A claim taken back is
+/// *revoked*: the store then refuses every write about the task from the run that held it
+/// (``HaulError/Code/revoked``), so a stopping run overwrites nothing another manager did,
+/// and the manager stops the run (``SharedQueueNotice/revoked(_:)``).
+///
+/// Without one, a manager's own ``Scheduler`` alone decides what starts.
+package protocol SharedQueue: Sendable {
+    /// How long a claim lasts unless renewed: also how long a manager waits to read the state
+    /// of a task whose claim was revoked.
+    var claimDuration: Duration { get }
+    /// Claims waiting tasks, in queue order, as the shared limits leave room (at most
+    /// `maxRunning` over every manager, `perHost` per host, `wanted` here); their tasks are
+    /// then running. Returns their ids in queue order.
+    func claim(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID]
+    /// Whether this manager holds the claim on task `id` (as far as it knows).
+    func holdsClaim(_ id: UUID) -> Bool
+    /// The run of task `id` here has ended: a revoked claim on it is forgotten (until then it
+    /// refuses every write about the task). A claim still held stays, for the task's state to
+    /// be recorded.
+    func runEnded(_ id: UUID)
+    /// Forgets the claim on task `id`, whose run here ended without the store recording it:
+    /// the claim runs out in the queue, which gives the task to the next manager that asks
+    /// (this one too), to continue from its last recorded checkpoint.
+    func abandonClaim(_ id: UUID)
+    /// Gives one claim back: its task waits in the queue again, at its place.
+    func giveBack(_ id: UUID) async throws
+    /// Gives every claim still held back at once (the manager stops).
+    func giveBackAll() async throws
+    /// Sends the tasks running over the shared limits back to waiting, the most recently
+    /// started first, wherever they run; the managers running them stop. Returns them.
+    func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID]
+    /// Keeps this manager's claims alive until cancelled, and says what it must act on.
+    /// - Parameters:
+    ///   - speed: the manager's transfer speed now, in bytes per second (the queue shows it).
+    ///   - notice: called for each thing the manager must act on, in order.
+    func maintainClaims(
+        speed: @escaping @Sendable () async -> Double,
+        notice: @escaping @Sendable (SharedQueueNotice) async -> Void
+    ) async
+}
+
+/// What a ``SharedQueue`` tells the manager whose claims it keeps.
+package enum SharedQueueNotice: Sendable, Equatable {
+    /// Stop these tasks' runs: their claims were revoked (taken over, paused or cancelled by
+    /// another manager, or run out unrenewed). Their runs write nothing more.
+    case revoked(Set<UUID>)
+    /// Tasks wait in the queue (added, resumed, given back): claim what there is room for now.
+    case work
+}

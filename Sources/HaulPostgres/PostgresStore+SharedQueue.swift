@@ -1,0 +1,82 @@
+import Foundation
+import Haul
+import HaulDaemon
+
+/// The fleet's queue as the core sees it (``SharedQueue``): a claim is a lease, a revoked
+/// claim a lease lost; the heartbeat, the watch on leases the database has not renewed in
+/// time, and the nodes' signals run here, in ``maintainClaims(speed:notice:)``.
+extension PostgresStore: SharedQueue {
+    /// How often the watch looks for leases that ran out unrenewed: a tenth of their length.
+    var watchInterval: Duration { leaseDuration / 10 }
+
+    package var claimDuration: Duration { leaseDuration }
+
+    package func claim(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
+        try await acquireLeases(wanted: wanted, maxRunning: maxRunning, perHost: perHost)
+    }
+
+    package func holdsClaim(_ id: UUID) -> Bool { holdsLease(id) }
+
+    package func abandonClaim(_ id: UUID) { abandonLease(id) }
+
+    package func giveBack(_ id: UUID) async throws { try await releaseLease(id) }
+
+    package func giveBackAll() async throws { try await leaveFleet() }
+
+    /// Until cancelled: renews this node's leases (the heartbeat, at a third of the lease's
+    /// length, and at once when another node changed a task running here), and says which
+    /// runs must stop — leases found lost, and, while the database does not answer (a
+    /// heartbeat can wait a minute for a connection), leases that ran out unrenewed, before
+    /// another node can take their tasks over; it says too when work waits in the queue.
+    package func maintainClaims(
+        speed: @escaping @Sendable () async -> Double,
+        notice: @escaping @Sendable (SharedQueueNotice) async -> Void
+    ) async {
+        let beatNow = Doorbell()
+        let signals = fleetSignals()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await signal in signals {
+                    switch signal {
+                    case .task(let id) where self.holdsLease(id): beatNow.ring()
+                    case .queue: await notice(.work)
+                    case .resumed:
+                        beatNow.ring()
+                        await notice(.work)
+                    default: break
+                    }
+                }
+            }
+            group.addTask { await self.beatUntilCancelled(beatNow, speed: speed, notice: notice) }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await self.timeline.sleep(for: self.watchInterval)
+                    let runOut = self.leasesRunOut()
+                    if !runOut.isEmpty { await notice(.revoked(runOut)) }
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// The heartbeat: renews this node's leases at a third of their length, or at once when
+    /// `beatNow` rings, and tells which were lost.
+    private func beatUntilCancelled(
+        _ beatNow: Doorbell,
+        speed: @escaping @Sendable () async -> Double,
+        notice: @escaping @Sendable (SharedQueueNotice) async -> Void
+    ) async {
+        let beat = leaseDuration / 3
+        while !Task.isCancelled {
+            let began = timeline.now
+            do {
+                let lost = try await heartbeat(bytesPerSecond: await speed())
+                if !lost.isEmpty { await notice(.revoked(lost)) }
+            } catch {
+                logger.warning("the fleet's heartbeat failed", metadata: ["error": "\(error)"])
+            }
+            await beatNow.wait(atMost: began + beat - timeline.now)
+        }
+    }
+}
