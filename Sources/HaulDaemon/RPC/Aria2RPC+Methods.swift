@@ -22,7 +22,16 @@ extension Aria2RPC {
     static let session = "aria2"
 
     func callMethod(_ method: String, _ params: Parameters) async throws -> JSONValue {
-        let manager = core.manager
+        if let answer = try await sessionMethod(method, params) { return answer }
+        if let answer = try await statusMethod(method, params) { return answer }
+        if let answer = try await controlMethod(method, params) { return answer }
+        if let answer = try await optionMethod(method, params) { return answer }
+        throw Failure.failed("No such method: \(method)")
+    }
+
+    /// The daemon and adding downloads: version, session, shutdown, addUri, addMetalink;
+    /// nil for another method.
+    private func sessionMethod(_ method: String, _ params: Parameters) async throws -> JSONValue? {
         switch method {
         case "aria2.getVersion":
             return [
@@ -40,12 +49,22 @@ extension Aria2RPC {
             return try await addURI(params)
         case "aria2.addMetalink":
             return try await addMetalink(params)
+        case "aria2.addTorrent":
+            throw Failure.failed("Haul does not download BitTorrent: add the files' HTTP(S) URLs with aria2.addUri")
+        default:
+            return nil
+        }
+    }
+
+    /// What downloads are: tellStatus, the tell* lists, their URIs, files, servers and
+    /// peers; nil for another method.
+    private func statusMethod(_ method: String, _ params: Parameters) async throws -> JSONValue? {
+        let manager = core.manager
+        switch method {
         case "aria2.getPeers":
             // Peers are BitTorrent's; an HTTP download has none.
             _ = try await task(try params.string(0))
             return []
-        case "aria2.addTorrent":
-            throw Failure.failed("Haul does not download BitTorrent: add the files' HTTP(S) URLs with aria2.addUri")
         case "aria2.tellStatus":
             let info = try await task(try params.string(0))
             return Aria2Status.json(info, progress: await manager.progress(of: info.id), keys: try params.keys(1))
@@ -72,6 +91,16 @@ extension Aria2RPC {
             return try await window(params) { Self.isWaiting($0.state) }
         case "aria2.tellStopped":
             return try await window(params) { [.completed, .failed, .cancelled].contains($0.state) }
+        default:
+            return nil
+        }
+    }
+
+    /// Moving downloads: pause, unpause, remove (one or all), their place, their results;
+    /// nil for another method.
+    private func controlMethod(_ method: String, _ params: Parameters) async throws -> JSONValue? {
+        let manager = core.manager
+        switch method {
         case "aria2.changePosition":
             return try await changePosition(params)
         case "aria2.pause", "aria2.forcePause":
@@ -98,6 +127,15 @@ extension Aria2RPC {
                 try await manager.remove(info.id)
             }
             return "OK"
+        default:
+            return nil
+        }
+    }
+
+    /// The global statistics and options, and a download's options; nil for another method.
+    private func optionMethod(_ method: String, _ params: Parameters) async throws -> JSONValue? {
+        let manager = core.manager
+        switch method {
         case "aria2.getGlobalStat":
             let tasks = try await manager.tasks()
             let overall = await manager.overallProgress()
@@ -139,12 +177,12 @@ extension Aria2RPC {
                 throw Failure.failed("Haul cannot change the option \(name) of a download (only max-download-limit)")
             }
             if let limit = options["max-download-limit"] {
-                let bytes = try Self.size(limit, option: "max-download-limit")
+                let bytes = try Aria2Options.size(limit, option: "max-download-limit")
                 try await manager.setRateLimit(bytes == 0 ? nil : bytes, for: [info.id])
             }
             return "OK"
         default:
-            throw Failure.failed("No such method: \(method)")
+            return nil
         }
     }
 
@@ -263,11 +301,11 @@ extension Aria2RPC {
         }
         let options = try params.options(1)
         let position = try Self.position(params.optional(2))
-        var request = try downloadRequest(uris: uris, options: options)
+        var request = try Aria2Options.request(uris: uris, options: options, directory: defaultDirectory)
         request.session = Self.session
         try request.validate()
         // Added paused in the same transaction: it cannot start (or finish) first.
-        let info = try await core.manager.download([request], paused: Self.flag(options["pause"]))[0]
+        let info = try await core.manager.download([request], paused: Aria2Options.flag(options["pause"]))[0]
         try await place([info.id], at: position)
         return .string(GID.of(info.id))
     }
@@ -287,7 +325,11 @@ extension Aria2RPC {
         let position = try Self.position(params.optional(2))
         let directory = options["dir"]?.string ?? defaultDirectory
         let requests = try metalink.files.map { file in
-            var request = try downloadRequest(uris: file.urls.map(\.absoluteString), options: options)
+            var request = try Aria2Options.request(
+                uris: file.urls.map(\.absoluteString),
+                options: options,
+                directory: defaultDirectory
+            )
             request.destination = try Destination.file(file.name, confinedTo: directory)
             if let hash = file.hashes.first, options["checksum"] == nil { request.checksum = hash }
             request.pieceHashes = file.pieces
@@ -304,47 +346,9 @@ extension Aria2RPC {
             }
         }
         for request in requests { try request.validate() }
-        let infos = try await core.manager.download(requests, paused: Self.flag(options["pause"]))
+        let infos = try await core.manager.download(requests, paused: Aria2Options.flag(options["pause"]))
         try await place(infos.map(\.id), at: position)
         return .array(infos.map { .string(GID.of($0.id)) })
-    }
-
-    /// The request aria2's options describe, from the options Haul has.
-    private func downloadRequest(uris: [String], options: [String: JSONValue]) throws -> DownloadRequest {
-        let url = try DownloadRequest.parseURL(uris[0])
-        let directory = options["dir"]?.string ?? defaultDirectory
-        guard directory.hasPrefix("/") else {
-            throw Failure.failed("dir must be an absolute path: '\(directory.prefix(200))'")
-        }
-        var destination = Destination.directory(directory)
-        if let out = options["out"]?.string, !out.isEmpty { destination.fileName = out }
-        var request = DownloadRequest(url: url, destination: destination)
-        request.mirrors = try uris.dropFirst().map { try DownloadRequest.parseURL($0) }
-        request.tls = TaskRoutes.environmentTLS
-        request.proxy = TaskRoutes.environmentProxy
-        if let headers = options["header"] {
-            let lines = headers.array?.compactMap(\.string) ?? headers.string.map { [$0] } ?? []
-            request.headers = try lines.map { line in
-                guard let colon = line.firstIndex(of: ":") else {
-                    throw Failure.failed("header must be 'Name: value': '\(line.prefix(100))'")
-                }
-                return HTTPHeaderField(
-                    name: String(line[..<colon]).trimmingCharacters(in: .whitespaces),
-                    value: String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
-                )
-            }
-        }
-        if let limit = options["max-download-limit"] {
-            let bytes = try Self.size(limit, option: "max-download-limit")
-            request.rateLimit = bytes == 0 ? nil : bytes
-        }
-        if let split = options["split"] { request.connections = Int(try Self.size(split, option: "split")) }
-        if let perServer = options["max-connection-per-server"] {
-            request.maxConnectionsPerServer = Int(try Self.size(perServer, option: "max-connection-per-server"))
-            if options["split"] == nil { request.connections = request.maxConnectionsPerServer }
-        }
-        if let checksum = options["checksum"]?.string { request.checksum = try Checksum(parsing: checksum) }
-        return request
     }
 
     private func changeGlobalOption(_ options: [String: JSONValue]) async throws -> JSONValue {
@@ -352,14 +356,14 @@ extension Aria2RPC {
         for (name, value) in options {
             switch name {
             case "max-concurrent-downloads":
-                change.maxConcurrentDownloads = Int(try Self.size(value, option: name))
+                change.maxConcurrentDownloads = Int(try Aria2Options.size(value, option: name))
             case "max-overall-download-limit":
-                change.overallRateLimit = try Self.size(value, option: name)
+                change.overallRateLimit = try Aria2Options.size(value, option: name)
             case "max-connection-per-server":
                 // Connections to one server: Haul's are over all the downloads to it.
-                change.maxConnectionsPerHost = Int(try Self.size(value, option: name))
+                change.maxConnectionsPerHost = Int(try Aria2Options.size(value, option: name))
             case "lowest-speed-limit":
-                change.lowestSpeedLimit = try Self.size(value, option: name)
+                change.lowestSpeedLimit = try Aria2Options.size(value, option: name)
             default:
                 throw Failure.failed(
                     "Haul cannot change the global option \(name.prefix(60)) (max-concurrent-downloads, max-overall-download-limit, max-connection-per-server, lowest-speed-limit)"
@@ -368,33 +372,5 @@ extension Aria2RPC {
         }
         try await core.changeLimits(change)
         return "OK"
-    }
-
-    /// An option's number as aria2 writes it: digits, with `K` (1024) or `M` (1024 K) after.
-    static func size(_ value: JSONValue, option: String) throws -> Int64 {
-        let text = value.string ?? value.integer.map(String.init) ?? ""
-        let multiplier: Int64
-        var digits = Substring(text)
-        switch text.last {
-        case "K", "k":
-            multiplier = 1 << 10
-            digits = digits.dropLast()
-        case "M", "m":
-            multiplier = 1 << 20
-            digits = digits.dropLast()
-        default: multiplier = 1
-        }
-        guard let number = Int64(digits), number >= 0, number <= Int64.max / multiplier else {
-            throw Failure.failed("\(option) must be a number of bytes (K and M allowed): '\(text.prefix(40))'")
-        }
-        return number * multiplier
-    }
-
-    static func flag(_ value: JSONValue?) -> Bool {
-        switch value {
-        case .bool(true)?: return true
-        case .string(let text)?: return text == "true"
-        default: return false
-        }
     }
 }

@@ -155,38 +155,7 @@ public final class DaemonService: Service, Sendable {
         guard let store: any TaskStore & EventLogStore = shared ?? local else { return }
         // Read before the manager exists: nothing may throw between its creation and its run.
         let token = try DaemonService.loadOrCreateToken(paths.token)
-        let limits = try await DaemonService.startingLimits(configuration, store: store, logger: logger)
-        var managerConfiguration = DownloadManager.Configuration(
-            store: .engine(store),
-            maxConcurrentDownloads: limits.maxConcurrentDownloads ?? 3,
-            maxDownloadsPerHost: limits.maxDownloadsPerHost ?? 8,
-            recoversTasks: true,
-            background: true
-        )
-        managerConfiguration.maxConnectionsPerHost = limits.maxConnectionsPerHost ?? 16
-        managerConfiguration.sharedQueue = configuration.sharedStore
-        var keepsTrying = configuration.keepsTrying
-        if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }
-        managerConfiguration.keepsTrying = keepsTrying
-        managerConfiguration.watchesNetwork = true
-        if let allow = limits.allowMetered { managerConfiguration.networkPolicy.allowsMetered = allow == 1 }
-        if let patterns = try await store.storedMeteredInterfaces() {
-            managerConfiguration.networkPolicy.meteredInterfaces = patterns
-        }
-        if let retries = configuration.retriesPerRun { managerConfiguration.downloader.retry.maxRetries = retries }
-        managerConfiguration.downloader.logger = logger
-        managerConfiguration.downloader.overallRateLimit = limits.overallRateLimit.flatMap { $0 > 0 ? $0 : nil }
-        if let interval = configuration.checkpointInterval {
-            managerConfiguration.downloader.checkpointInterval = interval
-        }
-        if let timeout = configuration.connectTimeout { managerConfiguration.downloader.connectTimeout = timeout }
-        if let timeout = configuration.readTimeout { managerConfiguration.downloader.readTimeout = timeout }
-        managerConfiguration.downloader.lowestSpeed = limits.lowestSpeed
-        if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
-        managerConfiguration.downloader.setsRemoteTime = configuration.setsRemoteTime
-        managerConfiguration.downloader.setsOriginAttribute = configuration.setsOriginAttribute
-        managerConfiguration.hooks = configuration.hooks
-        managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
+        let managerConfiguration = try await DaemonSettings.manager(for: configuration, store: store)
         let manager = try DownloadManager(configuration: managerConfiguration)
         let eventLog = EventLog(store: store, limitPerSession: configuration.eventsPerSession, logger: logger)
         let directory = configuration.rpcDirectory ?? DaemonService.downloadsDirectory()
@@ -201,6 +170,39 @@ public final class DaemonService: Service, Sendable {
         // Subscribe before anything runs, so the log misses nothing.
         let events = manager.events()
 
+        var services = listeners(core: core, token: token, secret: givenSecret)
+        // Last in the list, so first to stop: transfers checkpoint and event streams end
+        // before the servers close.
+        // Subscribed before anything runs, like the events.
+        let signals = (configuration.sharedStore as? any FleetView)?.fleetSignals()
+        services.append(
+            .init(
+                service: CoreService(manager: manager, eventLog: eventLog, events: events, core: core, signals: signals)
+            )
+        )
+        let group = ServiceGroup(
+            configuration: .init(
+                services: services,
+                gracefulShutdownSignals: configuration.handlesSignals ? [.sigterm, .sigint] : [],
+                logger: logger
+            )
+        )
+        core.onShutdownRequest { [weak self] in await self?.stop() }
+        if configuration.handlesSignals { deadline?.watchSignals() }
+        self.group.withLock { $0 = group }
+        if stopRequested.withLock({ $0 }) { await group.triggerGracefulShutdown() }
+        try await group.run()
+        logger.info("stopped")
+    }
+
+    /// The servers of the daemon's API, `/jsonrpc` and dashboard: on its socket (the owner's
+    /// only), and on TCP when asked (a token required).
+    private func listeners(
+        core: DaemonCore,
+        token: String,
+        secret givenSecret: String?
+    ) -> [ServiceGroupConfiguration.ServiceConfiguration] {
+        let logger = configuration.logger
         var serverLogger = logger
         serverLogger.logLevel = max(logger.logLevel, .notice)
         let socketPath = paths.socket
@@ -209,7 +211,7 @@ public final class DaemonService: Service, Sendable {
         var rpc = Aria2RPC(
             core: core,
             secret: givenSecret ?? token,
-            defaultDirectory: directory
+            defaultDirectory: core.defaultDirectory
         )
         rpc.allowsAllOrigins = configuration.rpcAllowsAllOrigins
         let unixServer = Application(
@@ -240,28 +242,7 @@ public final class DaemonService: Service, Sendable {
             )
             services.append(.init(service: Listener(address: "\(listen.host):\(listen.port)", server: tcpServer)))
         }
-        // Last in the list, so first to stop: transfers checkpoint and event streams end
-        // before the servers close.
-        // Subscribed before anything runs, like the events.
-        let signals = (configuration.sharedStore as? any FleetView)?.fleetSignals()
-        services.append(
-            .init(
-                service: CoreService(manager: manager, eventLog: eventLog, events: events, core: core, signals: signals)
-            )
-        )
-        let group = ServiceGroup(
-            configuration: .init(
-                services: services,
-                gracefulShutdownSignals: configuration.handlesSignals ? [.sigterm, .sigint] : [],
-                logger: logger
-            )
-        )
-        core.onShutdownRequest { [weak self] in await self?.stop() }
-        if configuration.handlesSignals { deadline?.watchSignals() }
-        self.group.withLock { $0 = group }
-        if stopRequested.withLock({ $0 }) { await group.triggerGracefulShutdown() }
-        try await group.run()
-        logger.info("stopped")
+        return services
     }
 
     /// Stops the daemon cleanly: running downloads checkpoint and wait for the next start.
@@ -270,36 +251,6 @@ public final class DaemonService: Service, Sendable {
         stopRequested.withLock { $0 = true }
         let group = self.group.withLock { $0 }
         await group?.triggerGracefulShutdown()
-    }
-
-    /// The limits to start with: those given in the configuration over those the store kept
-    /// (which are saved, so the next start keeps them too). A kept value out of range is
-    /// named in the log and ignored.
-    static func startingLimits(
-        _ configuration: Configuration,
-        store: any TaskStore,
-        logger: Logger
-    ) async throws
-        -> StoredLimits
-    {
-        let given = StoredLimits(
-            maxConcurrentDownloads: configuration.maxConcurrentDownloads,
-            maxDownloadsPerHost: configuration.maxDownloadsPerHost,
-            maxConnectionsPerHost: configuration.maxConnectionsPerHost,
-            overallRateLimit: configuration.overallRateLimit,
-            lowestSpeedLimit: configuration.lowestSpeed?.bytesPerSecond,
-            lowestSpeedTime: configuration.lowestSpeed?.time.components.seconds
-        )
-        try given.validate()
-        let (kept, rejected) = try await store.storedLimits()
-        for setting in rejected {
-            logger.warning(
-                "ignoring a setting kept in the store that is out of range",
-                metadata: ["setting": "\(setting)"]
-            )
-        }
-        if given != StoredLimits() { try await store.saveLimits(given) }
-        return kept.merging(given)
     }
 
     /// `~/Downloads` when it exists, else the home directory (else `/tmp`).

@@ -417,15 +417,19 @@ struct RateLimitTests {
         }
     }
 
-    /// Bytes per second written to `paths` together over `seconds`; connections write at
-    /// least every 200 ms, so a window of several seconds is within a few percent.
-    static func rate(of paths: [String], over seconds: Int) async throws -> Double {
+    /// Bytes per second written to `paths` together while they grow by `bytes`, once they
+    /// hold `after` bytes (past the start, whose first chunks a limiter lets through at
+    /// once). Connections write at least every 200 ms, so a window of several seconds is
+    /// within a few percent; a loaded machine only makes it longer, and the rate lower.
+    static func rate(of paths: [String], past after: Int64, across bytes: Int64) async throws -> Double {
+        #expect(try await waitUntil(timeout: .seconds(120)) { written(paths) >= after }, "never reached \(after) bytes")
         let (start, before) = (ContinuousClock.now, written(paths))
-        try await Task.sleep(for: .seconds(seconds))
-        let (end, after) = (ContinuousClock.now, written(paths))
-        let elapsed = end - start
-        return Double(after - before)
-            / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+        let grew = try await waitUntil(timeout: .seconds(120), every: .milliseconds(50)) {
+            written(paths) >= before + bytes
+        }
+        #expect(grew, "\(paths) did not grow by \(bytes) bytes in two minutes")
+        let (end, now) = (ContinuousClock.now, written(paths))
+        return Double(now - before) / (end - start).seconds
     }
 
     /// nginx serving `names` (24 MiB each), an output directory and a home.
@@ -459,9 +463,7 @@ struct RateLimitTests {
                 home: home
             )
             let part = [out + "/f.bin.part"]
-            #expect(try await waitUntil { Self.written(part) > 0 })
-            try await Task.sleep(for: .milliseconds(500))
-            let rate = try await Self.rate(of: part, over: 6)
+            let rate = try await Self.rate(of: part, past: 512 << 10, across: 5 << 20)
             Self.expectHeld(rate, limit: 1 << 20, "for a limit of 1 MiB/s")
             child.kill(SIGTERM)
             _ = await child.finish()
@@ -481,8 +483,7 @@ struct RateLimitTests {
             #expect(try await waitUntil { Self.written(a) > 0 })
 
             #expect(try await HaulProcess.run(["set", "--limit-rate", "2M", id], home: home).status == 0)
-            try await Task.sleep(for: .milliseconds(500))
-            let raised = try await Self.rate(of: a, over: 4)
+            let raised = try await Self.rate(of: a, past: Self.written(a) + (512 << 10), across: 6 << 20)
             Self.expectHeld(raised, limit: 2 << 20, "after raising to 2 MiB/s")
             // Above the old limit: the daemon passed the raise from 512 KiB/s on.
             #expect(raised > 1.1 * Double(512 << 10), "measured \(Int(raised)) B/s after raising from 512 KiB/s")
@@ -494,8 +495,7 @@ struct RateLimitTests {
             #expect(second.status == 0, "\(second.stderr)")
             let both = a + [out + "/b.bin.part"]
             #expect(try await waitUntil { Self.written([both[1]]) > 0 })
-            try await Task.sleep(for: .milliseconds(500))
-            let total = try await Self.rate(of: both, over: 5)
+            let total = try await Self.rate(of: both, past: Self.written(both) + (512 << 10), across: 4 << 20)
             Self.expectHeld(total, limit: 1 << 20, "together for 1 MiB/s overall")
             _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }

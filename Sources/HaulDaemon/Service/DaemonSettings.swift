@@ -1,0 +1,79 @@
+import Foundation
+import Haul
+import Logging
+
+/// What a daemon's manager starts with: its command line and configuration over the
+/// settings its store kept.
+enum DaemonSettings {
+    /// The configuration of the daemon's manager on `store`, with the limits to start with
+    /// (``startingLimits(_:store:logger:)``, saved for the next start).
+    static func manager(
+        for configuration: DaemonService.Configuration,
+        store: any TaskStore
+    ) async throws -> DownloadManager.Configuration {
+        let logger = configuration.logger
+        let limits = try await startingLimits(configuration, store: store, logger: logger)
+        var managerConfiguration = DownloadManager.Configuration(
+            store: .engine(store),
+            maxConcurrentDownloads: limits.maxConcurrentDownloads ?? 3,
+            maxDownloadsPerHost: limits.maxDownloadsPerHost ?? 8,
+            recoversTasks: true,
+            background: true
+        )
+        managerConfiguration.maxConnectionsPerHost = limits.maxConnectionsPerHost ?? 16
+        managerConfiguration.sharedQueue = configuration.sharedStore
+        var keepsTrying = configuration.keepsTrying
+        if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }
+        managerConfiguration.keepsTrying = keepsTrying
+        managerConfiguration.watchesNetwork = true
+        if let allow = limits.allowMetered { managerConfiguration.networkPolicy.allowsMetered = allow == 1 }
+        if let patterns = try await store.storedMeteredInterfaces() {
+            managerConfiguration.networkPolicy.meteredInterfaces = patterns
+        }
+        if let retries = configuration.retriesPerRun { managerConfiguration.downloader.retry.maxRetries = retries }
+        managerConfiguration.downloader.logger = logger
+        managerConfiguration.downloader.overallRateLimit = limits.overallRateLimit.flatMap { $0 > 0 ? $0 : nil }
+        if let interval = configuration.checkpointInterval {
+            managerConfiguration.downloader.checkpointInterval = interval
+        }
+        if let timeout = configuration.connectTimeout { managerConfiguration.downloader.connectTimeout = timeout }
+        if let timeout = configuration.readTimeout { managerConfiguration.downloader.readTimeout = timeout }
+        managerConfiguration.downloader.lowestSpeed = limits.lowestSpeed
+        if let wait = configuration.maxRetryAfter { managerConfiguration.downloader.retry.maxRetryAfter = wait }
+        managerConfiguration.downloader.setsRemoteTime = configuration.setsRemoteTime
+        managerConfiguration.downloader.setsOriginAttribute = configuration.setsOriginAttribute
+        managerConfiguration.hooks = configuration.hooks
+        managerConfiguration.networkWaitLimit = configuration.networkWaitLimit
+        return managerConfiguration
+    }
+
+    /// The limits to start with: those given in the configuration over those the store kept
+    /// (which are saved, so the next start keeps them too). A kept value out of range is
+    /// named in the log and ignored.
+    static func startingLimits(
+        _ configuration: DaemonService.Configuration,
+        store: any TaskStore,
+        logger: Logger
+    ) async throws
+        -> StoredLimits
+    {
+        let given = StoredLimits(
+            maxConcurrentDownloads: configuration.maxConcurrentDownloads,
+            maxDownloadsPerHost: configuration.maxDownloadsPerHost,
+            maxConnectionsPerHost: configuration.maxConnectionsPerHost,
+            overallRateLimit: configuration.overallRateLimit,
+            lowestSpeedLimit: configuration.lowestSpeed?.bytesPerSecond,
+            lowestSpeedTime: configuration.lowestSpeed?.time.components.seconds
+        )
+        try given.validate()
+        let (kept, rejected) = try await store.storedLimits()
+        for setting in rejected {
+            logger.warning(
+                "ignoring a setting kept in the store that is out of range",
+                metadata: ["setting": "\(setting)"]
+            )
+        }
+        if given != StoredLimits() { try await store.saveLimits(given) }
+        return kept.merging(given)
+    }
+}
