@@ -170,34 +170,7 @@ struct DownloadOptions: ParsableArguments {
 
     /// The requests the URLs and the input file describe.
     func requests(session: String = DownloadRequest.defaultSession) throws -> [DownloadRequest] {
-        if output != nil, inputFile != nil {
-            throw HaulError(
-                .invalidArgument,
-                "-o names one file and cannot go with -i",
-                hint: "Use out= in the input file"
-            )
-        }
-        if output != nil, urls.count > 1 {
-            throw HaulError(
-                .invalidArgument,
-                "-o names one file, and \(urls.count) URLs were given",
-                hint: "With several URLs use -d (and out= in an input file)"
-            )
-        }
-        if output != nil, metalink != nil {
-            throw HaulError(
-                .invalidArgument,
-                "-o names one file and cannot go with -M",
-                hint: "The Metalink names its files; use -d for where they go"
-            )
-        }
-        if !mirrors.isEmpty, urls.count != 1 || inputFile != nil || metalink != nil {
-            throw HaulError(
-                .invalidArgument,
-                "--mirror names other URLs of one file, and \(inputFile != nil ? "-i gives several" : "\(urls.count) URLs were given")",
-                hint: "Give one URL with its mirrors"
-            )
-        }
+        try checkCombinations()
         try DownloadRequest.validateSession(session)
         let base = directory ?? "."
         let headerFields = try headers.map(HTTPHeaderField.init(parsing:))
@@ -215,22 +188,7 @@ struct DownloadOptions: ParsableArguments {
             -> DownloadRequest
         {
             let url = try DownloadRequest.parseURL(text)
-            let destination: Destination
-            if let out, confined {
-                // A name from an input file stays inside -d, whoever wrote the file.
-                destination = try Destination.file(out, confinedTo: base)
-            } else if let out {
-                guard !out.hasSuffix("/") else {
-                    throw HaulError(
-                        .invalidArgument,
-                        "-o needs a file path, not a directory: \(out)",
-                        hint: "Use -d for a directory"
-                    )
-                }
-                destination = .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
-            } else {
-                destination = .directory(base)
-            }
+            let destination = try Self.destination(out, confined: confined, in: base)
             return DownloadRequest(
                 url: url,
                 destination: destination,
@@ -277,6 +235,65 @@ struct DownloadOptions: ParsableArguments {
                 requests.append(fileRequest)
             }
         }
+        try finish(&requests, metalinkDirectories: metalinkDirectories)
+        return requests
+    }
+
+    /// Refuses options that cannot go together.
+    private func checkCombinations() throws {
+        if output != nil, inputFile != nil {
+            throw HaulError(
+                .invalidArgument,
+                "-o names one file and cannot go with -i",
+                hint: "Use out= in the input file"
+            )
+        }
+        if output != nil, urls.count > 1 {
+            throw HaulError(
+                .invalidArgument,
+                "-o names one file, and \(urls.count) URLs were given",
+                hint: "With several URLs use -d (and out= in an input file)"
+            )
+        }
+        if output != nil, metalink != nil {
+            throw HaulError(
+                .invalidArgument,
+                "-o names one file and cannot go with -M",
+                hint: "The Metalink names its files; use -d for where they go"
+            )
+        }
+        if !mirrors.isEmpty, urls.count != 1 || inputFile != nil || metalink != nil {
+            throw HaulError(
+                .invalidArgument,
+                "--mirror names other URLs of one file, and \(inputFile != nil ? "-i gives several" : "\(urls.count) URLs were given")",
+                hint: "Give one URL with its mirrors"
+            )
+        }
+    }
+
+    /// Where a download named `out` (none: the server's name) goes, under `base` (-d). A name
+    /// from an input file or a Metalink (`confined`) stays inside `base`, whoever wrote it.
+    private static func destination(_ out: String?, confined: Bool, in base: String) throws -> Destination {
+        if let out, confined {
+            // A name from an input file stays inside -d, whoever wrote the file.
+            return try Destination.file(out, confinedTo: base)
+        } else if let out {
+            guard !out.hasSuffix("/") else {
+                throw HaulError(
+                    .invalidArgument,
+                    "-o needs a file path, not a directory: \(out)",
+                    hint: "Use -d for a directory"
+                )
+            }
+            return .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
+        } else {
+            return .directory(base)
+        }
+    }
+
+    /// What every request of the command shares, set last, and the directories created: a
+    /// command line or input file that is wrong creates nothing.
+    private func finish(_ requests: inout [DownloadRequest], metalinkDirectories: Set<String>) throws {
         guard !requests.isEmpty else { throw HaulError(.invalidArgument, "No URLs to download") }
         // Last: a command line or input file that is wrong creates nothing. A stream to
         // stdout writes no file.
@@ -294,6 +311,5 @@ struct DownloadOptions: ParsableArguments {
             // The files of a Metalink given with -M are followed as they are; a URL may be one.
             if requests[index].followsMetalink { requests[index].followsMetalink = followMetalink }
         }
-        return requests
     }
 }

@@ -168,50 +168,8 @@ struct GetSession {
                 }
             }
         }
-        let ids = files.compactMap(\.id)
-        let signals = SignalStream.watch([SIGINT, SIGTERM])
         let received = SignalStream.Received()
-        // One file, unless it turns out to be a Metalink whose files follow.
-        let (manager, quiet, json, single) = (self.manager, self.quiet, self.json, requests.count == 1)
-
-        enum Child { case events, other }
-        if !ids.isEmpty {
-            await withTaskGroup(of: Child.self) { group in
-                group.addTask {
-                    for await event in events {
-                        if json, !JSONEvents.print(event) {
-                            // Nobody reads stdout any more (`| head -1`): stop as on a signal,
-                            // checkpointing every download, and end quietly.
-                            received.record(SIGPIPE)
-                            await manager.shutdown()
-                            break
-                        }
-                        if board.apply(event) { break }
-                    }
-                    return .events
-                }
-                group.addTask {
-                    var renderer = MultiProgressRenderer(quiet: quiet || json, single: single)
-                    while !Task.isCancelled {
-                        renderer.draw(board)
-                        try? await Task.sleep(for: .milliseconds(100))
-                    }
-                    renderer.finish(board)
-                    return .other
-                }
-                group.addTask {
-                    for await signal in signals {
-                        received.record(signal)
-                        await manager.shutdown()
-                        break
-                    }
-                    return .other
-                }
-                while let child = await group.next() {
-                    if child == .events { group.cancelAll() }
-                }
-            }
-        }
+        if files.contains(where: { $0.id != nil }) { await follow(events, on: board, received: received) }
         let (outcomes, followed, urls) = board.state.withLock { ($0.outcomes, $0.followed, $0.urls) }
         for id in followed {
             files.append((urls[id].map(Redaction.url) ?? id.uuidString, id, nil))
@@ -223,6 +181,51 @@ struct GetSession {
             if outcomes[id] == nil { stopped[id] = try? await manager.info(id) }
         }
         return Summary(files: files, signal: received.signal, elapsed: ContinuousClock.now - started, stopped: stopped)
+    }
+
+    /// Shows the downloads' progress from `events` on `board` until every download has
+    /// ended, stopping them all at SIGINT or SIGTERM (`received` keeps which), or when
+    /// nobody reads the JSON lines any more.
+    private func follow(_ events: DownloadEvents, on board: Board, received: SignalStream.Received) async {
+        let signals = SignalStream.watch([SIGINT, SIGTERM])
+        // One file, unless it turns out to be a Metalink whose files follow.
+        let (manager, quiet, json, single) = (self.manager, self.quiet, self.json, requests.count == 1)
+        enum Child { case events, other }
+        await withTaskGroup(of: Child.self) { group in
+            group.addTask {
+                for await event in events {
+                    if json, !JSONEvents.print(event) {
+                        // Nobody reads stdout any more (`| head -1`): stop as on a signal,
+                        // checkpointing every download, and end quietly.
+                        received.record(SIGPIPE)
+                        await manager.shutdown()
+                        break
+                    }
+                    if board.apply(event) { break }
+                }
+                return .events
+            }
+            group.addTask {
+                var renderer = MultiProgressRenderer(quiet: quiet || json, single: single)
+                while !Task.isCancelled {
+                    renderer.draw(board)
+                    try? await Task.sleep(for: .milliseconds(100))
+                }
+                renderer.finish(board)
+                return .other
+            }
+            group.addTask {
+                for await signal in signals {
+                    received.record(signal)
+                    await manager.shutdown()
+                    break
+                }
+                return .other
+            }
+            while let child = await group.next() {
+                if child == .events { group.cancelAll() }
+            }
+        }
     }
 
     static func savedLine(_ result: DownloadResult) -> String {

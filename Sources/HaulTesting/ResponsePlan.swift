@@ -51,32 +51,9 @@ enum ResponsePlan {
     /// Decides the response to a request, applying the resource's knobs. Called under the lock.
     static func make(for head: HTTPRequestHead, entry: inout TestServer.Entry) -> ResponsePlan {
         let resource = entry.resource
-        if entry.served <= resource.failFirst {
-            var headers: [(String, String)] = []
-            if let retryAfter = resource.retryAfter { headers.append(("Retry-After", retryAfter)) }
-            return .status(resource.failStatus, headers: headers)
-        }
-        if resource.failRanged > 0, head.headers.first(name: "Range") != nil {
-            if resource.passRanged > 0 {
-                entry.resource.passRanged -= 1
-            } else {
-                entry.resource.failRanged -= 1
-                return .status(resource.failStatus, headers: [])
-            }
-        }
-        if let location = resource.redirectTo {
-            return .status(resource.redirectStatus, headers: [("Location", location)])
-        }
+        if let failure = failure(for: head, entry: &entry) { return failure }
         let size = entry.content.count
-        var headers: [(String, String)] = []
-        if let etag = resource.etagValue { headers.append(("ETag", etag)) }
-        if let lastModified = resource.lastModified {
-            headers.append(("Last-Modified", TestServer.httpDate(lastModified)))
-        }
-        if let disposition = resource.contentDisposition { headers.append(("Content-Disposition", disposition)) }
-        if let type = resource.contentType { headers.append(("Content-Type", type)) }
-        if resource.ranges { headers.append(("Accept-Ranges", "bytes")) }
-        headers += resource.headers.map { ($0.name, $0.value) }
+        var headers = representationHeaders(resource)
 
         let faulty = entry.resource.faultyResponses > 0
         if faulty, resource.cutAfter != nil || resource.lengthLie != nil || resource.contentRangeFault != nil {
@@ -132,6 +109,43 @@ enum ResponsePlan {
                     ? resource.unrangedBytesPerSecond ?? resource.bytesPerSecond : resource.bytesPerSecond
             )
         )
+    }
+
+    /// The failure or redirect a resource's knobs answer this request with, if any.
+    private static func failure(for head: HTTPRequestHead, entry: inout TestServer.Entry) -> ResponsePlan? {
+        let resource = entry.resource
+        if entry.served <= resource.failFirst {
+            var headers: [(String, String)] = []
+            if let retryAfter = resource.retryAfter { headers.append(("Retry-After", retryAfter)) }
+            return .status(resource.failStatus, headers: headers)
+        }
+        if resource.failRanged > 0, head.headers.first(name: "Range") != nil {
+            if resource.passRanged > 0 {
+                entry.resource.passRanged -= 1
+            } else {
+                entry.resource.failRanged -= 1
+                return .status(resource.failStatus, headers: [])
+            }
+        }
+        if let location = resource.redirectTo {
+            return .status(resource.redirectStatus, headers: [("Location", location)])
+        }
+        return nil
+    }
+
+    /// The headers that describe the resource: validators, names, types, ranges, extras.
+    private static func representationHeaders(_ resource: TestServer.Resource) -> [(String, String)] {
+        var headers: [(String, String)] = []
+        if let etag = resource.etagValue { headers.append(("ETag", etag)) }
+        if let lastModified = resource.lastModified {
+            headers.append(("Last-Modified", TestServer.httpDate(lastModified)))
+        }
+        if let disposition = resource.contentDisposition { headers.append(("Content-Disposition", disposition)) }
+        if let type = resource.contentType { headers.append(("Content-Type", type)) }
+        if resource.ranges { headers.append(("Accept-Ranges", "bytes")) }
+        headers += resource.headers.map { ($0.name, $0.value) }
+
+        return headers
     }
 
     /// `If-Range` holds when it equals the current strong ETag, or the Last-Modified date.

@@ -38,7 +38,6 @@ struct HTTPTransport: Sendable {
         var headers: HTTPHeaders { head.headers }
     }
 
-    /// Statuses that redirect a GET.
     /// Whether a header carries credentials for the host it was given for (`Authorization`,
     /// `Cookie`, `Proxy-Authorization`): never sent on to another host, by a redirect or by
     /// a followed Metalink.
@@ -46,8 +45,12 @@ struct HTTPTransport: Sendable {
         ["authorization", "cookie", "proxy-authorization"].contains(header.name.lowercased())
     }
 
+    /// Statuses that redirect a GET.
     private static let redirectStatuses: Set<Int> = [301, 302, 303, 307, 308]
 
+    /// GETs `url`, following redirects (at most ``maxRedirects``, only to http and https;
+    /// credentials given for one host are not sent on to another), and returns the first
+    /// answer that is not a redirect, its body still to read.
     func get(
         _ url: URL,
         headers extra: [HTTPHeaderField],
@@ -62,32 +65,13 @@ struct HTTPTransport: Sendable {
         var hops = 0
         let origin = HTTPTransport.origin(url)
         while true {
-            var request = HTTPClientRequest(url: HTTPTransport.withoutCredentials(current).absoluteString)
-            request.method = .GET
-            if current.scheme?.lowercased() == "https" { request.tlsConfiguration = try await tls.configuration() }
-            request.headers.add(name: "User-Agent", value: userAgent)
-            request.headers.add(name: "Accept", value: "*/*")
-            for field in extra {
-                // Haul owns these: ranges count encoded bytes, so identity is required (rule 2).
-                let lowered = field.name.lowercased()
-                if ["range", "if-range", "accept-encoding", "host"].contains(lowered) { continue }
-                if lowered == "user-agent" { request.headers.remove(name: "User-Agent") }
-                if lowered == "accept" { request.headers.remove(name: "Accept") }
-                request.headers.add(name: field.name, value: field.value)
-            }
-            request.headers.replaceOrAdd(name: "Accept-Encoding", value: "identity")
-            if !request.headers.contains(name: "Authorization"),
-                let authorization = authorization(for: current, sameOrigin: HTTPTransport.origin(current) == origin)
-            {
-                request.headers.add(name: "Authorization", value: authorization)
-            }
-            if let jar = cookies?.header(for: current) {
-                let given = request.headers["Cookie"].joined(separator: "; ")
-                request.headers.replaceOrAdd(name: "Cookie", value: given.isEmpty ? jar : given + "; " + jar)
-            }
-            if let range { request.headers.add(name: "Range", value: range) }
-            if let ifRange { request.headers.add(name: "If-Range", value: ifRange) }
-
+            let request = try await request(
+                current,
+                headers: extra,
+                range: range,
+                ifRange: ifRange,
+                sameOrigin: HTTPTransport.origin(current) == origin
+            )
             let proxy = try proxies.endpoint(for: current)
             logger.debug(
                 "GET",
@@ -96,23 +80,7 @@ struct HTTPTransport: Sendable {
                     "proxy": "\(proxy?.endpoint ?? "none")",
                 ]
             )
-            let head: HTTPClientResponse
-            do {
-                if let proxy, proxy.kind == .http, current.scheme?.lowercased() == "http" {
-                    head = try await ProxyForwarding.get(
-                        current,
-                        headers: request.headers,
-                        through: proxy,
-                        connectTimeout: connectTimeout,
-                        readTimeout: readTimeout
-                    )
-                } else {
-                    head = try await clients.client(through: proxy)
-                        .execute(request, deadline: .distantFuture, logger: logger)
-                }
-            } catch {
-                throw connectionError(error, url: current, proxy: proxy)
-            }
+            let head = try await send(request, to: current, through: proxy, logger: logger)
             cookies?.receive(head.headers["Set-Cookie"], from: current)
             let status = Int(head.status.code)
             if status == 407, let proxy {
@@ -125,30 +93,97 @@ struct HTTPTransport: Sendable {
             }
             await HTTPTransport.discard(head.body)
             hops += 1
-            guard hops <= maxRedirects else {
-                throw HaulError(
-                    .tooManyRedirects,
-                    "More than \(maxRedirects) redirects starting at \(url.absoluteString)",
-                    url: url
-                )
-            }
-            guard let next = URL(string: location, relativeTo: current)?.absoluteURL else {
-                throw HaulError(.invalidResponse, "Redirect to an invalid location '\(location)'", url: current)
-            }
-            let scheme = next.scheme?.lowercased()
-            guard scheme == "http" || scheme == "https", next.host?.isEmpty == false else {
-                throw HaulError(
-                    .unsupportedRedirect,
-                    "Refusing redirect from \(current.absoluteString) to \(next.absoluteString): only http and https are followed",
-                    url: url
-                )
-            }
+            let next = try redirect(from: current, to: location, hops: hops, startingAt: url)
             if next.host?.lowercased() != current.host?.lowercased() || next.port != current.port {
                 extra.removeAll(where: HTTPTransport.carriesCredentials)
             }
             logger.debug("redirect", metadata: ["status": "\(status)", "to": "\(Redaction.url(next))"])
             current = next
         }
+    }
+
+    /// The GET of `url` with the caller's headers, except those Haul owns (ranges count
+    /// encoded bytes, so identity is required: rule 2), its credentials and cookies.
+    private func request(
+        _ url: URL,
+        headers extra: [HTTPHeaderField],
+        range: String?,
+        ifRange: String?,
+        sameOrigin: Bool
+    ) async throws -> HTTPClientRequest {
+        var request = HTTPClientRequest(url: HTTPTransport.withoutCredentials(url).absoluteString)
+        request.method = .GET
+        if url.scheme?.lowercased() == "https" { request.tlsConfiguration = try await tls.configuration() }
+        request.headers.add(name: "User-Agent", value: userAgent)
+        request.headers.add(name: "Accept", value: "*/*")
+        for field in extra {
+            let lowered = field.name.lowercased()
+            if ["range", "if-range", "accept-encoding", "host"].contains(lowered) { continue }
+            if lowered == "user-agent" { request.headers.remove(name: "User-Agent") }
+            if lowered == "accept" { request.headers.remove(name: "Accept") }
+            request.headers.add(name: field.name, value: field.value)
+        }
+        request.headers.replaceOrAdd(name: "Accept-Encoding", value: "identity")
+        if !request.headers.contains(name: "Authorization"),
+            let authorization = authorization(for: url, sameOrigin: sameOrigin)
+        {
+            request.headers.add(name: "Authorization", value: authorization)
+        }
+        if let jar = cookies?.header(for: url) {
+            let given = request.headers["Cookie"].joined(separator: "; ")
+            request.headers.replaceOrAdd(name: "Cookie", value: given.isEmpty ? jar : given + "; " + jar)
+        }
+        if let range { request.headers.add(name: "Range", value: range) }
+        if let ifRange { request.headers.add(name: "If-Range", value: ifRange) }
+        return request
+    }
+
+    /// Sends `request` for `url`, through `proxy` if any (an HTTP proxy forwards plain
+    /// http; anything else tunnels), and returns the answer's head.
+    private func send(
+        _ request: HTTPClientRequest,
+        to url: URL,
+        through proxy: ProxyEndpoint?,
+        logger: Logger
+    ) async throws -> HTTPClientResponse {
+        do {
+            if let proxy, proxy.kind == .http, url.scheme?.lowercased() == "http" {
+                return try await ProxyForwarding.get(
+                    url,
+                    headers: request.headers,
+                    through: proxy,
+                    connectTimeout: connectTimeout,
+                    readTimeout: readTimeout
+                )
+            }
+            return try await clients.client(through: proxy).execute(request, deadline: .distantFuture, logger: logger)
+        } catch {
+            throw connectionError(error, url: url, proxy: proxy)
+        }
+    }
+
+    /// Where the redirect from `current` to `location` leads, when it may be followed: the
+    /// `hops`-th of a GET of `start`.
+    private func redirect(from current: URL, to location: String, hops: Int, startingAt start: URL) throws -> URL {
+        guard hops <= maxRedirects else {
+            throw HaulError(
+                .tooManyRedirects,
+                "More than \(maxRedirects) redirects starting at \(start.absoluteString)",
+                url: start
+            )
+        }
+        guard let next = URL(string: location, relativeTo: current)?.absoluteURL else {
+            throw HaulError(.invalidResponse, "Redirect to an invalid location '\(location)'", url: current)
+        }
+        let scheme = next.scheme?.lowercased()
+        guard scheme == "http" || scheme == "https", next.host?.isEmpty == false else {
+            throw HaulError(
+                .unsupportedRedirect,
+                "Refusing redirect from \(current.absoluteString) to \(next.absoluteString): only http and https are followed",
+                url: start
+            )
+        }
+        return next
     }
 
     /// This transport with a download's TLS options, proxies, credentials and cookies. The

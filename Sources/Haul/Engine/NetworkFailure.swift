@@ -109,50 +109,10 @@ public struct NetworkFailure: Sendable, Hashable {
             self.init(errno: error.code.rawValue, endpoint: endpoint)
             return
         }
-        if let error = error as? ChannelError {
-            switch error {
-            case .connectTimeout: self.init(kind: .connectTimeout, endpoint: endpoint)
-            case .eof, .ioOnClosedChannel, .alreadyClosed, .outputClosed:
-                self.init(kind: .closedEarly, endpoint: endpoint)
-            default: self.init(kind: .other, endpoint: endpoint, detail: "\(error)")
-            }
-            return
-        }
-        if let error = error as? NIOSSLExtraError {
-            if error == .failedToValidateHostname || error == .serverHostnameImpossibleToMatch {
-                self.init(kind: .certificateNameMismatch, endpoint: endpoint)
-            } else {
-                self.init(kind: .tlsHandshake, endpoint: endpoint, detail: NetworkFailure.words(error))
-            }
-            return
-        }
-        if let error = error as? NIOSSLError {
-            switch error {
-            case .handshakeFailed(let reason):
-                let text = "\(reason)"
-                if text.contains("CERTIFICATE_VERIFY_FAILED") {
-                    self.init(kind: .certificateUntrusted, endpoint: endpoint)
-                } else {
-                    self.init(kind: .tlsHandshake, endpoint: endpoint, detail: NetworkFailure.boringSSLReason(text))
-                }
-            case .uncleanShutdown:
-                self.init(kind: .closedEarly, endpoint: endpoint)
-            default:
-                self.init(kind: .tlsHandshake, endpoint: endpoint, detail: NetworkFailure.words(error))
-            }
-            return
-        }
-        if let error = error as? HTTPClientError {
-            switch error {
-            case .connectTimeout, .tlsHandshakeTimeout, .httpProxyHandshakeTimeout, .socksHandshakeTimeout:
-                self.init(kind: .connectTimeout, endpoint: endpoint)
-            case .readTimeout: self.init(kind: .readTimeout, endpoint: endpoint)
-            case .remoteConnectionClosed: self.init(kind: .closedEarly, endpoint: endpoint)
-            case .proxyAuthenticationRequired: self.init(kind: .proxyAuthenticationRequired, endpoint: endpoint)
-            case .invalidProxyResponse:
-                self.init(kind: .proxyFailed, endpoint: endpoint, detail: NetworkFailure.words(error))
-            default: self.init(kind: .other, endpoint: endpoint, detail: NetworkFailure.words(error))
-            }
+        if let failure = NetworkFailure.channelOrTLS(error, endpoint: endpoint)
+            ?? NetworkFailure.client(error, endpoint: endpoint)
+        {
+            self = failure
             return
         }
         if error is HTTPParserError {
@@ -160,6 +120,63 @@ public struct NetworkFailure: Sendable, Hashable {
             return
         }
         self.init(kind: .other, endpoint: endpoint, detail: NetworkFailure.words(error))
+    }
+
+    /// A SwiftNIO channel's or TLS's error as a failure; nil for another error.
+    private static func channelOrTLS(_ error: any Error, endpoint: String) -> NetworkFailure? {
+        if let error = error as? ChannelError {
+            switch error {
+            case .connectTimeout: return NetworkFailure(kind: .connectTimeout, endpoint: endpoint)
+            case .eof, .ioOnClosedChannel, .alreadyClosed, .outputClosed:
+                return NetworkFailure(kind: .closedEarly, endpoint: endpoint)
+            default: return NetworkFailure(kind: .other, endpoint: endpoint, detail: "\(error)")
+            }
+        }
+        if let error = error as? NIOSSLExtraError {
+            if error == .failedToValidateHostname || error == .serverHostnameImpossibleToMatch {
+                return NetworkFailure(kind: .certificateNameMismatch, endpoint: endpoint)
+            } else {
+                return NetworkFailure(kind: .tlsHandshake, endpoint: endpoint, detail: NetworkFailure.words(error))
+            }
+        }
+        if let error = error as? NIOSSLError {
+            switch error {
+            case .handshakeFailed(let reason):
+                let text = "\(reason)"
+                if text.contains("CERTIFICATE_VERIFY_FAILED") {
+                    return NetworkFailure(kind: .certificateUntrusted, endpoint: endpoint)
+                } else {
+                    return NetworkFailure(
+                        kind: .tlsHandshake,
+                        endpoint: endpoint,
+                        detail: NetworkFailure.boringSSLReason(text)
+                    )
+                }
+            case .uncleanShutdown:
+                return NetworkFailure(kind: .closedEarly, endpoint: endpoint)
+            default:
+                return NetworkFailure(kind: .tlsHandshake, endpoint: endpoint, detail: NetworkFailure.words(error))
+            }
+        }
+        return nil
+    }
+
+    /// The HTTP client's error as a failure; nil for another error.
+    private static func client(_ error: any Error, endpoint: String) -> NetworkFailure? {
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .connectTimeout, .tlsHandshakeTimeout, .httpProxyHandshakeTimeout, .socksHandshakeTimeout:
+                return NetworkFailure(kind: .connectTimeout, endpoint: endpoint)
+            case .readTimeout: return NetworkFailure(kind: .readTimeout, endpoint: endpoint)
+            case .remoteConnectionClosed: return NetworkFailure(kind: .closedEarly, endpoint: endpoint)
+            case .proxyAuthenticationRequired:
+                return NetworkFailure(kind: .proxyAuthenticationRequired, endpoint: endpoint)
+            case .invalidProxyResponse:
+                return NetworkFailure(kind: .proxyFailed, endpoint: endpoint, detail: NetworkFailure.words(error))
+            default: return NetworkFailure(kind: .other, endpoint: endpoint, detail: NetworkFailure.words(error))
+            }
+        }
+        return nil
     }
 
     private init(errno code: Int32, endpoint: String) {
