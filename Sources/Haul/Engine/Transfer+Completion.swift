@@ -75,23 +75,10 @@ extension Transfer {
         guard let destination = task.destinationPath, let partPath = task.partPath else {
             throw HaulError(.invalidResponse, "No file name chosen", url: url)
         }
-        // Blocking file work (truncate, fsync, reading the whole file for a digest, rename and
-        // the directory's fsync) runs on NIO's thread pool, never on Swift's cooperative threads.
-        // The server's Last-Modified, as wget and `curl -R` set it; a date it cannot be is left out.
-        let modified = environment.setsRemoteTime ? task.validators.lastModified.flatMap(HTTPDate.parse) : nil
-        // Where it came from, as freedesktop.org's convention (and wget --xattr) records it.
-        let origin =
-            environment.setsOriginAttribute ? Redaction.url(HTTPTransport.withoutCredentials(task.url)) : nil
         let checkpointer = lastCheckpoint
         lastCheckpoint = nil
         let pending = checkpointer?.take()
-        let (timed, labelled) = try await FileIO.run {
-            if try part.size() != total { try part.truncate(to: total) }
-            let timed = modified.map { part.setModificationTime($0) } ?? true
-            let labelled = origin.map { part.setAttribute(Transfer.originAttribute, to: $0) } ?? true
-            try part.sync()
-            return (timed, labelled)
-        }
+        try await syncFinished(part, total: total, at: partPath)
         // The connections' last checkpoint is true now that the file is synced. It is recorded
         // with the completion, in one transaction, unless something must read the segments
         // first (the pieces' check) or the file may yet not be placed: then now.
@@ -103,10 +90,6 @@ extension Transfer {
             try await checkpointer.record(pending)
             segments = checkpointer.plan.records(taskID: task.id)
         }
-        if !timed { logger.notice("cannot set the file's modification time", metadata: ["path": "\(partPath)"]) }
-        if !labelled {
-            logger.debug("the file system keeps no extended attributes here", metadata: ["path": "\(partPath)"])
-        }
         // Every piece matches its hash before the file is placed: those the connections'
         // checker has not verified (a stream of unknown length, a resumed file) are checked now.
         let pieces = try checkAllPiecesFirst(total: total)
@@ -114,33 +97,7 @@ extension Transfer {
             try await recordCheckpoint()
             try await makeWorker(plan: SegmentPlan(segments, minSplit: .max), part: part).checkAllPieces(pieces)
         }
-        // The user's checksum, else the server's digest of the whole file.
-        if let checksum = checksum ?? serverDigest?.checksum {
-            let algorithm = checksum.algorithm
-            let actual = try await FileIO.run { try part.digest(algorithm, length: total) }
-            guard actual == checksum.hex else {
-                // The bytes are wrong; keeping them would only make a rerun verify them again.
-                FileOps.remove(partPath)
-                part.close()
-                self.part = nil
-                try await forgetPart()
-                try await resetToZero(validators: Validators())
-                let given = self.checksum != nil
-                var error = HaulError(
-                    .checksumMismatch,
-                    given
-                        ? "Checksum mismatch for \(destination): expected \(checksum.algorithm.name) \(checksum.hex), got \(actual)"
-                        : "\(destination) does not match the digest its server sent (\(serverDigest?.header ?? "digest") \(checksum.algorithm.name) \(checksum.hex)): got \(actual)",
-                    url: url,
-                    path: destination,
-                    hint: given
-                        ? "Nothing was saved; check the checksum or the URL"
-                        : "Nothing was saved; run it again, or drop the mirror that served other bytes"
-                )
-                error.underlying = nil
-                throw error
-            }
-        }
+        try await checkWholeFile(part, total: total, destination: destination, partPath: partPath)
         do {
             try checkDestinationFree()
             let replacing = mayReplaceDestination
@@ -188,6 +145,60 @@ extension Transfer {
         result.verifiedAgainst = verifiedAgainst(hadPieces: pieces != nil)
         result.isMetalink = Metalink.isMetalink(contentType: contentType, path: destination)
         return result
+    }
+
+    /// Gives the finished part file its length, the server's modification time and its
+    /// origin (as asked), and syncs it. Blocking file work (truncate, fsync, reading the
+    /// whole file for a digest, rename and the directory's fsync) runs on NIO's thread pool,
+    /// never on Swift's cooperative threads.
+    private func syncFinished(_ part: PartFile, total: Int64, at partPath: String) async throws {
+        // The server's Last-Modified, as wget and `curl -R` set it; a date it cannot be is left out.
+        let modified = environment.setsRemoteTime ? task.validators.lastModified.flatMap(HTTPDate.parse) : nil
+        // Where it came from, as freedesktop.org's convention (and wget --xattr) records it.
+        let origin =
+            environment.setsOriginAttribute ? Redaction.url(HTTPTransport.withoutCredentials(task.url)) : nil
+        let (timed, labelled) = try await FileIO.run {
+            if try part.size() != total { try part.truncate(to: total) }
+            let timed = modified.map { part.setModificationTime($0) } ?? true
+            let labelled = origin.map { part.setAttribute(Transfer.originAttribute, to: $0) } ?? true
+            try part.sync()
+            return (timed, labelled)
+        }
+        if !timed { logger.notice("cannot set the file's modification time", metadata: ["path": "\(partPath)"]) }
+        if !labelled {
+            logger.debug("the file system keeps no extended attributes here", metadata: ["path": "\(partPath)"])
+        }
+    }
+
+    /// Checks the whole file against the user's checksum, else the server's digest of it; a
+    /// file that does not match is removed and the task starts over from zero.
+    private func checkWholeFile(_ part: PartFile, total: Int64, destination: String, partPath: String) async throws {
+        if let checksum = checksum ?? serverDigest?.checksum {
+            let algorithm = checksum.algorithm
+            let actual = try await FileIO.run { try part.digest(algorithm, length: total) }
+            guard actual == checksum.hex else {
+                // The bytes are wrong; keeping them would only make a rerun verify them again.
+                FileOps.remove(partPath)
+                part.close()
+                self.part = nil
+                try await forgetPart()
+                try await resetToZero(validators: Validators())
+                let given = self.checksum != nil
+                var error = HaulError(
+                    .checksumMismatch,
+                    given
+                        ? "Checksum mismatch for \(destination): expected \(checksum.algorithm.name) \(checksum.hex), got \(actual)"
+                        : "\(destination) does not match the digest its server sent (\(serverDigest?.header ?? "digest") \(checksum.algorithm.name) \(checksum.hex)): got \(actual)",
+                    url: url,
+                    path: destination,
+                    hint: given
+                        ? "Nothing was saved; check the checksum or the URL"
+                        : "Nothing was saved; run it again, or drop the mirror that served other bytes"
+                )
+                error.underlying = nil
+                throw error
+            }
+        }
     }
 
     /// Records how the run ended and turns any error into the ``HaulError`` to report.

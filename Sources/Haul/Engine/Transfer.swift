@@ -222,17 +222,12 @@ final class Transfer {
     /// without progress), or the end.
     /// - Parameter given: a 200 already received, written first (from byte 0).
     private func transferWithRetries(given first: HTTPTransport.Response?) async throws {
-        var failures = 0
-        var restarts = 0
+        var budget = RetryBudget(
+            maxRetries: environment.retry.maxRetries,
+            maxRestarts: Transfer.maxRestarts,
+            committed: committedBytes
+        )
         var given = first
-        // Progress is reaching further than ever in this run: a server that breaks off every
-        // whole-file response at the same point makes none, though each one writes bytes.
-        var furthest = committedBytes
-        func progressed() -> Bool {
-            guard committedBytes > furthest else { return false }
-            furthest = committedBytes
-            return true
-        }
         while true {
             let outcome: AttemptOutcome
             do {
@@ -249,88 +244,91 @@ final class Transfer {
                 throw CancellationError()
             case let .failed(error):
                 // A lead that cannot serve the file gives way to the next source.
-                if dropLead(after: error, retryable: false) {
-                    given = nil
-                    continue
-                }
-                throw error
+                guard dropLead(after: error, retryable: false) else { throw error }
+                given = nil
             case let .restart(restart)
             where restart.response == nil && !restart.keepsLead && committedBytes > 0
                 && (sources?.verifiedCount ?? 0) > 1:
                 // The lead's copy changed, and verified mirrors hold the bytes written: they
                 // continue the file.
-                if let sources, let lead = sources.lead, sources.drop(lead, reason: restart.reason) {
-                    logger.warning(
-                        "source dropped for this download; the others continue",
-                        metadata: [
-                            "source": "\(Redaction.url(sources.source(lead).url))",
-                            "reason": "\(Redaction.text(restart.reason))",
-                        ]
-                    )
-                    given = nil
-                    continue
-                }
-                throw restart
+                guard dropChangedLead(restart) else { throw restart }
+                given = nil
             case let .restart(restart):
                 given = restart.response
-                if let response = restart.response, rules.isSameFile(status: response.status, headers: response.headers)
-                {
-                    // Rule 5 without a change: the server ignored the range and sent the same
-                    // file whole. Written from byte 0, but it is a retry, not a new version.
-                    if progressed() { failures = 0 }
-                    failures += 1
-                    guard failures <= environment.retry.maxRetries else {
-                        var error =
-                            restart.after
-                            ?? HaulError(.connection, "The server kept breaking off \(task.url)", url: url)
-                        error.hint =
-                            "Gave up after \(environment.retry.maxRetries) retries (the server ignores ranges, so each starts from 0)"
-                        throw error
-                    }
-                    logger.notice(
-                        "the server ignored the range; writing its whole response from byte 0 on one connection"
-                    )
-                    rangesDeclined = true
-                    try await resetToZero(validators: Validators())
-                    continue
-                }
-                restarts += 1
-                guard restarts <= Transfer.maxRestarts else {
-                    throw HaulError(
-                        .representationChanged,
-                        "The file at \(task.url) kept changing during the download (\(restart.reason))",
-                        url: url,
-                        hint: "Try again later"
-                    )
-                }
-                logger.notice("restarting from 0", metadata: ["reason": "\(Redaction.text(restart.reason))"])
-                try await resetToZero(validators: Validators())
+                try await startOver(after: restart, budget: &budget)
             case let .retry(error):
                 given = nil
-                if environment.isOffline(url) { throw error }  // The manager waits for the network.
-                if dropLead(after: error, retryable: true) { continue }
-                // A trickle writes bytes, but a connection too slow to keep is no progress:
-                // its retries run out like any other failure's.
-                if progressed(), !SpeedFloor.isTooSlow(error) { failures = 0 }
-                failures += 1
-                guard failures <= environment.retry.maxRetries else {
-                    throw environment.retry.givenUp(error)
-                }
-                let delay = try environment.retry.delay(retrying: error, attempt: failures)
-                HaulMetrics.retry(error.code)
-                logger.notice(
-                    "retrying",
-                    metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
-                )
-                try await progress.waiting(
-                    delay,
-                    after: error,
-                    attempt: failures,
-                    of: environment.retry.maxRetries,
-                    on: environment.timeline
-                )
+                try await retry(after: error, budget: &budget)
             }
         }
+    }
+
+    /// Drops the lead source whose copy changed; false when it cannot be dropped.
+    private func dropChangedLead(_ restart: Restart) -> Bool {
+        guard let sources, let lead = sources.lead, sources.drop(lead, reason: restart.reason) else { return false }
+        logger.warning(
+            "source dropped for this download; the others continue",
+            metadata: [
+                "source": "\(Redaction.url(sources.source(lead).url))",
+                "reason": "\(Redaction.text(restart.reason))",
+            ]
+        )
+        return true
+    }
+
+    /// Starts the file over from byte 0: with the whole response the server sent instead of
+    /// a range (rule 5 without a change: a retry, not a new version), or because its file
+    /// changed (a restart, a bounded number of times).
+    private func startOver(after restart: Restart, budget: inout RetryBudget) async throws {
+        if let response = restart.response, rules.isSameFile(status: response.status, headers: response.headers) {
+            guard budget.failed(committed: committedBytes) != nil else {
+                var error =
+                    restart.after ?? HaulError(.connection, "The server kept breaking off \(task.url)", url: url)
+                error.hint =
+                    "Gave up after \(environment.retry.maxRetries) retries (the server ignores ranges, so each starts from 0)"
+                throw error
+            }
+            logger.notice("the server ignored the range; writing its whole response from byte 0 on one connection")
+            rangesDeclined = true
+            try await resetToZero(validators: Validators())
+            return
+        }
+        guard budget.restarted() else {
+            throw HaulError(
+                .representationChanged,
+                "The file at \(task.url) kept changing during the download (\(restart.reason))",
+                url: url,
+                hint: "Try again later"
+            )
+        }
+        logger.notice("restarting from 0", metadata: ["reason": "\(Redaction.text(restart.reason))"])
+        try await resetToZero(validators: Validators())
+    }
+
+    /// Tries again after `error`, which may pass: at once on the next source when the lead
+    /// gave way, else after a backoff, while retries in a row without progress remain.
+    private func retry(after error: HaulError, budget: inout RetryBudget) async throws {
+        if environment.isOffline(url) { throw error }  // The manager waits for the network.
+        if dropLead(after: error, retryable: true) { return }
+        // A trickle writes bytes, but a connection too slow to keep is no progress: its
+        // retries run out like any other failure's.
+        let countsAsProgress = !SpeedFloor.isTooSlow(error)
+        guard let attempt = budget.failed(committed: committedBytes, countsAsProgress: countsAsProgress) else {
+            throw environment.retry.givenUp(error)
+        }
+        let delay = try environment.retry.delay(retrying: error, attempt: attempt)
+        HaulMetrics.retry(error.code)
+        logger.notice(
+            "retrying",
+            metadata: ["attempt": "\(attempt)", "delay": "\(delay)", "error": "\(error.message)"]
+        )
+        try await progress.waiting(
+            delay,
+            after: error,
+            attempt: attempt,
+            of: environment.retry.maxRetries,
+            on: environment.timeline
+        )
     }
 
     // MARK: One attempt
