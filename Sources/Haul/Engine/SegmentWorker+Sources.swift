@@ -29,180 +29,199 @@ extension SegmentWorker {
         return ChosenSource(index: index, url: source.url, rules: TransferRules(validators))
     }
 
+    /// What a connection holds while it works over several sources: a source from the
+    /// pool, and a segment from the plan. Whatever it holds when it stops goes back.
+    struct Hold {
+        var source: Int?
+        var segmentStart: Int64?
+    }
+
+    /// What taking a source gave.
+    private enum Take {
+        case source(Int)
+        /// Nothing now, but maybe soon (a mirror is being checked): ask again.
+        case again
+        /// No source can take a connection.
+        case none
+    }
+
     /// Works until there is nothing left to claim, or no source can take a connection.
     func run(over pool: SourcePool, first: SegmentResponse?) async throws {
-        var current: Int?
-        var segmentStart: Int64?
-        var pending: HaulError?
-        func letGo() {
-            if let current { pool.putBack(current) }
-            if let segmentStart { plan.free(segmentStart: segmentStart) }
+        var hold = Hold()
+        defer {
+            if let source = hold.source { pool.putBack(source) }
+            if let start = hold.segmentStart { plan.free(segmentStart: start) }
         }
+        var pending: HaulError?
         if let first {
             // The first response is the lead's, its connection taken before any other
             // connection chose a source (``Transfer``'s runConnections).
-            current = lead
-            segmentStart = first.segmentStart
-            do {
-                try await stream(first, source: lead)
-                plan.free(segmentStart: first.segmentStart)
-                segmentStart = nil
-            } catch is SourceDropped {
-                // The lead served bad pieces and was dropped: the loop lets it go.
-                plan.free(segmentStart: first.segmentStart)
-                segmentStart = nil
-            } catch {
-                switch AttemptOutcome(error, stopRequested: control.requested != nil) {
-                case let .retry(error) where rules.allowsRanges:
-                    // The open-ended first response broke; its segment continues with ranges.
-                    pending = error
-                case let outcome:
-                    letGo()
-                    throw outcome.error ?? error
-                }
-            }
+            hold = Hold(source: lead, segmentStart: first.segmentStart)
+            pending = try await streamFirst(first)
+            if pending == nil { hold.segmentStart = nil }
         }
         while true {
-            if let source = current, !pool.isActive(source) {
+            if let source = hold.source, !pool.isActive(source) {
                 // Dropped meanwhile (its pieces did not match): its segment goes to the others.
                 pool.putBack(source)
-                current = nil
-                if let start = segmentStart {
+                hold.source = nil
+                if let start = hold.segmentStart {
                     plan.free(segmentStart: start)
-                    segmentStart = nil
+                    hold.segmentStart = nil
                 }
             }
-            if current == nil {
-                guard let index = pool.take() else {
-                    if pool.awaitsVerification {
-                        // A mirror is being checked and has room: this connection is for it.
-                        do {
-                            try await Task.sleep(for: .milliseconds(20))
-                        } catch {
-                            letGo()
-                            throw control.requested != nil ? CancellationError() : error
-                        }
-                        continue
-                    }
-                    letGo()
-                    return
-                }
-                current = index
-                if !pool.source(index).verified {
-                    do {
-                        if try await verify(index, in: pool) != .verified {
-                            pool.putBack(index)
-                            current = nil
-                            continue
-                        }
-                    } catch {
-                        letGo()
-                        throw error
-                    }
+            if hold.source == nil {
+                switch try await takeSource(from: pool) {
+                case .source(let index): hold.source = index
+                case .again: continue
+                case .none: return
                 }
             }
-            guard let source = current else { continue }
-            if segmentStart == nil {
-                guard let index = plan.claim() else {
-                    letGo()
-                    return
-                }
-                segmentStart = plan.segment(index).start
+            guard let source = hold.source else { continue }
+            if hold.segmentStart == nil {
+                guard let index = plan.claim() else { return }
+                hold.segmentStart = plan.segment(index).start
             }
-            guard let start = segmentStart else { continue }
-            let outcome: AttemptOutcome
+            guard let start = hold.segmentStart else { continue }
             let from = plan.segment(at: start)?.written
+            let outcome: AttemptOutcome
             if let failure = pending {
                 pending = nil
                 outcome = .retry(failure)
             } else {
                 outcome = await fetchOnce(segmentStart: start, from: chosen(source, in: pool))
             }
-            switch outcome {
-            case .done, .stepAside:
-                if case .done = outcome, crossChecksMirrors, source != lead, let from,
-                    let to = plan.segment(at: start)?.written, to > from
-                {
-                    do {
-                        try await crossCheck(from..<to, servedBy: source, in: pool)
-                    } catch {
-                        letGo()
-                        throw error
-                    }
-                }
-                plan.free(segmentStart: start)
-                segmentStart = nil
-            case .stopped:
-                letGo()
-                throw CancellationError()
-            case let .restart(restart):
-                // This source's copy is not the file's any more (another version, another
-                // length, a range refused): others finish it, while one verified remains.
-                guard pool.verifiedCount > 1, drop(source, in: pool, because: restart.reason) else {
-                    letGo()
-                    throw restart
-                }
-                pool.putBack(source)
-                current = nil
-            case let .failed(error):
-                // A status no retry mends (404, 403, 410…) or a refused TLS handshake drops
-                // the source; a local failure (the disk) fails the download.
-                guard let error = error as? HaulError, error.code.isSourceFault,
-                    drop(source, in: pool, because: error.message)
-                else {
-                    letGo()
-                    throw error
-                }
-                pool.putBack(source)
-                current = nil
-            case let .retry(error):
-                let failures = pool.failed(source)
-                if failures > retry.maxRetries {
-                    guard drop(source, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
-                    else {
-                        letGo()
-                        throw retry.givenUp(error)
-                    }
-                    pool.putBack(source)
-                    current = nil
-                    continue
-                }
-                if isOffline(url) {
-                    letGo()
-                    throw error
-                }
-                let alone = !pool.hasAlternative(to: source)
-                if !alone {
-                    // Its segment goes to the other sources at once; this connection tries
-                    // this source again after its backoff, with whatever segment is left then.
-                    logger.debug(
-                        "source failed; its segment goes to the other sources",
-                        metadata: [
-                            "source": "\(Redaction.url(chosen(source, in: pool).url))",
-                            "error": "\(error.message)",
-                        ]
-                    )
-                    plan.free(segmentStart: start)
-                    segmentStart = nil
-                }
-                do {
-                    let delay = try retry.delay(retrying: error, attempt: failures)
-                    if alone {
-                        try await progress.waiting(
-                            delay,
-                            after: error,
-                            attempt: failures,
-                            of: retry.maxRetries,
-                            on: timeline
-                        )
-                    } else {
-                        try await timeline.sleep(for: delay)
-                    }
-                } catch {
-                    letGo()
-                    throw control.requested != nil ? CancellationError() : error
-                }
+            try await act(on: outcome, source: source, segmentStart: start, from: from, pool: pool, hold: &hold)
+        }
+    }
+
+    /// Streams the lead's first response; the error to retry its segment with, ranged, when
+    /// the open-ended response broke off.
+    private func streamFirst(_ first: SegmentResponse) async throws -> HaulError? {
+        do {
+            try await stream(first, source: lead)
+        } catch is SourceDropped {
+            // The lead served bad pieces and was dropped: the loop lets it go.
+        } catch {
+            switch AttemptOutcome(error, stopRequested: control.requested != nil) {
+            case let .retry(error) where rules.allowsRanges:
+                return error  // Its segment continues with ranges.
+            case let outcome:
+                throw outcome.error ?? error
             }
+        }
+        plan.free(segmentStart: first.segmentStart)
+        return nil
+    }
+
+    /// A source for this connection: an active one with room, compared with the file's
+    /// bytes first when it is not verified yet.
+    private func takeSource(from pool: SourcePool) async throws -> Take {
+        guard let index = pool.take() else {
+            guard pool.awaitsVerification else { return .none }
+            // A mirror is being checked and has room: this connection is for it.
+            do {
+                try await Task.sleep(for: .milliseconds(20))
+            } catch {
+                throw control.requested != nil ? CancellationError() : error
+            }
+            return .again
+        }
+        do {
+            if !pool.source(index).verified, try await verify(index, in: pool) != .verified {
+                pool.putBack(index)
+                return .again
+            }
+        } catch {
+            pool.putBack(index)
+            throw error
+        }
+        return .source(index)
+    }
+
+    /// Acts on how a fetch of the segment at `start` from `source` ended.
+    /// - Parameter from: what the segment held written before the fetch.
+    private func act(
+        on outcome: AttemptOutcome,
+        source: Int,
+        segmentStart start: Int64,
+        from: Int64?,
+        pool: SourcePool,
+        hold: inout Hold
+    ) async throws {
+        switch outcome {
+        case .done, .stepAside:
+            if case .done = outcome, crossChecksMirrors, source != lead, let from,
+                let to = plan.segment(at: start)?.written, to > from
+            {
+                try await crossCheck(from..<to, servedBy: source, in: pool)
+            }
+            plan.free(segmentStart: start)
+            hold.segmentStart = nil
+        case .stopped:
+            throw CancellationError()
+        case let .restart(restart):
+            // This source's copy is not the file's any more (another version, another
+            // length, a range refused): others finish it, while one verified remains.
+            guard pool.verifiedCount > 1, drop(source, in: pool, because: restart.reason) else { throw restart }
+            pool.putBack(source)
+            hold.source = nil
+        case let .failed(error):
+            // A status no retry mends (404, 403, 410…) or a refused TLS handshake drops
+            // the source; a local failure (the disk) fails the download.
+            guard let error = error as? HaulError, error.code.isSourceFault,
+                drop(source, in: pool, because: error.message)
+            else { throw error }
+            pool.putBack(source)
+            hold.source = nil
+        case let .retry(error):
+            try await retrySource(source, after: error, segmentStart: start, pool: pool, hold: &hold)
+        }
+    }
+
+    /// After `error` from `source`, which may pass: the source is dropped once its retries
+    /// are spent; otherwise its segment goes to the other sources at once (when there are
+    /// any) and this connection tries the source again after its backoff.
+    private func retrySource(
+        _ source: Int,
+        after error: HaulError,
+        segmentStart start: Int64,
+        pool: SourcePool,
+        hold: inout Hold
+    ) async throws {
+        let failures = pool.failed(source)
+        if failures > retry.maxRetries {
+            guard drop(source, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)") else {
+                throw retry.givenUp(error)
+            }
+            pool.putBack(source)
+            hold.source = nil
+            return
+        }
+        if isOffline(url) { throw error }
+        let alone = !pool.hasAlternative(to: source)
+        if !alone {
+            // Its segment goes to the other sources at once; this connection tries this
+            // source again after its backoff, with whatever segment is left then.
+            logger.debug(
+                "source failed; its segment goes to the other sources",
+                metadata: [
+                    "source": "\(Redaction.url(chosen(source, in: pool).url))",
+                    "error": "\(error.message)",
+                ]
+            )
+            plan.free(segmentStart: start)
+            hold.segmentStart = nil
+        }
+        do {
+            let delay = try retry.delay(retrying: error, attempt: failures)
+            if alone {
+                try await progress.waiting(delay, after: error, attempt: failures, of: retry.maxRetries, on: timeline)
+            } else {
+                try await timeline.sleep(for: delay)
+            }
+        } catch {
+            throw control.requested != nil ? CancellationError() : error
         }
     }
 
@@ -274,6 +293,21 @@ extension SegmentWorker {
             )
             return .verified
         }
+        return try await outvote(index, in: pool, at: window, expected: expected, received: received)
+    }
+
+    /// A mirror whose bytes at `window` disagree with the file's: the other sources not yet
+    /// compared are asked for the same bytes, and the majority decides — the mirror is
+    /// dropped, the file starts over from the majority (its own sources outvoted), or the
+    /// download fails naming the sources when no side has it.
+    private func outvote(
+        _ index: Int,
+        in pool: SourcePool,
+        at window: Range<Int64>,
+        expected: [UInt8],
+        received: [UInt8]
+    ) async throws -> Verdict {
+        let source = chosen(index, in: pool)
         // Disagreement: who else says what at the same place?
         var forFile = pool.verifiedCount
         var forMirror = [source.url]

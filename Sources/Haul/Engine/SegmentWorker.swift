@@ -265,16 +265,9 @@ struct SegmentWorker: Sendable {
                     speedFloor = floor
                 }
                 if overlapChecked < overlap.count, buffer.readableBytes > 0 {
-                    let n = min(buffer.readableBytes, overlap.count - overlapChecked)
-                    let matches = buffer.withUnsafeReadableBytes { received in
-                        overlap.withUnsafeBytes { expected in
-                            memcmp(received.baseAddress!, expected.baseAddress! + overlapChecked, n) == 0
-                        }
-                    }
-                    guard matches else { throw Restart(reason: "the bytes before the resume point changed") }
+                    let n = try Self.compare(&buffer, with: overlap, from: overlapChecked)
                     overlapChecked += n
                     position += Int64(n)
-                    buffer.moveReaderIndex(forwardBy: n)
                     if overlapChecked == overlap.count { overlap = [] }
                 }
                 let count = buffer.readableBytes
@@ -315,15 +308,34 @@ struct SegmentWorker: Sendable {
         try await batch.flush(to: part)
         plan.wrote(upTo: batch.offset, segmentStart: start)
         credit()
-        if overlapChecked < overlap.count {
+        try checkEnd(of: segment, at: position, overlapLeft: overlap.count - overlapChecked, url: url)
+    }
+
+    /// The bytes of `buffer` that overlap what is on disk (rule 7), compared with
+    /// `overlap` from `checked` on and consumed; how many. Throws ``Restart`` when they differ.
+    private static func compare(_ buffer: inout ByteBuffer, with overlap: [UInt8], from checked: Int) throws -> Int {
+        let n = min(buffer.readableBytes, overlap.count - checked)
+        let matches = buffer.withUnsafeReadableBytes { received in
+            overlap.withUnsafeBytes { expected in
+                memcmp(received.baseAddress!, expected.baseAddress! + checked, n) == 0
+            }
+        }
+        guard matches else { throw Restart(reason: "the bytes before the resume point changed") }
+        buffer.moveReaderIndex(forwardBy: n)
+        return n
+    }
+
+    /// A response that ended at `position` ended where its segment does: not inside the
+    /// overlap check, and not short (rule 8: short is a network failure, never a finished file).
+    private func checkEnd(of segment: SegmentResponse, at position: Int64, overlapLeft: Int, url: URL) throws {
+        if overlapLeft > 0 {
             throw HaulError(
                 .connection,
                 "The response ended inside the overlap check for \(url.absoluteString)",
                 url: url
             )
         }
-        if let end = plan.segment(at: start)?.end, position < end {
-            // Rule 8: short is a network failure, never a finished file.
+        if let end = plan.segment(at: segment.segmentStart)?.end, position < end {
             throw endedEarly(segment, at: position, end: min(end, segment.expectedEnd ?? end), url: url)
         }
     }

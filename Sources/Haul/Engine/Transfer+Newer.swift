@@ -73,20 +73,13 @@ extension Transfer {
             return response
         }
         task.finalURL = response.url
-        let length = response.headers.first(name: "Content-Length").flatMap { Int64($0) }
-        let same: Bool
-        if response.status == 304 {
-            same = true
-        } else if done != nil {
-            // A server that ignores the condition: the same validators and length are the same file.
-            let current = Validators(headers: response.headers, totalLength: length)
-            same =
-                length == file.size && recorded.contradiction(response.headers) == nil
-                && (recorded.etag.map { $0 == current.etag } ?? (recorded.lastModified != nil))
-        } else {
-            let served = response.headers.first(name: "Last-Modified").flatMap(HTTPDate.parse)
-            same = length == file.size && served.map { $0 <= file.modified.addingTimeInterval(0.999) } == true
-        }
+        let same = TransferRules.isUpToDate(
+            status: response.status,
+            headers: response.headers,
+            recorded: done != nil ? recorded : nil,
+            size: file.size,
+            modified: file.modified
+        )
         guard same else {
             logger.info(
                 "the server has a newer version",
@@ -96,7 +89,17 @@ extension Transfer {
         }
         await HTTPTransport.discard(response.head.body)
         logger.info("up to date", metadata: ["path": "\(destination)", "status": "\(response.status)"])
-        if done == nil {
+        return .upToDate(try await keep(file, at: destination, downloadedHere: done != nil))
+    }
+
+    /// The file at `destination`, found up to date, kept as the task's result; one Haul did
+    /// not download is recorded as completed, with the time it was compared by.
+    private func keep(
+        _ file: (size: Int64, modified: Date),
+        at destination: String,
+        downloadedHere: Bool
+    ) async throws -> DownloadResult {
+        if !downloadedHere {
             // A file Haul did not download, now known to be the server's: recorded as
             // completed, with the time it was compared by.
             task.totalLength = file.size
@@ -119,6 +122,6 @@ extension Transfer {
             alreadyComplete: true
         )
         result.notModified = true
-        return .upToDate(result)
+        return result
     }
 }

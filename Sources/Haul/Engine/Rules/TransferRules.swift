@@ -271,6 +271,32 @@ struct TransferRules: Sendable, Equatable {
         return .success((contentRange, range.upperBound))
     }
 
+    // MARK: -N: the file already there
+
+    /// Whether the answer to `-N`'s conditional GET shows that the file at the destination
+    /// (`size` bytes, modified at `modified`) is the server's current version: a 304; or a 200
+    /// from a server that ignores conditions, when — for a file this task downloaded, whose
+    /// validators were `recorded` — its validators and length agree, or — for a file Haul did
+    /// not download (`recorded` nil) — it is no newer and of the same length.
+    static func isUpToDate(
+        status: Int,
+        headers: HTTPHeaders,
+        recorded: Validators?,
+        size: Int64,
+        modified: Date
+    ) -> Bool {
+        if status == 304 { return true }
+        let length = headers.first(name: "Content-Length").flatMap { Int64($0) }
+        guard length == size else { return false }
+        if let recorded {
+            let current = Validators(headers: headers, totalLength: length)
+            return recorded.contradiction(headers) == nil
+                && (recorded.etag.map { $0 == current.etag } ?? (recorded.lastModified != nil))
+        }
+        let served = headers.first(name: "Last-Modified").flatMap(HTTPDate.parse)
+        return served.map { $0 <= modified.addingTimeInterval(0.999) } == true
+    }
+
     /// The body length a response declares, when it declares one it is bound to (no
     /// transfer coding).
     static func contentLength(_ headers: HTTPHeaders) -> Int64? {
