@@ -160,7 +160,7 @@ package struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableReco
 extension TaskRecord {
     package init(row: Row) throws {
         let id = try row.decode(UUID.self, forColumn: Columns.id)
-        let reader = RowReader(row: row, taskID: id)
+        let reader = TaskRowReader(row: row, taskID: id)
         self.id = id
         session = try reader.value(Columns.session)
         url = try reader.url(Columns.url)
@@ -281,122 +281,6 @@ extension TaskRecord {
         encoder.outputFormatting = .sortedKeys
         return String(decoding: try encoder.encode(headers), as: UTF8.self)
     }
-
-    /// Reads a task's columns, turning any value that is not what Haul wrote into one
-    /// sentence naming the task and the column.
-    private struct RowReader {
-        let row: Row
-        let taskID: UUID
-
-        func unreadable(_ column: Column, _ what: String) -> HaulError {
-            HaulError(
-                .store,
-                "Task \(taskID) in the Haul store cannot be read: its \(column.name) \(what)",
-                hint: "Remove it with 'haul remove \(taskID)', or point HAUL_HOME at another directory"
-            )
-        }
-
-        func value<Value: DatabaseValueConvertible>(_ column: Column) throws -> Value {
-            do {
-                return try row.decode(Value.self, forColumn: column)
-            } catch {
-                throw unreadable(column, "holds a value of the wrong type")
-            }
-        }
-
-        func url(_ column: Column) throws -> URL {
-            let text: String = try value(column)
-            return try parsedURL(text, column)
-        }
-
-        func optionalURL(_ column: Column) throws -> URL? {
-            let text: String? = try value(column)
-            return try text.map { try parsedURL($0, column) }
-        }
-
-        private func parsedURL(_ text: String, _ column: Column) throws -> URL {
-            guard let url = URL(string: text) else { throw unreadable(column, "is not a URL") }
-            return url
-        }
-
-        func headers(_ column: Column) throws -> [HTTPHeaderField] {
-            let text: String = try value(column)
-            if text == "[]" { return [] }
-            do {
-                return try JSONDecoder().decode([HTTPHeaderField].self, from: Data(text.utf8))
-            } catch {
-                throw unreadable(column, "is not a list of headers")
-            }
-        }
-
-        func checksum(_ column: Column) throws -> Checksum? {
-            let text: String? = try value(column)
-            return try text.map { text in
-                do {
-                    return try Checksum(parsing: text)
-                } catch {
-                    throw unreadable(column, "is not a checksum")
-                }
-            }
-        }
-
-        func tls(_ column: Column) throws -> TLSOptions {
-            guard let text: String = try value(column) else { return TLSOptions() }
-            do {
-                let options = try JSONDecoder().decode(TLSOptions.self, from: Data(text.utf8))
-                try options.validate()
-                return options
-            } catch {
-                throw unreadable(column, "is not a set of TLS options")
-            }
-        }
-
-        func proxy(_ column: Column) throws -> ProxySettings {
-            guard let text: String = try value(column) else { return .direct }
-            do {
-                let settings = try JSONDecoder().decode(ProxySettings.self, from: Data(text.utf8))
-                try settings.validate()
-                return settings
-            } catch {
-                throw unreadable(column, "is not a set of proxy settings")
-            }
-        }
-
-        func json<Value: Decodable>(
-            _ column: Column,
-            default empty: Value,
-            what: String,
-            check: (Value) throws -> Void
-        ) throws -> Value {
-            guard let text: String = try value(column) else { return empty }
-            do {
-                let decoded = try JSONDecoder().decode(Value.self, from: Data(text.utf8))
-                try check(decoded)
-                return decoded
-            } catch {
-                throw unreadable(column, "is not \(what)")
-            }
-        }
-
-        func state(_ column: Column) throws -> TaskState {
-            let text: String = try value(column)
-            guard let state = TaskState(rawValue: text) else { throw unreadable(column, "'\(text)' is not a state") }
-            return state
-        }
-
-        func optionalDate(_ column: Column) throws -> Date? {
-            guard let text: String = try value(column) else { return nil }
-            guard let date = StoreDate.date(text) else { throw unreadable(column, "is not a date") }
-            return date
-        }
-
-        func date(_ column: Column) throws -> Date {
-            guard let date = StoreDate.date(row[column] as DatabaseValue) else {
-                throw unreadable(column, "is not a date")
-            }
-            return date
-        }
-    }
 }
 
 extension TaskRecord {
@@ -445,62 +329,5 @@ extension TaskRecord {
             partPath: nil,
             partIdentity: nil
         )
-    }
-}
-
-/// One byte range of a download and how much of it is durably on disk.
-///
-/// A task has one or more segments; together they cover the file. `committed` is the
-/// absolute offset up to which this segment's bytes were synced to the part file before
-/// the record was written: a restart continues each segment from there.
-package struct SegmentRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
-    package static let databaseTableName = "segment"
-
-    package var taskID: UUID
-    package var ordinal: Int
-    /// First byte of the segment.
-    package var start: Int64
-    /// One past the last byte, or nil while the length is unknown.
-    package var end: Int64?
-    /// Bytes in `start..<committed` are durably on disk.
-    package var committed: Int64
-
-    package init(taskID: UUID, ordinal: Int, start: Int64, end: Int64? = nil, committed: Int64) {
-        self.taskID = taskID
-        self.ordinal = ordinal
-        self.start = start
-        self.end = end
-        self.committed = committed
-    }
-
-    package enum Columns {
-        package static let taskID = Column(CodingKeys.taskID)
-        package static let ordinal = Column(CodingKeys.ordinal)
-        package static let committed = Column(CodingKeys.committed)
-    }
-}
-
-extension SegmentRecord {
-    /// Why segments cannot describe one download's file, or nil when they can: none at all,
-    /// one inverted or past its own end or the file's length, two that overlap, one without
-    /// an end before the last. Whatever comes from outside a running transfer — resume data,
-    /// the store's rows — is checked with it before a transfer does arithmetic on it.
-    package static func layoutProblem(
-        _ segments: [(start: Int64, end: Int64?, committed: Int64)],
-        totalLength: Int64?
-    ) -> String? {
-        guard !segments.isEmpty else { return "no segments" }
-        let sorted = segments.sorted { $0.start < $1.start }
-        for (index, segment) in sorted.enumerated() {
-            guard segment.start >= 0, segment.committed >= segment.start else { return "a segment is inverted" }
-            if let end = segment.end {
-                guard end >= segment.start, segment.committed <= end else { return "a segment overruns its end" }
-                if let totalLength, end > totalLength { return "a segment lies beyond the file's length" }
-            }
-            guard index + 1 < sorted.count else { continue }
-            guard let end = segment.end else { return "a segment without an end is not the last" }
-            if end > sorted[index + 1].start { return "two segments overlap" }
-        }
-        return nil
     }
 }

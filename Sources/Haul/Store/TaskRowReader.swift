@@ -1,0 +1,118 @@
+import Foundation
+import GRDB
+
+/// Reads a task's columns, turning any value that is not what Haul wrote into one
+/// sentence naming the task and the column.
+struct TaskRowReader {
+    let row: Row
+    let taskID: UUID
+
+    func unreadable(_ column: Column, _ what: String) -> HaulError {
+        HaulError(
+            .store,
+            "Task \(taskID) in the Haul store cannot be read: its \(column.name) \(what)",
+            hint: "Remove it with 'haul remove \(taskID)', or point HAUL_HOME at another directory"
+        )
+    }
+
+    func value<Value: DatabaseValueConvertible>(_ column: Column) throws -> Value {
+        do {
+            return try row.decode(Value.self, forColumn: column)
+        } catch {
+            throw unreadable(column, "holds a value of the wrong type")
+        }
+    }
+
+    func url(_ column: Column) throws -> URL {
+        let text: String = try value(column)
+        return try parsedURL(text, column)
+    }
+
+    func optionalURL(_ column: Column) throws -> URL? {
+        let text: String? = try value(column)
+        return try text.map { try parsedURL($0, column) }
+    }
+
+    private func parsedURL(_ text: String, _ column: Column) throws -> URL {
+        guard let url = URL(string: text) else { throw unreadable(column, "is not a URL") }
+        return url
+    }
+
+    func headers(_ column: Column) throws -> [HTTPHeaderField] {
+        let text: String = try value(column)
+        if text == "[]" { return [] }
+        do {
+            return try JSONDecoder().decode([HTTPHeaderField].self, from: Data(text.utf8))
+        } catch {
+            throw unreadable(column, "is not a list of headers")
+        }
+    }
+
+    func checksum(_ column: Column) throws -> Checksum? {
+        let text: String? = try value(column)
+        return try text.map { text in
+            do {
+                return try Checksum(parsing: text)
+            } catch {
+                throw unreadable(column, "is not a checksum")
+            }
+        }
+    }
+
+    func tls(_ column: Column) throws -> TLSOptions {
+        guard let text: String = try value(column) else { return TLSOptions() }
+        do {
+            let options = try JSONDecoder().decode(TLSOptions.self, from: Data(text.utf8))
+            try options.validate()
+            return options
+        } catch {
+            throw unreadable(column, "is not a set of TLS options")
+        }
+    }
+
+    func proxy(_ column: Column) throws -> ProxySettings {
+        guard let text: String = try value(column) else { return .direct }
+        do {
+            let settings = try JSONDecoder().decode(ProxySettings.self, from: Data(text.utf8))
+            try settings.validate()
+            return settings
+        } catch {
+            throw unreadable(column, "is not a set of proxy settings")
+        }
+    }
+
+    func json<Value: Decodable>(
+        _ column: Column,
+        default empty: Value,
+        what: String,
+        check: (Value) throws -> Void
+    ) throws -> Value {
+        guard let text: String = try value(column) else { return empty }
+        do {
+            let decoded = try JSONDecoder().decode(Value.self, from: Data(text.utf8))
+            try check(decoded)
+            return decoded
+        } catch {
+            throw unreadable(column, "is not \(what)")
+        }
+    }
+
+    func state(_ column: Column) throws -> TaskState {
+        let text: String = try value(column)
+        guard let state = TaskState(rawValue: text) else { throw unreadable(column, "'\(text)' is not a state") }
+        return state
+    }
+
+    func optionalDate(_ column: Column) throws -> Date? {
+        guard let text: String = try value(column) else { return nil }
+        guard let date = StoreDate.date(text) else { throw unreadable(column, "is not a date") }
+        return date
+    }
+
+    func date(_ column: Column) throws -> Date {
+        guard let date = StoreDate.date(row[column] as DatabaseValue) else {
+            throw unreadable(column, "is not a date")
+        }
+        return date
+    }
+}
