@@ -257,7 +257,7 @@ extension PostgresStore: FleetView {
     package var storeDescription: String { location.map { "\($0)" } ?? "PostgreSQL" }
 
     package func fleetNodes() async throws -> [API.Status.Fleet.Node] {
-        try await fleet.nodes().map {
+        try await fleet.report.nodes().map {
             API.Status.Fleet.Node(
                 name: $0.name,
                 startedAt: $0.startedAt,

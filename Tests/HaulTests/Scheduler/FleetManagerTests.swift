@@ -118,7 +118,9 @@ struct FleetManagerTests {
                                     let infos = try await node.infos(ids: nil, background: true, session: nil)
                                     return infos.count == count && infos.allSatisfy { $0.state == .completed }
                                 }
-                                let unfinished = try await node.fleet.entries().filter { $0.state != "completed" }
+                                let unfinished = try await node.fleet.report.entries().filter {
+                                    $0.state != "completed"
+                                }
                                 #expect(done, "unfinished: \(unfinished)")
                                 watcher.cancel()
                             }
@@ -135,7 +137,7 @@ struct FleetManagerTests {
                 #expect(runs.values.reduce(0, +) == count, "\(runs)")
                 #expect(runs.count >= 2, "the work went to one node only: \(runs)")
                 // Nothing is left leased.
-                #expect(try await nodes[0].fleet.entries().allSatisfy { $0.owner == nil })
+                #expect(try await nodes[0].fleet.report.entries().allSatisfy { $0.owner == nil })
             }
         }
     }
@@ -176,16 +178,16 @@ struct FleetManagerTests {
                                     )
                                 }
                                 let done = try await waitUntil(timeout: .seconds(300), every: .milliseconds(200)) {
-                                    try await node.fleet.stateCounts() == ["completed": count]
+                                    try await node.fleet.report.stateCounts() == ["completed": count]
                                 }
-                                let counts = try await node.fleet.stateCounts()
+                                let counts = try await node.fleet.report.stateCounts()
                                 #expect(done, "\(counts)")
                             }
                         }
                     }
                     try await group.waitForAll()
                 }
-                let entries = try await nodes[0].fleet.entries()
+                let entries = try await nodes[0].fleet.report.entries()
                 #expect(entries.count == count)
                 let twice = entries.filter { $0.fence != 1 || $0.owner != nil || $0.state != "completed" }
                 #expect(twice.isEmpty, "\(twice.count) leased more than once, or left leased: \(twice.prefix(3))")
@@ -374,14 +376,14 @@ struct FleetManagerTests {
                     let states = try await node.infos(ids: nil, background: true, session: nil).map(\.state)
                     if !done {
                         // What the node holds, for the cause (a task left queued here once, under load).
-                        let entries = try await node.fleet.entries().map {
+                        let entries = try await node.fleet.report.entries().map {
                             "\($0.id.uuidString.prefix(4)) \($0.state) \($0.owner ?? "-") fence \($0.fence)"
                         }
                         Issue.record(
                             """
                             not all completed: \(states); running here \(await manager.runningTaskIDs), \
                             waiting here \(await manager.waitingTaskIDs), leases held \(added.map { node.holdsLease($0.id) }), \
-                            queue \(entries), nodes \(try await node.fleet.nodes().map(\.name))
+                            queue \(entries), nodes \(try await node.fleet.report.nodes().map(\.name))
                             """
                         )
                     }
@@ -487,7 +489,7 @@ struct FleetManagerTests {
                     try await a.sendBackOverLimits()
                     #expect(try await waitUntil { await a.runningTaskIDs.isEmpty && server.activeResponses == 2 })
                     #expect(Set(await b.runningTaskIDs) == Set(ids[0..<2]))
-                    let entries = try await nodes[0].fleet.entries()
+                    let entries = try await nodes[0].fleet.report.entries()
                     #expect(entries.filter { ids[2..<4].contains($0.id) }.allSatisfy { $0.state == "queued" })
 
                     // Raised again: the two sent back continue from their checkpoints (at full

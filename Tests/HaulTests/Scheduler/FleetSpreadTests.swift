@@ -27,14 +27,14 @@ struct FleetSpreadTests {
                     runs.append(Task { try await manager.run() })
                 }
                 // Every node has said it is alive before any work arrives.
-                #expect(try await waitUntil { try await nodes[0].fleet.nodes().count == 3 })
+                #expect(try await waitUntil { try await nodes[0].fleet.report.nodes().count == 3 })
                 let added = try await managers[0].download(
                     (0..<12).map { DownloadRequest(url: server.url("/s\($0)"), destination: .directory(temp.path)) }
                 )
                 var owners: [String: Int] = [:]
                 #expect(
                     try await waitUntil {
-                        let entries = try await nodes[0].fleet.entries()
+                        let entries = try await nodes[0].fleet.report.entries()
                         owners = Dictionary(
                             entries.filter { $0.state == "running" }.compactMap(\.owner).map { ($0, 1) },
                             uniquingKeysWith: +
@@ -46,7 +46,7 @@ struct FleetSpreadTests {
                 #expect(owners == ["a": 2, "b": 2, "c": 2])
                 // And it stays so while they run: a node never takes a third.
                 for _ in 0..<5 {
-                    let entries = try await nodes[0].fleet.entries()
+                    let entries = try await nodes[0].fleet.report.entries()
                     for node in ["a", "b", "c"] {
                         #expect(entries.filter { $0.state == "running" && $0.owner == node }.count <= 2)
                     }

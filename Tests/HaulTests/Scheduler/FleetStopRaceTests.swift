@@ -62,7 +62,7 @@ struct FleetStopRaceTests {
                             "s\(index) was fetched after its \(stop.rawValue) returned"
                         )
                     }
-                    #expect(try await nodes[0].fleet.entries().allSatisfy { $0.owner == nil })
+                    #expect(try await nodes[0].fleet.report.entries().allSatisfy { $0.owner == nil })
                 }
             }
         }

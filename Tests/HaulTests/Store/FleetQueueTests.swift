@@ -98,9 +98,9 @@ struct FleetQueueTests {
             let versions = try await client.query("SELECT version FROM haul_migration ORDER BY version")
                 .decode(Int.self).collected()
             #expect(versions == Array(1...FleetQueue.migrations.count))
-            #expect(try await queue.entries().map(\.id) == [id])
+            #expect(try await queue.report.entries().map(\.id) == [id])
             _ = try await queue.heartbeat(bytesPerSecond: 5, duration: .seconds(10), renewing: [])
-            #expect(try await queue.nodes().map(\.bytesPerSecond) == [5])
+            #expect(try await queue.report.nodes().map(\.bytesPerSecond) == [5])
         }
     }
 
@@ -133,11 +133,11 @@ struct FleetQueueTests {
                 )
                 .allSatisfy { $0.fence == $1.fence && $0.expires > $1.expires }
             )
-            var nodes = try await a.fleet.nodes()
+            var nodes = try await a.fleet.report.nodes()
             #expect(nodes.map(\.name) == ["a"], "b has not beaten yet")
             #expect(nodes.first?.leases == 2 && nodes.first?.bytesPerSecond == 1000)
             _ = try await b.fleet.heartbeat(bytesPerSecond: 0, duration: .seconds(60), renewing: theirs)
-            nodes = try await a.fleet.nodes()
+            nodes = try await a.fleet.report.nodes()
             #expect(nodes.map(\.name) == ["a", "b"] && nodes.map(\.leases) == [2, 1])
 
             // a leaves: its two tasks are free at once, for b, with the next fence.
@@ -147,7 +147,7 @@ struct FleetQueueTests {
             #expect(taken.allSatisfy { $0.fence == 2 })
             // What a still holds after leaving: nothing, and its old leases write nothing.
             #expect(try await a.fleet.release(mine[0]) == false)
-            nodes = try await a.fleet.nodes()
+            nodes = try await a.fleet.report.nodes()
             #expect(nodes.first { $0.name == "a" }?.stoppedAt != nil)
             #expect(nodes.map(\.leases) == [0, 3])
         }
@@ -299,7 +299,7 @@ struct FleetQueueTests {
             }
             #expect(taken.count == 90)
             #expect(Set(taken).count == 90, "a task was leased twice")
-            let entries = try await nodes[0].fleet.entries()
+            let entries = try await nodes[0].fleet.report.entries()
             #expect(entries.allSatisfy { $0.state == "completed" && $0.fence == 1 && $0.owner == nil })
         }
     }
@@ -327,13 +327,13 @@ struct FleetQueueTests {
             #expect(lost?.message.contains("This node (a) no longer holds task") == true)
             #expect(!a.holdsLease(id))
             #expect(try await a.heartbeat(bytesPerSecond: 0).isEmpty)
-            var entry = try #require(try await a.fleet.entries().first)
+            var entry = try #require(try await a.fleet.report.entries().first)
             #expect(entry.owner == "b" && entry.state == "running" && entry.committed == 1000 && entry.fence == 2)
             // B's writes count; its end frees the row.
             try await b.checkpoint(id, segments: segment(2000))
             #expect(try await b.heartbeat(bytesPerSecond: 0).isEmpty, "b still holds it")
             try await b.setState(id, .completed)
-            entry = try #require(try await a.fleet.entries().first)
+            entry = try #require(try await a.fleet.report.entries().first)
             #expect(entry.state == "completed" && entry.committed == 2000 && entry.owner == nil)
             #expect(!b.holdsLease(id))
         }
@@ -362,14 +362,14 @@ struct FleetQueueTests {
             #expect(again?.code == .revoked)
             await #expect(throws: HaulError.self) { try await a.setState(id, .queued) }
             #expect(try await b.task(id: id)?.state == .paused)
-            #expect(try await b.fleet.entries().first?.committed == 0)
+            #expect(try await b.fleet.report.entries().first?.committed == 0)
             // Resumed elsewhere while the run here is still stopping: that run cannot take
             // the task back; another node can.
             _ = try await b.requeue(id, state: .queued)
             #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5).isEmpty)
             a.runEnded(id)
             #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == [id])
-            #expect(try await b.fleet.entries().first?.fence == 2)
+            #expect(try await b.fleet.report.entries().first?.fence == 2)
         }
     }
 
@@ -391,7 +391,7 @@ struct FleetQueueTests {
             let c = try await Self.node(client, "c", lease: .seconds(30))
             #expect(try await c.acquireLeases(wanted: 5, maxRunning: 5, perHost: 5) == [ids[0]])
             #expect(try await b.task(id: ids[1])?.state == .retrying)
-            #expect(try await b.fleet.entries().first { $0.id == ids[0] }?.owner == "c")
+            #expect(try await b.fleet.report.entries().first { $0.id == ids[0] }?.owner == "c")
         }
     }
 
@@ -426,7 +426,7 @@ struct FleetQueueTests {
             #expect(placed.all == [ids[1]])
             let task = try await b.task(id: ids[1])
             #expect(task?.state == .completed && task?.partPath == nil)
-            #expect(try await b.fleet.entries().map(\.owner) == [nil, nil])
+            #expect(try await b.fleet.report.entries().map(\.owner) == [nil, nil])
             // The full completion that follows is a's to record.
             try await a.checkpoint(
                 ids[1],
@@ -460,7 +460,7 @@ struct FleetQueueTests {
             try await a.placeFinished(ids[0]) { placed.add(ids[0]) }
             #expect(placed.all == ids)
             #expect(try await a.task(id: ids[0])?.state == .completed)
-            #expect(try await a.fleet.entries().map(\.owner) == [nil])
+            #expect(try await a.fleet.report.entries().map(\.owner) == [nil])
         }
     }
 
@@ -480,7 +480,7 @@ struct FleetQueueTests {
             try await a.leaveFleet()
             #expect(!a.holdsLease(ids[0]))
             #expect(try await b.acquireLeases(wanted: 2, maxRunning: 2, perHost: 2) == Array(ids[0..<2]))
-            #expect(try await b.fleet.entries().prefix(2).map(\.fence) == [2, 2])
+            #expect(try await b.fleet.report.entries().prefix(2).map(\.fence) == [2, 2])
         }
     }
 }
