@@ -146,7 +146,9 @@ struct ProxyTests {
                 let url = server.url("/f.bin").absoluteString
                 let missing = try await HaulProcess.get(["--proxy", proxy.url(), url], in: try TemporaryDirectory())
                 #expect(missing.status == 4)
-                #expect(!missing.stderr.contains("retrying"), "\(missing.stderr)")
+                // A 407 is final, never retried. (tinyproxy under load may close a connection
+                // without answering, which is retried, rightly: only what follows a 407 counts.)
+                #expect(!Self.retried(after: "(HTTP 407)", in: missing.stderr), "\(missing.stderr)")
                 #expect(
                     missing.stderr.contains(
                         "The proxy 127.0.0.1:\(proxy.port) refused the request for 127.0.0.1: it wants valid credentials (HTTP 407)"
@@ -160,7 +162,7 @@ struct ProxyTests {
                     in: try TemporaryDirectory()
                 )
                 #expect(wrong.status == 6)  // An HTTP status: 401 could be the origin's.
-                #expect(!wrong.stderr.contains("retrying"), "\(wrong.stderr)")
+                #expect(!Self.retried(after: "401", in: wrong.stderr), "\(wrong.stderr)")
                 #expect(wrong.stderr.contains("the proxy 127.0.0.1:\(proxy.port) may have answered"), "\(wrong.stderr)")
                 for text in [missing.stderr, wrong.stderr] {
                     #expect(!text.contains("wrong-pw") && !text.contains("right-pw"))
@@ -168,6 +170,11 @@ struct ProxyTests {
                 #expect(server.requests(for: "/f.bin").isEmpty)
             }
         }
+    }
+
+    /// Whether `stderr` has a retry line whose reason contains `reason`.
+    static func retried(after reason: String, in stderr: String) -> Bool {
+        stderr.split(separator: "\n").contains { $0.contains("retrying") && $0.contains(reason) }
     }
 
     @Test("a proxy that is not running: the message says the proxy failed, and it is retried", .enabled(if: usable))
