@@ -56,9 +56,10 @@ extension DownloadManager {
             // answer within a claim's time (the claim may have been revoked for that reason).
             let store = self.store
             let wait = sharedQueue?.claimDuration ?? .seconds(15)
+            let timeline = downloader.timeline
             let read = try? await valueOrNil(
                 of: { try await store.task(id: id) },
-                unlessFirst: { try? await Task.sleep(for: wait) }
+                unlessFirst: { try? await timeline.sleep(for: wait) }
             )
             await noteStateElsewhere(id, read.map { $0?.state })
         }

@@ -162,8 +162,9 @@ extension DownloadManager {
             await comeOnline(id)
         } else if let limit = networkWaitLimit {
             known[id]?.retryTimer?.cancel()
+            let timeline = self.timeline
             known[id]?.retryTimer = Task { [weak self] in
-                try? await Task.sleep(for: limit)
+                try? await timeline.sleep(for: limit)
                 guard !Task.isCancelled else { return }
                 await self?.networkWaitExpired(id, host: host, limit: limit)
             }
