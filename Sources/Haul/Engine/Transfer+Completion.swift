@@ -104,7 +104,7 @@ extension Transfer {
             // Placed as the store's step making the task completed: with a shared queue,
             // under this manager's claim, so that a pause or cancel from another manager
             // cannot land between the claim's check and the file's placement.
-            try await store.placeFinished(task.id) {
+            try await environment.placeFinished(task.id) {
                 try await FileIO.run {
                     try FileOps.rename(partPath, to: destination, replacing: replacing)
                     part.unmark()  // The finished file is the user's, not a part file.

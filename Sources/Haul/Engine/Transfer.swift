@@ -35,6 +35,12 @@ struct TransferEnvironment: Sendable {
     var setsOriginAttribute = true
     /// The time transfers measure and wait by (the downloader's clock).
     var timeline = Timeline()
+    /// Runs the placement of a finished file (its rename) as the step that makes the task
+    /// completed: at once on its own, or guarded by a shared queue (``SharedQueue/placeFinished(_:_:)``).
+    var placeFinished: @Sendable (UUID, @escaping @Sendable () async throws -> Void) async throws -> Void = {
+        _,
+        place in try await place()
+    }
     var logger: Logger
 }
 

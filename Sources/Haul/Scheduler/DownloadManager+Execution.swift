@@ -22,6 +22,10 @@ extension DownloadManager {
             // than the whole cap.
             environment.hostConnections = hostConnections
             environment.connectionCap = hostConnections.cap
+            if let sharedQueue {
+                // The file is placed under this manager's claim on the task.
+                environment.placeFinished = { id, place in try await sharedQueue.placeFinished(id, place) }
+            }
             // This manager decides what a failure becomes (failed, retrying, waiting).
             environment.defersFailureRecord = await defersFailureRecord
             if watchesNetwork {

@@ -33,6 +33,14 @@ package protocol SharedQueue: Sendable {
     func giveBack(_ id: UUID) async throws
     /// Gives every claim still held back at once (the manager stops).
     func giveBackAll() async throws
+    /// Runs `place`, which puts a finished download's file where it belongs, as the step that
+    /// makes task `id` completed toward every manager: inside the store's transaction that
+    /// holds the task under this manager's claim and records it completed — refused
+    /// (``HaulError/Code/revoked``) before anything is placed when the claim no longer holds.
+    /// A pause or cancel from another manager so lands either before (nothing placed) or
+    /// after (it finds the task completed), never in between. The full completion (last
+    /// checkpoint, file details) is recorded after.
+    func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws
     /// Sends the tasks running over the shared limits back to waiting, the most recently
     /// started first, wherever they run; the managers running them stop. Returns them.
     func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID]

@@ -73,15 +73,6 @@ package protocol TaskStore: AnyObject, Sendable {
         code: HaulError.Code?,
         forgettingPart: Bool
     ) async throws
-    /// Runs `place`, which puts a finished download's file where it belongs, as the step
-    /// that makes task `id` completed toward everyone else: a store several managers share
-    /// runs it inside a transaction holding the task's row under this manager's claim
-    /// (``SharedQueue``), records the task completed in it, and refuses
-    /// (``HaulError/Code/revoked``) before anything is placed when the claim no longer holds
-    /// — so a pause or cancel from another manager lands either before (nothing placed) or
-    /// after (it finds the task completed), never in between. The full completion (last
-    /// checkpoint, file details) is recorded after.
-    func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws
     /// Records that a task waits to try again at `nextTryAt`.
     func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws
     /// Removes a task with its segments and pieces.
@@ -111,11 +102,6 @@ package protocol TaskStore: AnyObject, Sendable {
 // MARK: - What does not depend on the engine
 
 extension TaskStore {
-    /// A store only this process writes (SQLite): nothing can land in between; just place.
-    package func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws {
-        try await place()
-    }
-
     func setState(_ id: UUID, _ state: TaskState, error: String? = nil, code: HaulError.Code? = nil) async throws {
         try await setState(id, state, error: error, code: code, forgettingPart: false)
     }
