@@ -206,6 +206,15 @@ final class PartFile: Sendable {
 
     private static func unsupported(_ code: Int32) -> Bool { code == ENOTSUP || code == EOPNOTSUPP }
 
+    /// Deletes this part file, which this open handle holds locked, before it is closed.
+    /// Reopening it to delete it after a close (``remove(at:owner:identity:)``) can find it
+    /// still locked: a sync in flight on another thread (a background checkpoint) keeps the
+    /// file's lock until it returns, and the file would be left behind.
+    func delete() {
+        guard !closed.withLock({ $0 }) else { return }
+        unlink(path)
+    }
+
     /// Deletes `owner`'s part file at `path`, and nothing that is not it.
     static func remove(at path: String, owner: UUID, identity: String?) {
         guard let file = try? PartFile.openOwned(at: path, owner: owner, identity: identity) else { return }

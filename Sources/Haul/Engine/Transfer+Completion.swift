@@ -214,6 +214,9 @@ extension Transfer {
             return error
         }
         let stop = control.requested
+        // A cancelled run's partial data goes, deleted through its own locked handle (a sync
+        // still in flight elsewhere would keep a reopening from it).
+        if stop == .cancel { part?.delete() }
         part?.close()
         part = nil
         let resumeData = makeResumeData()
