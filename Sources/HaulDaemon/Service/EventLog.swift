@@ -46,11 +46,19 @@ final class EventLog: Sendable {
     /// The id of the last event logged by this daemon (0 before the first), so each
     /// broadcast says where it continues from. Only ``append(_:)`` moves it, one at a time.
     private let lastLogged = Mutex<Int64>(0)
+    /// The time a refused request waits by before it is tried again.
+    private let timeline: Timeline
 
-    init(store: any EventLogStore, limitPerSession: Int, logger: Logger) {
+    init(
+        store: any EventLogStore,
+        limitPerSession: Int,
+        logger: Logger,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
         self.store = store
         self.limitPerSession = limitPerSession
         self.logger = logger
+        self.timeline = Timeline(clock)
     }
 
     /// Records `events` until they end, then ends every listener.
@@ -124,24 +132,38 @@ final class EventLog: Sendable {
     /// a second apart when it refuses (under load a database may, for a moment): an event
     /// skipped for want of its session would be lost to every follower.
     private func session(ofTask id: UUID) async -> SessionLookup {
+        let found = await asked(
+            "cannot read a task's session",
+            givingUp: "cannot read the session of task \(id); its final state is logged once the store answers",
+            { try await self.store.session(ofTask: id) }
+        )
+        switch found {
+        case .some(.some(let session)): return .found(session)
+        case .some(.none): return .removed
+        case .none: return .unanswered
+        }
+    }
+
+    /// Asks the store, and again a second apart while it refuses, up to
+    /// ``appendAttempts`` times; nil when it never answered (or the log is stopping).
+    private func asked<T>(
+        _ refusal: String,
+        givingUp: String,
+        _ request: () async throws -> T
+    ) async -> T? {
         for attempt in 1...EventLog.appendAttempts {
             do {
-                return try await store.session(ofTask: id).map(SessionLookup.found) ?? .removed
+                return try await request()
             } catch {
                 guard attempt < EventLog.appendAttempts, !Task.isCancelled else {
-                    logger.error(
-                        "cannot read a task's session; its final state is logged once the store answers",
-                        metadata: ["haul.task": "\(id)", "error": "\(error)"]
-                    )
-                    return .unanswered
+                    logger.error("\(givingUp)", metadata: ["error": "\(error)"])
+                    return nil
                 }
-                if attempt == 1 {
-                    logger.warning("cannot read a task's session, trying again", metadata: ["error": "\(error)"])
-                }
-                try? await Task.sleep(for: .seconds(1))
+                if attempt == 1 { logger.warning("\(refusal), trying again", metadata: ["error": "\(error)"]) }
+                try? await timeline.sleep(for: .seconds(1))
             }
         }
-        return .unanswered
+        return nil
     }
 
     /// Listens from now on. The stream ends when the daemon stops.
@@ -205,25 +227,14 @@ final class EventLog: Sendable {
     /// Logs `records` and tells the listeners; a store that refuses them (a full disk, say)
     /// is given a few seconds. False when they could not be logged.
     private func append(_ records: [EventRecord]) async -> Bool {
-        var attempt = 1
-        while true {
-            do {
-                let logged = try await store.appendEvents(records)
-                broadcast(logged: logged)
-                return true
-            } catch {
-                guard attempt < EventLog.appendAttempts, !Task.isCancelled else {
-                    logger.error(
-                        "cannot log events; the final states of their tasks are logged once the store takes them",
-                        metadata: ["error": "\(error)"]
-                    )
-                    return false
-                }
-                if attempt == 1 { logger.warning("cannot log events, trying again", metadata: ["error": "\(error)"]) }
-                attempt += 1
-                try? await Task.sleep(for: .seconds(1))
-            }
-        }
+        let logged = await asked(
+            "cannot log events",
+            givingUp: "cannot log events; the final states of their tasks are logged once the store takes them",
+            { try await self.store.appendEvents(records) }
+        )
+        guard let logged else { return false }
+        broadcast(logged: logged)
+        return true
     }
 
     private func broadcast(logged: [EventRecord]) {

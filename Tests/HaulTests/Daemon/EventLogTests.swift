@@ -97,14 +97,24 @@ import Testing
     func sessionLookupRefused(_ engine: StoreEngine) async throws {
         try await withStore(engine) { store in
             let id = try await backgroundTask(store, state: .running)
-            let log = EventLog(store: SessionRefusingStore(store), limitPerSession: 100, logger: Logger(label: "test"))
+            let clock = TestClock()
+            let log = EventLog(
+                store: SessionRefusingStore(store),
+                limitPerSession: 100,
+                logger: Logger(label: "test"),
+                clock: clock
+            )
             let hub = EventHub()
             let events = hub.subscribe()
             let pump = Task { await log.run(events) }
             // No `added` seen for it (as when the subscription dropped it under load): its
-            // session is asked of the store, which refuses the first time.
+            // session is asked of the store, which refuses the first time; the log waits a
+            // second on its clock, then asks again.
             hub.publish(.stateChanged(id: id, from: .queued, to: .running, reason: .started))
-            let logged = try await waitUntil(timeout: .seconds(30)) {
+            await clock.waitForSleepers(1)
+            #expect(try await store.loggedEvents(session: "s", after: 0).isEmpty)
+            clock.advance(by: .seconds(1))
+            let logged = try await waitUntil {
                 try await store.loggedEvents(session: "s", after: 0).contains { $0.taskID == id && $0.to == .running }
             }
             #expect(logged, "the event was dropped when the store did not answer")
