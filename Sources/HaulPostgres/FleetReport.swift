@@ -1,4 +1,5 @@
 import Foundation
+import HaulWire
 import Logging
 import PostgresNIO
 
@@ -21,17 +22,7 @@ public struct FleetReport: Sendable {
     }
 
     /// A daemon of the fleet, as `haul status` shows it.
-    public struct Node: Sendable, Equatable {
-        public var name: String
-        public var startedAt: Date
-        public var heartbeatAt: Date
-        /// Its downloads' speed at its last heartbeat.
-        public var bytesPerSecond: Double
-        /// Tasks it holds unexpired leases on.
-        public var leases: Int
-        /// When it left the fleet cleanly; nil while it runs (or if it died).
-        public var stoppedAt: Date?
-    }
+    public typealias Node = API.Status.Fleet.Node
 
     /// The fleet's nodes, by name, with the leases each holds now.
     public func nodes() async throws -> [Node] {

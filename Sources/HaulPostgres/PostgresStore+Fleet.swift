@@ -257,15 +257,6 @@ extension PostgresStore: FleetView {
     package var storeDescription: String { location.map { "\($0)" } ?? "PostgreSQL" }
 
     package func fleetNodes() async throws -> [API.Status.Fleet.Node] {
-        try await fleet.report.nodes().map {
-            API.Status.Fleet.Node(
-                name: $0.name,
-                startedAt: $0.startedAt,
-                heartbeatAt: $0.heartbeatAt,
-                bytesPerSecond: $0.bytesPerSecond,
-                leases: $0.leases,
-                stoppedAt: $0.stoppedAt
-            )
-        }
+        try await fleet.report.nodes()
     }
 }
