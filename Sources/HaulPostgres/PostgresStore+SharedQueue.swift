@@ -55,8 +55,9 @@ extension PostgresStore: SharedQueue {
                     if !runOut.isEmpty { await notice(.revoked(runOut)) }
                 }
             }
-            await group.next()
-            group.cancelAll()
+            // Each runs until the manager cancels this (the signals' stream also ends when
+            // the store closes; the heartbeat and the watch go on meanwhile).
+            await group.waitForAll()
         }
     }
 
