@@ -63,34 +63,11 @@ final class PartFile: Sendable {
     }
 
     /// Device and inode, `"dev:ino"`: the file's identity where extended attributes are
-    /// missing (compared by ``sameFile(_:_:)``); nil when it cannot be read.
+    /// missing (compared by ``FileIdentity/same(_:_:)``); nil when it cannot be read.
     var identity: String? {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return nil }
-        return PartFile.identity(info)
-    }
-
-    private static func identity(_ info: stat) -> String { "\(info.st_dev):\(info.st_ino)" }
-
-    /// Whether two identities (`"dev:ino"`) name one file. The inodes must match; the
-    /// devices need not: machines that mount one share (NFS) give it different device
-    /// numbers, while the inode is the file's id on the server — so a daemon on another machine
-    /// that takes over a task finds the part file another machine was writing.
-    static func sameFile(_ recorded: String, _ actual: String) -> Bool {
-        func inode(_ identity: String) -> Substring? {
-            let parts = identity.split(separator: ":")
-            guard parts.count == 2, UInt64(parts[0]) != nil, UInt64(parts[1]) != nil else { return nil }
-            return parts[1]
-        }
-        guard let recordedInode = inode(recorded), let actualInode = inode(actual) else { return false }
-        return recordedInode == actualInode
-    }
-
-    /// The identity of the regular file at `path` (not following a link); nil when there is none.
-    static func identity(at path: String) -> String? {
-        var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-        return identity(info)
+        return FileIdentity.of(info)
     }
 
     /// Creates a new, empty part file at `path` marked as `owner`'s, and locks it.
@@ -132,7 +109,7 @@ final class PartFile: Sendable {
             throw refuse("Haul did not create it")
         case .unsupported:
             // No extended attributes here: the store's record of the file is the proof.
-            guard let identity, PartFile.sameFile(identity, PartFile.identity(info)) else {
+            guard let identity, FileIdentity.same(identity, FileIdentity.of(info)) else {
                 throw refuse("Haul did not create it")
             }
         }

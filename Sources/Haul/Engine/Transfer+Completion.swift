@@ -24,7 +24,7 @@ extension Transfer {
             task.totalLength == size && !FileOps.exists(task.partPath ?? destination + ".part")
             && (committedBytes == size
                 || (task.partIdentity.map { recorded in
-                    PartFile.identity(at: destination).map { PartFile.sameFile(recorded, $0) } ?? false
+                    FileIdentity.at(destination).map { FileIdentity.same(recorded, $0) } ?? false
                 } ?? false))
         guard recorded || renamedBeforeCrash else { return nil }
         if let checksum {

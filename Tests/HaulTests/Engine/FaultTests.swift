@@ -346,7 +346,7 @@ struct FaultTests {
             record.state = .running
             record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
             record.partPath = destination + ".part"
-            record.partIdentity = try #require(PartFile.identity(at: destination))
+            record.partIdentity = try #require(FileIdentity.at(destination))
             try await downloader.store.adopt(
                 record,
                 segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, end: 1 << 20, committed: 1 << 19)]
@@ -367,7 +367,7 @@ struct FaultTests {
             let destination = temp.file("f.bin")
             // The part file the store names, then gone; another file of the same length in place.
             _ = FileManager.default.createFile(atPath: destination + ".part", contents: Data(count: 1 << 20))
-            let partIdentity = try #require(PartFile.identity(at: destination + ".part"))
+            let partIdentity = try #require(FileIdentity.at(destination + ".part"))
             let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(destination))
             var record = try await downloader.prepare(request).record
             record.validators = Validators(etag: "\"v1-1\"", totalLength: 1 << 20)
@@ -380,7 +380,7 @@ struct FaultTests {
             let stranger = Data(repeating: 7, count: 1 << 20)
             _ = FileManager.default.createFile(atPath: destination, contents: stranger)
             try FileManager.default.removeItem(atPath: destination + ".part")
-            #expect(PartFile.identity(at: destination) != partIdentity)
+            #expect(FileIdentity.at(destination) != partIdentity)
 
             await expectHaulError(.destinationExists) { _ = try await downloader.download(request).result() }
             #expect(FileManager.default.contents(atPath: destination) == stranger)

@@ -198,6 +198,43 @@ struct PartOwnershipTests {
         try FileManager.default.removeItem(atPath: path)
         try Data("theirs".utf8).write(to: URL(fileURLWithPath: path))
         #expect(throws: PartFile.Claim.self) { try PartFile.openOwned(at: path, owner: owner, identity: elsewhere) }
-        #expect(!PartFile.sameFile("1:2", "1:3") && PartFile.sameFile("1:2", "7:2") && !PartFile.sameFile("x", "1:2"))
+        #expect(!FileIdentity.same("1:2", "1:3") && FileIdentity.same("1:2", "7:2") && !FileIdentity.same("x", "1:2"))
+    }
+
+    @Test(
+        "a part file is deleted through its own locked handle: a reopening to delete it after the close finds the lock still held while another reference to the file (an fsync in flight) lives"
+    )
+    func deleteUnderItsOwnLock() throws {
+        let temp = try TemporaryDirectory()
+        let owner = UUID()
+        /// A second reference to the open file, as a sync still running on another thread holds one.
+        func holdOpen(_ path: String) throws -> Int32 {
+            let fds = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").compactMap { Int32($0) }
+            let fd = try #require(
+                fds.first {
+                    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == path
+                }
+            )
+            return dup(fd)
+        }
+
+        let reopened = temp.file("reopened.part")
+        let first = try PartFile.create(at: reopened, owner: owner)
+        let identity = first.identity
+        let held = try holdOpen(reopened)
+        first.close()
+        PartFile.remove(at: reopened, owner: owner, identity: identity)
+        #expect(FileManager.default.fileExists(atPath: reopened), "the hazard: the lock outlives the close")
+        close(held)
+        PartFile.remove(at: reopened, owner: owner, identity: identity)
+        #expect(!FileManager.default.fileExists(atPath: reopened), "once the other reference is gone, it goes")
+
+        let deleted = temp.file("deleted.part")
+        let second = try PartFile.create(at: deleted, owner: owner)
+        let stillHeld = try holdOpen(deleted)
+        second.delete()
+        second.close()
+        close(stillHeld)
+        #expect(!FileManager.default.fileExists(atPath: deleted))
     }
 }
