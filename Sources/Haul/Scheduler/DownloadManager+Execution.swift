@@ -17,26 +17,7 @@ extension DownloadManager {
             let committed = segments.reduce(0) { $0 + ($1.committed - $1.start) }
             if committed > 0 { hub.publish(.resumed(id: id, offset: committed, expectedTotal: record.totalLength)) }
             handles.limiter.setInitialRate(record.rateLimit)
-            var environment = downloader.environment
-            // The host's connections are shared among its downloads; one never asks for more
-            // than the whole cap.
-            environment.hostConnections = hostConnections
-            environment.connectionCap = hostConnections.cap
-            if let sharedQueue {
-                // The file is placed under this manager's claim on the task.
-                environment.placeFinished = { id, place in try await sharedQueue.placeFinished(id, place) }
-            }
-            // This manager decides what a failure becomes (failed, retrying, waiting).
-            environment.defersFailureRecord = await defersFailureRecord
-            if watchesNetwork {
-                // A run whose server has no route does not spend its retries waiting: it ends,
-                // and the task waits for the network instead.
-                let allowsMetered = record.allowsMetered
-                environment.isOffline = { [weak self] url in
-                    guard let self, let host = url.host else { return false }
-                    return self.networkBlock(host: host, allowsMetered: allowsMetered) != nil
-                }
-            }
+            let environment = await environment(for: record)
             if let host = record.url.host, networkBlockAtStart(host: host, allowsMetered: record.allowsMetered) != nil {
                 // No usable route now: the task waits for the network without trying.
                 var error = HaulError(
@@ -89,6 +70,33 @@ extension DownloadManager {
             stop: handles.control.requested,
             mayHaveHooks: task.map { $0.hooks != .none } ?? true
         )
+    }
+
+    /// The environment a run of `record` transfers in: the downloader's, with this manager's
+    /// shared connections per host, its claim over the file's placement (a shared queue), the
+    /// failures it decides itself, and its view of the network.
+    nonisolated private func environment(for record: TaskRecord) async -> TransferEnvironment {
+        var environment = downloader.environment
+        // The host's connections are shared among its downloads; one never asks for more
+        // than the whole cap.
+        environment.hostConnections = hostConnections
+        environment.connectionCap = hostConnections.cap
+        if let sharedQueue {
+            // The file is placed under this manager's claim on the task.
+            environment.placeFinished = { id, place in try await sharedQueue.placeFinished(id, place) }
+        }
+        // This manager decides what a failure becomes (failed, retrying, waiting).
+        environment.defersFailureRecord = await defersFailureRecord
+        if watchesNetwork {
+            // A run whose server has no route does not spend its retries waiting: it ends,
+            // and the task waits for the network instead.
+            let allowsMetered = record.allowsMetered
+            environment.isOffline = { [weak self] url in
+                guard let self, let host = url.host else { return false }
+                return self.networkBlock(host: host, allowsMetered: allowsMetered) != nil
+            }
+        }
+        return environment
     }
 
     func noteStateElsewhere(_ id: UUID, _ state: TaskState??) {
