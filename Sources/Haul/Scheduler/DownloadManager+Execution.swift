@@ -100,28 +100,7 @@ extension DownloadManager {
     }
 
     func noteStateElsewhere(_ id: UUID, _ state: TaskState??) {
-        known[id]?.stateElsewhere = state
-    }
-
-    /// A transfer whose claim was revoked has ended: nothing more is written about the task
-    /// here. Paused, cancelled, completed or failed elsewhere, it moves so here too (the
-    /// session's log, which has that state already, does not tell it twice); taken over by
-    /// another manager, it just stops running here; removed, it is forgotten.
-    func revoked(_ id: UUID) {
-        scheduler.remove(id)
-        let elsewhere: TaskState?? = known[id].flatMap { $0.stateElsewhere }
-        logger.warning(
-            "stopped a download whose claim in the shared queue was revoked",
-            metadata: ["haul.task": "\(id)", "state": "\(elsewhere.map { $0?.rawValue ?? "removed" } ?? "unknown")"]
-        )
-        switch elsewhere {
-        case .some(.some(.paused)): move(id, .pause, reason: .revoked)
-        case .some(.some(.cancelled)): move(id, .cancel, reason: .revoked)
-        case .some(.some(.completed)): move(id, .complete, reason: .revoked)
-        case .some(.some(.failed)): move(id, .fail, reason: .revoked)
-        case .some(.none): known[id] = nil
-        default: known[id] = ManagedTask(.queued, entry: known[id]?.entry)
-        }
+        machine.noteStateElsewhere(id, state)
     }
 
     /// `error` as this manager's users are to read it: a daemon's task is continued with
@@ -137,19 +116,21 @@ extension DownloadManager {
     }
 
     /// A run that ended is over for a task that now waits outside the queue (to try again,
-    /// for the network): it leaves the running set and the scheduler, moves, and wakes whoever
-    /// waited for the run's end.
-    func leaveRun(_ id: UUID, _ event: TaskStateMachine.Event, reason: StateChangeReason? = nil) {
-        running.remove(id)
+    /// for the network): it leaves the running set and the line, moves by `actions` (which
+    /// the machine gave for it), and whoever waited for the run's end goes on.
+    func leaveRun(_ id: UUID, _ actions: (inout ManagerMachine) -> [ManagerAction]) {
+        let run = runEndedHere(id)
+        perform(actions(&machine))
+        for waiter in run?.endWaiters ?? [] { waiter.resume() }
+    }
+
+    /// The run's handles, which it leaves; with a shared queue, the queue hears it ended.
+    private func runEndedHere(_ id: UUID) -> RunningTransfer? {
         if let sharedQueue {
             sharedQueue.runEnded(id)
             claimDoorbell.ring()
         }
-        let run = known[id]?.run
-        known[id]?.run = nil
-        scheduler.remove(id)
-        move(id, event, reason: reason)
-        for waiter in run?.endWaiters ?? [] { waiter.resume() }
+        return runs.removeValue(forKey: id)
     }
 
     /// Whether this manager's transfers leave their failures to it to record.
@@ -161,7 +142,7 @@ extension DownloadManager {
         do {
             try await store.setState(id, .failed, error: failure.description, code: failure.code)
         } catch {
-            known[id]?.unrecorded = .some(failure.description)
+            machine.owe(id, message: failure.description)
         }
     }
 
@@ -175,46 +156,38 @@ extension DownloadManager {
         stop: StopReason?,
         mayHaveHooks: Bool = true
     ) {
-        running.remove(id)
-        if let sharedQueue {
-            sharedQueue.runEnded(id)
-            claimDoorbell.ring()
-        }
-        let run = known[id]?.run
-        known[id]?.run = nil
-        known[id]?.offlinePending = false
+        let run = runEndedHere(id)
+        let end: RunEnd
+        let ending: Ending
         switch outcome {
         case .success(let result):
-            known[id]?.storeFailures = 0
-            known[id]?.retryAttempts = 0
-            scheduler.remove(id)
-            move(id, .complete)
-            ended(id, .completed(result), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
-        case .failure(let error) where error.code == .revoked:
-            revoked(id)
-        case .failure(let error) where error.code == .store && sharedQueue != nil:
-            storeFailedSharing(id, error: error, stop: stop)
-        case .failure(let error) where error.code == .store:
-            storeFailed(id, error: error, stop: stop)
-        case .failure(let error) where error.code == .paused && stop == .yield:
-            // The scheduler already moved it back to waiting (or, during shutdown, it stays queued).
-            move(id, .yield)
-        case .failure(let error) where error.code == .paused:
-            scheduler.remove(id)
-            move(id, .pause)
-        case .failure(let error) where error.code == .cancelled:
-            scheduler.remove(id)
-            move(id, .cancel)
+            (end, ending) = (.completed, .completed(result))
         case .failure(let error):
-            scheduler.remove(id)
-            move(id, .fail)
-            ended(id, .failed(error), mayHaveHooks: mayHaveHooks || run?.hooksAdded == true)
+            ending = .failed(error)
+            switch error.code {
+            case .revoked:
+                let elsewhere = machine[id].flatMap { $0.stateElsewhere }
+                logger.warning(
+                    "stopped a download whose claim in the shared queue was revoked",
+                    metadata: [
+                        "haul.task": "\(id)", "state": "\(elsewhere.map { $0?.rawValue ?? "removed" } ?? "unknown")",
+                    ]
+                )
+                end = .revoked
+            case .store:
+                end = .storeRefused(error.description, sharing: sharedQueue != nil)
+                noteStoreRefused(id, error: error, stop: stop)
+            case .paused: end = .paused
+            case .cancelled: end = .cancelled
+            default: end = .failed
+            }
         }
+        perform(
+            machine.runEnded(id, end, stop: stop),
+            ending: ending,
+            mayHaveHooks: mayHaveHooks || run?.hooksAdded == true
+        )
         for waiter in run?.endWaiters ?? [] { waiter.resume() }
-        if scheduler.isRunning(id), known[id]?.state == .queued {
-            // Re-admitted while it was still stopping (the limit went down, then up again).
-            start(id)
-        }
         admitAndStart()
     }
 }

@@ -30,7 +30,7 @@ extension DownloadManager {
             route = NetworkMonitor.route(to: host)
             routes[host] = .some(route)
         }
-        return policy.block(for: route, allowsMetered: known[id]?.entry?.allowsMetered ?? true)
+        return policy.block(for: route, allowsMetered: machine[id]?.entry?.allowsMetered ?? true)
     }
 
     /// ``networkBlock(host:allowsMetered:)`` for a known task, looked up afresh.
@@ -53,7 +53,7 @@ extension DownloadManager {
 
     /// The host of a task, as its scheduler entry names it (`host:port`).
     func host(of id: UUID) -> String? {
-        guard let key = known[id]?.entry?.host, let colon = key.lastIndex(of: ":") else { return nil }
+        guard let key = machine[id]?.entry?.host, let colon = key.lastIndex(of: ":") else { return nil }
         return String(key[..<colon])
     }
 
@@ -123,13 +123,12 @@ extension DownloadManager {
             hub.publish(.networkChanged(status))
         }
         var routes: [String: NetworkMonitor.Route?] = [:]
-        for id in running {
+        for id in machine.running {
             guard let block = networkBlock(of: id, routes: &routes) else { continue }
             logger.notice("waiting for the network", metadata: ["haul.task": "\(id)", "reason": "\(block.reason)"])
-            known[id]?.offlinePending = true
-            known[id]?.transfer?.control.request(.yield)
+            perform(machine.routeGone(id))
         }
-        for (id, task) in known where task.state == .waitingForNetwork {
+        for id in machine.knownIDs where machine.state(of: id) == .waitingForNetwork {
             guard networkBlock(of: id, routes: &routes) == nil else { continue }
             await comeOnline(id)
         }
@@ -139,8 +138,8 @@ extension DownloadManager {
     /// After a run stopped because its route went, or failed for want of one: the task waits
     /// for the network (keeping its data, spending no retries). True when it did.
     func goOffline(_ id: UUID, after error: HaulError?) async -> Bool {
-        guard watchesNetwork, !shuttingDown, running.contains(id), let host = host(of: id) else { return false }
-        let stoppedForRoute = known[id]?.offlinePending == true
+        guard watchesNetwork, !shuttingDown, machine.isRunning(id), let host = host(of: id) else { return false }
+        let stoppedForRoute = machine[id]?.offlinePending == true
         let found = networkBlock(of: id)
         if !stoppedForRoute {
             // A failure: only one the network explains, when it is still missing.
@@ -148,7 +147,6 @@ extension DownloadManager {
                 return false
             }
         }
-        known[id]?.offlinePending = false
         let block = found ?? .noRoute
         do {
             let why = "Waiting for the network: " + block.reason
@@ -156,14 +154,14 @@ extension DownloadManager {
         } catch {
             return false
         }
-        leaveRun(id, .offline, reason: block.stateChangeReason)
+        leaveRun(id) { $0.leftRun(id, .offline, reason: block.stateChangeReason) }
         // The route may have come back while the run stopped.
         if networkBlock(of: id) == nil {
             await comeOnline(id)
         } else if let limit = networkWaitLimit {
-            known[id]?.retryTimer?.cancel()
+            timers[id]?.cancel()
             let timeline = self.timeline
-            known[id]?.retryTimer = Task { [weak self] in
+            timers[id] = Task { [weak self] in
                 try? await timeline.sleep(for: limit)
                 guard !Task.isCancelled else { return }
                 await self?.networkWaitExpired(id, host: host, limit: limit)
@@ -175,8 +173,8 @@ extension DownloadManager {
 
     /// A task waited for the network as long as allowed: it fails, saying so.
     func networkWaitExpired(_ id: UUID, host: String, limit: Duration) async {
-        guard known[id]?.state == .waitingForNetwork, !shuttingDown else { return }
-        known[id]?.retryTimer = nil
+        guard machine.state(of: id) == .waitingForNetwork, !shuttingDown else { return }
+        timers[id] = nil
         let error = told(
             HaulError(
                 .connection,
@@ -190,24 +188,21 @@ extension DownloadManager {
         } catch {
             return
         }
-        guard known[id]?.state == .waitingForNetwork else { return }
-        move(id, .giveUp)
-        ended(id, .failed(error))
+        perform(machine.gaveUp(id), ending: .failed(error))  // Unless it moved meanwhile.
     }
 
     /// A waiting task's route is back: it queues in its old place.
     func comeOnline(_ id: UUID) async {
-        guard known[id]?.state == .waitingForNetwork, !shuttingDown else { return }
+        guard machine.state(of: id) == .waitingForNetwork, !shuttingDown else { return }
         disarmRetry(id)
         do {
             try await store.setState(id, .queued)
         } catch {
             return  // The next change, or a resume, tries again.
         }
-        guard known[id]?.state == .waitingForNetwork else { return }
+        guard machine.state(of: id) == .waitingForNetwork else { return }
         logger.notice("the network is back", metadata: ["haul.task": "\(id)"])
-        move(id, .online)
-        if let entry = known[id]?.entry { scheduler.enqueue(entry) }
+        perform(machine.online(id))
         admitAndStart()
     }
 }

@@ -82,16 +82,13 @@ extension DownloadManager {
             rateLimit: record.rateLimit,
             connections: record.connections
         )
-        if let state = known[id]?.state {
+        if let state = machine.added(DownloadManager.entry(for: record), paused: paused) {
             // Another add found it meanwhile (while this one awaited an earlier re-add) and queued it.
             var current = info
             current.state = state
             return current
         }
-        let entry = DownloadManager.entry(for: record)
-        known[id] = ManagedTask(paused ? .paused : .queued, entry: entry)
         hub.publish(.added(info))
-        if !paused { scheduler.enqueue(entry) }
         return info
     }
 
@@ -99,9 +96,9 @@ extension DownloadManager {
     func reAdded(_ record: TaskRecord, priority: Int) async throws -> DownloadInfo {
         var record = record
         let id = record.id
-        if let state = known[id]?.state {
+        if let state = machine.state(of: id) {
             // The store has the re-add's hooks now; a run under way learns that it has some.
-            if record.hooks != .none { known[id]?.run?.hooksAdded = true }
+            if record.hooks != .none { runs[id]?.hooksAdded = true }
             switch state {
             case .queued, .running: return try await info(id)
             case .paused, .failed, .retrying, .waitingForNetwork: return try await resume(id, priority: priority)
@@ -127,7 +124,7 @@ extension DownloadManager {
     /// - Throws: ``HaulError`` when the task is already queued or running here, or the
     ///   resume data does not describe a usable download.
     public func download(resumingFrom resumeData: ResumeData, priority: Int = 0) async throws -> DownloadInfo {
-        if let state = known[resumeData.taskID]?.state, state == .queued || state == .running {
+        if let state = machine.state(of: resumeData.taskID), state == .queued || state == .running {
             throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
         }
         var record = try await downloader.prepare(resumingFrom: resumeData, background: background).record
@@ -144,15 +141,10 @@ extension DownloadManager {
     func enqueueAdded(_ record: TaskRecord, isNew: Bool) async throws -> DownloadInfo {
         let id = record.id
         let committed = isNew ? 0 : try await info(id).bytesCommitted
-        if let state = known[id]?.state, state == .queued || state == .running {
+        // A task known finished (or stopped) queues again, keeping what the store owes it.
+        guard machine.addedAgain(DownloadManager.entry(for: record)) else {
             return try await info(id)  // Another add of the same download got here first.
         }
-        let entry = DownloadManager.entry(for: record)
-        // A task known finished (or stopped) queues again, keeping what the store owes it.
-        var task = known[id] ?? ManagedTask(.queued)
-        task.machine = TaskStateMachine(.queued)
-        task.entry = entry
-        known[id] = task
         let url = record.url
         hub.publish(
             .added(
@@ -170,7 +162,6 @@ extension DownloadManager {
                 )
             )
         )
-        scheduler.enqueue(entry)
         admitAndStart()
         return try await info(id)
     }
@@ -188,7 +179,7 @@ extension DownloadManager {
             try await recordStopped(id, as: .paused, was: state)
             move(id, .pause)
         case .running:
-            known[id]?.transfer?.control.request(.pause)
+            runs[id]?.handles.control.request(.pause)
             await waitForEnd(id)
         default:
             throw HaulError(.invalidArgument, "Cannot pause task \(id): it is \(state.rawValue)")
@@ -207,16 +198,8 @@ extension DownloadManager {
         }
         if let priority { try await store.setPriority(id, priority) }
         let order = try await store.requeue(id, state: .queued)
-        known[id]?.unrecorded = nil
-        known[id]?.storeFailures = 0
-        known[id]?.retryAttempts = 0
         disarmRetry(id)
-        move(id, .resume)
-        var entry = known[id]?.entry ?? Scheduler.Entry(id: id, host: "", priority: 0, queueOrder: order)
-        entry.queueOrder = order
-        if let priority { entry.priority = priority }
-        known[id]?.entry = entry
-        scheduler.enqueue(entry)
+        perform(machine.resumed(id, order: order, priority: priority))
         admitAndStart()
         return try await info(id)
     }
@@ -228,12 +211,7 @@ extension DownloadManager {
     public func reorder(_ ids: [UUID]) async throws {
         guard Set(ids).count == ids.count else { throw HaulError(.invalidArgument, "A task is named twice") }
         let orders = try await store.reorder(ids)
-        for (id, order) in orders {
-            guard var entry = known[id]?.entry else { continue }
-            entry.queueOrder = order
-            known[id]?.entry = entry
-            if scheduler.isWaiting(id) { scheduler.enqueue(entry) }
-        }
+        for (id, order) in orders { machine.reordered(id, order: order) }
     }
 
     /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
@@ -242,7 +220,7 @@ extension DownloadManager {
         let state = try currentState(id)
         switch state {
         case .running:
-            known[id]?.transfer?.control.request(.cancel)
+            runs[id]?.handles.control.request(.cancel)
             await waitForEnd(id)
         case .queued, .paused, .failed, .retrying, .waitingForNetwork:
             disarmRetry(id)
@@ -262,25 +240,15 @@ extension DownloadManager {
     /// records `state` for it. When the store refuses, nothing changes: a queued task goes
     /// back where it was (in line, or held for the store) and the error is thrown.
     func recordStopped(_ id: UUID, as state: TaskState, was previous: TaskState) async throws {
-        scheduler.remove(id)
-        stopsUnderWay.insert(id)
-        defer { stopsUnderWay.remove(id) }
-        let held = known[id]?.heldForStore ?? false
-        known[id]?.heldForStore = false
+        let held = machine.stopBegins(id)
         do {
             try await store.setState(id, state)
         } catch {
-            if previous == .queued {
-                if held {
-                    known[id]?.heldForStore = true
-                } else if let entry = known[id]?.entry {
-                    scheduler.enqueue(entry)
-                }
-                admitAndStart()
-            }
+            machine.stopEnds(id, recorded: false, was: previous, held: held)
+            if previous == .queued { admitAndStart() }
             throw error
         }
-        known[id]?.unrecorded = nil
+        machine.stopEnds(id, recorded: true, was: previous, held: held)
     }
 
     /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also
@@ -292,8 +260,7 @@ extension DownloadManager {
         let record = try await store.task(id: id)
         if deleteFile, state == .completed, let path = record?.destinationPath { FileOps.remove(path) }
         try await store.delete(id)
-        known[id] = nil
-        scheduler.remove(id)
+        machine.forget(id)
     }
 
     /// The state an operation on `id` finds: the one known here, except for a run whose end
@@ -301,7 +268,7 @@ extension DownloadManager {
     /// has not reached this manager yet — a pause then is refused as for a completed task,
     /// instead of answered as done. Nil for an unknown task.
     func operableState(_ id: UUID) async -> TaskState? {
-        guard let state = known[id]?.state else { return nil }
+        guard let state = machine.state(of: id) else { return nil }
         guard state == .running, let stored = try? await store.task(id: id)?.state,
             [.completed, .failed, .cancelled].contains(stored)
         else { return state }
@@ -374,8 +341,8 @@ extension DownloadManager {
 
     /// Pauses every queued or running task; the queued ones first, so none starts meanwhile.
     public func pauseAll() async throws {
-        try await pause(scheduler.waitingIDs)
-        try await pause(scheduler.runningIDs)
+        try await pause(machine.waitingIDs)
+        try await pause(machine.runningIDs)
     }
 
     /// Resumes every paused or failed task, oldest first.
@@ -386,22 +353,22 @@ extension DownloadManager {
 
     /// Cancels every unfinished task.
     public func cancelAll() async throws {
-        try await cancel(scheduler.waitingIDs)
-        try await cancel(Array(known.keys))
+        try await cancel(machine.waitingIDs)
+        try await cancel(machine.knownIDs)
     }
 
     /// Changes how many downloads run at once. Lowering it sends the most recently started
     /// back to waiting (keeping their data and their place); raising it starts the oldest waiting.
     public func setMaxConcurrentDownloads(_ limit: Int) throws {
         try DownloadManager.validateLimit(limit, "maxConcurrentDownloads")
-        for id in scheduler.setMaxConcurrent(limit) { known[id]?.transfer?.control.request(.yield) }
+        perform(machine.setMaxConcurrent(limit))
         admitAndStart()
     }
 
     /// Changes how many downloads run at once against one host, like ``setMaxConcurrentDownloads(_:)``.
     public func setMaxDownloadsPerHost(_ limit: Int) throws {
         try DownloadManager.validateLimit(limit, "maxDownloadsPerHost")
-        for id in scheduler.setPerHostLimit(limit) { known[id]?.transfer?.control.request(.yield) }
+        perform(machine.setPerHostLimit(limit))
         admitAndStart()
     }
 
@@ -418,11 +385,11 @@ extension DownloadManager {
     /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or a rate below 1.
     public func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
         try DownloadRequest.validateRateLimit(bytesPerSecond)
-        for id in ids where known[id] == nil {
+        for id in ids where machine[id] == nil {
             throw HaulError(.notFound, "No task \(id)")
         }
         try await store.setRateLimit(bytesPerSecond, for: ids)
-        for id in ids { known[id]?.transfer?.limiter.setRate(bytesPerSecond) }
+        for id in ids { runs[id]?.handles.limiter.setRate(bytesPerSecond) }
     }
 
     /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
@@ -445,6 +412,6 @@ extension DownloadManager {
 
     /// The limits in force.
     public var limits: (maxConcurrentDownloads: Int, maxDownloadsPerHost: Int, maxConnectionsPerHost: Int) {
-        (scheduler.maxConcurrent, scheduler.perHostLimit, hostConnections.cap)
+        (machine.maxConcurrent, machine.perHostLimit, hostConnections.cap)
     }
 }

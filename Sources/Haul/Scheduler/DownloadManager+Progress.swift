@@ -15,9 +15,9 @@ extension DownloadManager {
 
     /// Publishes what changed since the last tick; false once the manager is shutting down.
     func publishProgress() -> Bool {
-        guard !shuttingDown || !running.isEmpty else { return false }
-        for id in running {
-            guard let run = known[id]?.run else { continue }
+        guard !shuttingDown || !machine.running.isEmpty else { return false }
+        for id in machine.running {
+            guard let run = runs[id] else { continue }
             let progress = run.handles.progress.snapshot()
             if run.lastProgress != progress {
                 run.lastProgress = progress
@@ -32,7 +32,9 @@ extension DownloadManager {
     /// Every task of this manager's kind (background or not) in the store, in queue order;
     /// with `session`, only that session's.
     public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
-        try await store.infos(ids: nil, background: background, session: session).map(overlaid)
+        let infos = try await store.infos(ids: nil, background: background, session: session)
+        let snapshot = machine.snapshot
+        return infos.map(snapshot.shown)
     }
 
     /// `counts` (tasks per state, as the store has them) as ``tasks(session:)`` shows the
@@ -41,11 +43,13 @@ extension DownloadManager {
     /// `/metrics`, the dashboard) comes from this, so running and waiting agree with the
     /// per-state counts and with the list.
     public func stateCounts(correcting counts: [String: Int]) async throws -> [String: Int] {
-        let ids = Array(running) + known.compactMap { $0.value.unrecorded != nil ? $0.key : nil }
+        let ids = machine.snapshot.overlaidIDs
         guard !ids.isEmpty else { return counts }
+        let infos = try await store.infos(ids: ids, background: nil, session: nil)
+        let snapshot = machine.snapshot
         var counts = counts
-        for info in try await store.infos(ids: ids, background: nil, session: nil) {
-            let shown = overlaid(info).state
+        for info in infos {
+            let shown = snapshot.shown(info).state
             guard shown != info.state, let stored = counts[info.state.rawValue], stored > 0 else { continue }
             counts[info.state.rawValue] = stored > 1 ? stored - 1 : nil
             counts[shown.rawValue, default: 0] += 1
@@ -64,24 +68,25 @@ extension DownloadManager {
 
     /// The manager as a whole: how many tasks run and wait, and their combined speed.
     public func overallProgress() -> ManagerProgress {
-        let speeds = running.compactMap { known[$0]?.transfer?.progress.snapshot().bytesPerSecond }
+        let speeds = machine.running.compactMap { runs[$0]?.handles.progress.snapshot().bytesPerSecond }
+        let snapshot = machine.snapshot
         return ManagerProgress(
-            running: scheduler.runningIDs.count,
-            waiting: scheduler.waitingIDs.count,
+            running: snapshot.running.count,
+            waiting: snapshot.waiting,
             bytesPerSecond: speeds.reduce(0, +)
         )
     }
 
     /// Live progress of a running task, nil for others.
     public func progress(of id: UUID) -> DownloadProgress? {
-        known[id]?.transfer?.progress.snapshot()
+        runs[id]?.handles.progress.snapshot()
     }
 
     /// The ids of running tasks, in the order they started.
-    public var runningTaskIDs: [UUID] { scheduler.runningIDs }
+    public var runningTaskIDs: [UUID] { machine.runningIDs }
 
     /// The ids of waiting tasks, next to start first.
-    public var waitingTaskIDs: [UUID] { scheduler.waitingIDs }
+    public var waitingTaskIDs: [UUID] { machine.waitingIDs }
 
     /// All events from now on.
     public nonisolated func events() -> DownloadEvents { hub.subscribe() }
@@ -100,9 +105,10 @@ extension DownloadManager {
 
 /// A snapshot of a whole ``DownloadManager``.
 public struct ManagerProgress: Sendable, Equatable {
-    /// Tasks transferring now.
+    /// Tasks transferring now (in ``TaskState/running``; one asked to make room for others
+    /// counts until it has stopped).
     public var running: Int
-    /// Tasks waiting for a slot.
+    /// Queued tasks waiting for a slot.
     public var waiting: Int
     /// Combined speed of the running tasks, each averaged over at least a second.
     public var bytesPerSecond: Double

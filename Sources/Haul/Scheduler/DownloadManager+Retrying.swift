@@ -45,13 +45,13 @@ extension DownloadManager {
         // this task was revoked and has yet to notice (stalled, say): it lets go once it
         // does, so try again.
         let passes = error.isRetryable || (sharedQueue != nil && error.code == .busy)
-        guard let policy = keepTrying, passes, !shuttingDown, running.contains(id),
-            known[id]?.run?.handles.control.requested == nil
+        guard let policy = keepTrying, passes, !shuttingDown, machine.isRunning(id),
+            runs[id]?.handles.control.requested == nil
         else { return false }
         let now = timeline.date
         let stored = (try? await store.task(id: id)) ?? nil
         let since = progressed ? now : (stored?.retryingSince ?? now)
-        let attempt = progressed ? 1 : (known[id]?.retryAttempts ?? 0) + 1
+        let attempt = progressed ? 1 : (machine[id]?.retryAttempts ?? 0) + 1
         guard now.timeIntervalSince(since) < policy.giveUpAfter.seconds else {
             logger.notice("giving up", metadata: ["haul.task": "\(id)", "since": "\(since)"])
             return false
@@ -65,8 +65,7 @@ extension DownloadManager {
         }
         // The store says retrying now: so does the manager. (A pause asked for meanwhile found
         // the transfer already ended; the task can be paused in its new state.)
-        known[id]?.retryAttempts = attempt
-        leaveRun(id, .retryLater)
+        leaveRun(id) { $0.retryingLater(id, attempt: attempt) }
         logger.notice(
             "trying again later",
             metadata: ["haul.task": "\(id)", "in": "\(delay)", "error": "\(error.message)"]
@@ -78,11 +77,11 @@ extension DownloadManager {
 
     /// Wakes the task at `date` to wait for a slot again.
     func armRetry(_ id: UUID, at date: Date) {
-        known[id]?.retryTimer?.cancel()
+        timers[id]?.cancel()
         // At most a year: no date from the store makes the millisecond count overflow.
         let wait = min(max(0, date.timeIntervalSince(timeline.date)), 366 * 86400)
         let timeline = timeline
-        known[id]?.retryTimer = Task { [weak self] in
+        timers[id] = Task { [weak self] in
             try? await timeline.sleep(for: .milliseconds(Int64(wait * 1000)))
             guard !Task.isCancelled else { return }
             await self?.retryDue(id)
@@ -91,8 +90,8 @@ extension DownloadManager {
 
     /// The next try of a retrying task has come: it queues in its old place.
     func retryDue(_ id: UUID) async {
-        guard known[id]?.state == .retrying, !shuttingDown else { return }
-        known[id]?.retryTimer = nil
+        guard machine.state(of: id) == .retrying, !shuttingDown else { return }
+        timers[id] = nil
         do {
             try await store.setState(id, .queued)
         } catch {
@@ -100,16 +99,14 @@ extension DownloadManager {
             armRetry(id, at: timeline.date.addingTimeInterval(5))
             return
         }
-        guard known[id]?.state == .retrying else { return }  // Paused or cancelled meanwhile.
-        move(id, .retryDue)
-        if let entry = known[id]?.entry { scheduler.enqueue(entry) }
+        perform(machine.retryDue(id))  // Unless paused or cancelled meanwhile.
         admitAndStart()
     }
 
     /// Stops the wait of a task that no longer retries (paused, resumed, cancelled, removed).
     func disarmRetry(_ id: UUID) {
-        known[id]?.retryTimer?.cancel()
-        known[id]?.retryTimer = nil
+        timers[id]?.cancel()
+        timers[id] = nil
     }
 
     /// How failures that may pass are tried again now; nil when they fail.

@@ -37,8 +37,8 @@ extension DownloadManager {
     package func sendBackOverLimits() async throws {
         guard let sharedQueue else { return }
         let sent = try await sharedQueue.sendBackOverLimits(
-            maxRunning: scheduler.maxConcurrent,
-            perHost: scheduler.perHostLimit
+            maxRunning: machine.maxConcurrent,
+            perHost: machine.perHostLimit
         )
         stopRevoked(Set(sent))
     }
@@ -55,16 +55,16 @@ extension DownloadManager {
 
     /// Claims as many waiting tasks as this manager may still run and starts them.
     func claimWaitingTasks() async {
-        guard let sharedQueue, !shuttingDown, !storeRefusing else { return }
+        guard let sharedQueue, !shuttingDown, !machine.storeRefusing else { return }
         // (With a shared queue every task waiting in this manager's line is claimed already.)
-        let wanted = scheduler.maxConcurrent - running.count - scheduler.waitingIDs.count
+        let wanted = machine.maxConcurrent - machine.running.count - machine.waitingIDs.count
         guard wanted > 0 else { return }
         let ids: [UUID]
         do {
             ids = try await sharedQueue.claim(
                 wanted: wanted,
-                maxRunning: scheduler.maxConcurrent,
-                perHost: scheduler.perHostLimit
+                maxRunning: machine.maxConcurrent,
+                perHost: machine.perHostLimit
             )
         } catch {
             logger.warning("cannot claim tasks in the shared queue", metadata: ["error": "\(error)"])
@@ -72,16 +72,8 @@ extension DownloadManager {
         }
         for id in ids {
             guard let record = try? await store.task(id: id), mayStart(record, under: sharedQueue) else { continue }
-            let entry = DownloadManager.entry(for: record)
-            if known[id]?.retryTimer != nil { disarmRetry(id) }
-            if let task = known[id], task.state == .queued {
-                known[id]?.entry = entry
-            } else {
-                // Known here in another state (changed elsewhere since), or not at all: the
-                // shared queue had it waiting.
-                known[id] = ManagedTask(.queued, entry: entry)
-            }
-            scheduler.enqueue(entry)
+            disarmRetry(id)
+            machine.claimed(DownloadManager.entry(for: record))
         }
         guard !ids.isEmpty else { return }
         admitAndStart()
@@ -95,7 +87,7 @@ extension DownloadManager {
     /// stopped meanwhile, or taken as the manager began to stop, goes straight back, so that
     /// it does not hold a place for nothing.
     private func giveBackUnstarted(_ ids: [UUID], to sharedQueue: any SharedQueue) async {
-        for id in ids where !running.contains(id) && !scheduler.isWaiting(id) {
+        for id in ids where !machine.isRunning(id) && !machine.isWaiting(id) {
             guard sharedQueue.holdsClaim(id) else {
                 // Revoked before it started (its time ran out unrenewed): no run here holds
                 // it, so nothing is left to refuse. Forgotten — a revoked claim stays until
@@ -103,7 +95,6 @@ extension DownloadManager {
                 sharedQueue.abandonClaim(id)
                 continue
             }
-            scheduler.remove(id)
             do {
                 try await sharedQueue.giveBack(id)
             } catch {
@@ -119,9 +110,9 @@ extension DownloadManager {
     /// it. A run started on such a claim would have nothing left to refuse its writes, and
     /// would record "running" over the stop.
     private func mayStart(_ record: TaskRecord, under sharedQueue: any SharedQueue) -> Bool {
-        if stopsUnderWay.contains(record.id) { return false }
+        if machine.stopping.contains(record.id) { return false }
         if record.state == .running, sharedQueue.holdsClaim(record.id) { return true }
-        if !running.contains(record.id), let state = known[record.id]?.state, state != record.state {
+        if !machine.isRunning(record.id), let state = machine.state(of: record.id), state != record.state {
             adopt(record)
         }
         return false
@@ -130,8 +121,8 @@ extension DownloadManager {
     /// Stops the transfers of tasks whose claim was revoked; each ends with
     /// ``HaulError/Code/revoked`` at its next (refused) write.
     func stopRevoked(_ revoked: Set<UUID>) {
-        for id in revoked where running.contains(id) {
-            known[id]?.transfer?.control.request(.yield)
+        for id in revoked where machine.isRunning(id) {
+            runs[id]?.handles.control.request(.yield)
         }
     }
 
@@ -141,19 +132,16 @@ extension DownloadManager {
     /// waiting here: a pause, cancel or removal is written to the store, which revokes its
     /// claim, and the manager running it stops at its next write or when its queue says so.
     func refreshFromSharedStore(_ id: UUID) async {
-        guard sharedQueue != nil, !running.contains(id) else { return }
+        guard sharedQueue != nil, !machine.isRunning(id) else { return }
         guard let record = try? await store.task(id: id) else { return }
-        guard !running.contains(id) else { return }  // Started here meanwhile.
+        guard !machine.isRunning(id) else { return }  // Started here meanwhile.
         adopt(record)
     }
 
     /// Knows task `record` here as the shared store has it (one running elsewhere counts as
     /// waiting here).
     private func adopt(_ record: TaskRecord) {
-        let state = record.state == .running ? TaskState.queued : record.state
-        guard known[record.id]?.state != state else { return }
-        if known[record.id]?.retryTimer != nil { disarmRetry(record.id) }
-        known[record.id] = ManagedTask(state, entry: DownloadManager.entry(for: record))
+        if machine.changedElsewhere(DownloadManager.entry(for: record), record.state) { disarmRetry(record.id) }
     }
 
     /// Gives the shared queue back every claim still held (after the transfers stopped).

@@ -103,22 +103,17 @@ public actor DownloadManager {
     let downloader: Downloader
     /// The time the manager waits by (its downloader's clock): retry-later timers.
     var timeline: Timeline { downloader.timeline }
-    var scheduler: Scheduler
-    /// Every task this manager knows, and all it knows of each.
-    var known: [UUID: ManagedTask] = [:]
-    /// The tasks with a transfer running: an index into ``known``, kept by ``start(_:)`` and
-    /// ``transferEnded(_:outcome:stop:mayHaveHooks:)`` alone.
-    var running: Set<UUID> = []
-    /// The tasks whose stop (a pause or cancel of one not running here) is being recorded:
-    /// a shared queue's claim taken on one meanwhile does not start it
-    /// (DownloadManager+SharedQueue.swift).
-    var stopsUnderWay: Set<UUID> = []
-    var shuttingDown = false
+    /// Every task this manager knows, its place in line and its runs: the one place a
+    /// task's state is kept in memory (ManagerMachine.swift).
+    var machine: ManagerMachine
+    /// What exists only while a task's transfer runs: its handles, who waits for its end.
+    var runs: [UUID: RunningTransfer] = [:]
+    /// The waits of retrying tasks (their next try) and of tasks waiting for the network
+    /// (their limit).
+    var timers: [UUID: Task<Void, Never>] = [:]
+    var shuttingDown: Bool { machine.shuttingDown }
     /// What the last ``DownloadEvent/networkChanged(_:)`` said (or the network when watching began).
     var lastNetworkStatus: NetworkStatus?
-    /// The store refused the last write it was asked for: nothing new starts (it could not
-    /// be recorded) until ``reconcile()`` gets a write through.
-    var storeRefusing = false
     let hub = EventHub()
     /// Hooks to run: ``ended(_:_:)`` asks, ``runHooks()`` runs.
     let hookRequests: AsyncStream<(UUID, Ending)>
@@ -160,7 +155,7 @@ public actor DownloadManager {
         try DownloadManager.validateLimit(configuration.maxDownloadsPerHost, "maxDownloadsPerHost")
         try DownloadManager.validateLimit(configuration.maxConnectionsPerHost, "maxConnectionsPerHost")
         self.downloader = try Downloader(configuration: configuration.downloader)
-        self.scheduler = Scheduler(
+        self.machine = ManagerMachine(
             maxConcurrent: configuration.maxConcurrentDownloads,
             perHostLimit: configuration.maxDownloadsPerHost
         )
@@ -259,10 +254,10 @@ public actor DownloadManager {
     /// checkpoint, and ends ``run()`` once they have stopped.
     public func shutdown() {
         guard !shuttingDown else { return }
-        shuttingDown = true
-        for id in running { known[id]?.transfer?.control.request(.yield) }
+        machine.shuttingDown = true
+        for id in machine.running { runs[id]?.handles.control.request(.yield) }
         // Retrying tasks stay so in the store; the next manager arms their tries again.
-        for id in known.keys where known[id]?.retryTimer != nil { disarmRetry(id) }
+        for id in Array(timers.keys) { disarmRetry(id) }
         startSink.finish()
     }
 
@@ -275,54 +270,56 @@ public actor DownloadManager {
 
     /// Starts what the scheduler admits, unless stopping or the store refuses writes.
     func admitAndStart() {
-        guard !shuttingDown, !storeRefusing else { return }
         if let sharedQueue {
             // A task runs here only under this manager's claim. One without waits in the
             // shared queue, where the next claim taken (here or elsewhere) finds it.
-            for id in scheduler.waitingIDs where !sharedQueue.holdsClaim(id) { scheduler.remove(id) }
-        }
-        for id in scheduler.admit() where !running.contains(id) {
-            start(id)
+            perform(machine.admit { sharedQueue.holdsClaim($0) })
+        } else {
+            perform(machine.admit())
         }
     }
 
-    /// Starts a transfer for a task the scheduler admitted.
-    func start(_ id: UUID) {
-        guard !shuttingDown else { return }
-        move(id, .start)
-        let transfer = TransferHandles(clock: downloader.timeline.clock)
-        known[id]?.run = RunningTransfer(handles: transfer)
-        running.insert(id)
-        startSink.yield((id, transfer))
+    /// Performs what the machine said, in order.
+    /// - Parameters:
+    ///   - ending: how the task whose run is over for good ended (``ManagerMachine/Action/end(_:)``).
+    ///   - mayHaveHooks: false when that task is known to have no hooks of its own.
+    func perform(_ actions: [ManagerAction], ending: Ending? = nil, mayHaveHooks: Bool = true) {
+        for action in actions {
+            switch action {
+            case .start(let id):
+                let transfer = TransferHandles(clock: downloader.timeline.clock)
+                runs[id] = RunningTransfer(handles: transfer)
+                startSink.yield((id, transfer))
+            case .stop(let id, let reason):
+                runs[id]?.handles.control.request(reason)
+            case .publish(let id, let from, let to, let reason):
+                hub.publish(.stateChanged(id: id, from: from, to: to, reason: reason))
+            case .end(let id):
+                guard let ending else { continue }
+                ended(id, ending, mayHaveHooks: mayHaveHooks)
+            case .illegal(let id, let error):
+                logger.error("illegal transition", metadata: ["haul.task": "\(id)", "error": "\(error)"])
+            }
+        }
     }
 
     /// Applies a state-machine event and publishes the change, with `reason` or the one the
     /// event gives.
     func move(_ id: UUID, _ event: TaskStateMachine.Event, reason: StateChangeReason? = nil) {
-        var machine = known[id]?.machine ?? TaskStateMachine()
-        let from = machine.state
-        do {
-            try machine.handle(event)
-        } catch {
-            logger.error("illegal transition", metadata: ["haul.task": "\(id)", "error": "\(error)"])
-            return
-        }
-        if known[id] == nil { known[id] = ManagedTask(machine.state) }
-        known[id]?.machine = machine
-        hub.publish(.stateChanged(id: id, from: from, to: machine.state, reason: reason ?? StateChangeReason(event)))
+        perform(machine.move(id, event, reason: reason))
     }
 
     /// Waits until the running transfer of a task has ended and its end was handled.
     func waitForEnd(_ id: UUID) async {
-        guard running.contains(id), let run = known[id]?.run else { return }
+        guard machine.isRunning(id), let run = runs[id] else { return }
         await withCheckedContinuation { run.endWaiters.append($0) }
     }
 
     /// The state of a task this manager knows.
     /// - Throws: ``HaulError/Code/notFound`` for a task it does not know.
     func currentState(_ id: UUID) throws -> TaskState {
-        guard let task = known[id] else { throw HaulError(.notFound, "No task \(id)") }
-        return task.state
+        guard let state = machine.state(of: id) else { throw HaulError(.notFound, "No task \(id)") }
+        return state
     }
 
     static func entry(for record: TaskRecord) -> Scheduler.Entry {
