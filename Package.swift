@@ -56,13 +56,16 @@ let package = Package(
             ]
         ),
         // What the daemon and its clients say to each other: API bodies, event records, the
-        // server-sent events format, where a daemon's files are. No server, no HTTP client.
-        .target(name: "HaulWire", dependencies: ["Haul"]),
+        // server-sent events format. Foundation only: no library, no server, no HTTP client.
+        .target(name: "HaulWire"),
+        // The library's types to the wire's and back (a request to the body that adds it, an
+        // event to its record), with every field read back validated.
+        .target(name: "HaulWireMapping", dependencies: ["Haul", "HaulWire"]),
         // A client of the daemon: links AsyncHTTPClient, never the web server.
         .target(
             name: "HaulClient",
             dependencies: [
-                "Haul", "HaulWire",
+                "Haul", "HaulWire", "HaulWireMapping",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -73,7 +76,7 @@ let package = Package(
         .target(
             name: "HaulDaemon",
             dependencies: [
-                "Haul", "HaulWire",
+                "Haul", "HaulWire", "HaulWireMapping",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -97,7 +100,7 @@ let package = Package(
         .target(
             name: "HaulPostgres",
             dependencies: [
-                "Haul", "HaulWire", "HaulDaemon",
+                "Haul", "HaulWire", "HaulWireMapping", "HaulDaemon",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 // Only to name the pool's errors (a database unreachable for a minute) in words.
                 .product(name: "_ConnectionPoolModule", package: "postgres-nio"),
@@ -113,7 +116,7 @@ let package = Package(
         .target(
             name: "HaulCLI",
             dependencies: [
-                "Haul", "HaulWire", "HaulClient", "HaulDaemon", "HaulPostgres",
+                "Haul", "HaulWire", "HaulWireMapping", "HaulClient", "HaulDaemon", "HaulPostgres",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -135,7 +138,8 @@ let package = Package(
         .testTarget(
             name: "HaulTests",
             dependencies: [
-                "Haul", "HaulWire", "HaulClient", "HaulCLI", "HaulDaemon", "HaulTesting", "HaulPostgres", "haul",
+                "Haul", "HaulWire", "HaulWireMapping", "HaulClient", "HaulCLI", "HaulDaemon", "HaulTesting",
+                "HaulPostgres", "haul",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

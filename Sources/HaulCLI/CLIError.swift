@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import Synchronization
 
 /// Messages for people on stderr: one line each.

@@ -4,6 +4,7 @@ import Haul
 import HaulClient
 import HaulDaemon
 import HaulWire
+import HaulWireMapping
 
 /// What to download and where: the arguments `haul get` and `haul add` share.
 struct DownloadOptions: ParsableArguments {

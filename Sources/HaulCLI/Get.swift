@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import Logging
 
 extension HaulCommand {

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import Synchronization
 
 /// One `haul get` run: adds its downloads to a manager, follows their events, draws

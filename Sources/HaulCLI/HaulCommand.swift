@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 
 /// The `haul` command: the root of every subcommand.
 public struct HaulCommand: AsyncParsableCommand {

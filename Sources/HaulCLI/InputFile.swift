@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 
 /// The `-i/--input-file` format: one file per line, its URL, then any mirrors of it
 /// separated by tabs; indented `key=value` lines after it set options for it (`out=NAME`,

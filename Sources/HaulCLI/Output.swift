@@ -1,5 +1,6 @@
 import Haul
 import HaulWire
+import HaulWireMapping
 
 #if canImport(Glibc)
 import Glibc

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1

@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HaulDaemon
 import HaulWire
+import HaulWireMapping
 import Logging
 import PostgresNIO
 

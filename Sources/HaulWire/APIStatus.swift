@@ -1,5 +1,4 @@
 import Foundation
-import Haul
 
 /// The body of `GET /v1/status`.
 extension API {

@@ -1,5 +1,4 @@
 import Foundation
-import Haul
 
 /// The JSON bodies of the daemon's HTTP API. Every endpoint is listed in the README.
 public enum API {
@@ -24,16 +23,6 @@ public enum API {
         public static func tasks(_ ids: [UUID]) -> Selector { Selector(ids: ids) }
         public static func session(_ name: String) -> Selector { Selector(session: name) }
         public static let everything = Selector(all: true)
-
-        /// - Throws: ``HaulError/Code/invalidArgument`` unless exactly one of ids, session or
-        ///   all is given, and a session is a valid name.
-        package func validate() throws {
-            let given = [ids != nil, session != nil, all == true].filter { $0 }.count
-            guard given == 1 else {
-                throw HaulError(.invalidArgument, "Name the tasks: give exactly one of ids, session, or all")
-            }
-            if let session { try DownloadRequest.validateSession(session) }
-        }
     }
 
     /// `GET`/`PUT /v1/settings`: the limits, changed live.
@@ -142,7 +131,7 @@ public enum API {
     public struct Failure: Codable, Sendable, Error {
         /// One readable line.
         public var error: String
-        /// A ``HaulError/Code`` name, e.g. `invalidArgument`.
+        /// The error's code name, e.g. `invalidArgument`.
         public var code: String
 
         public init(error: String, code: String) {

@@ -1,7 +1,6 @@
 import Foundation
-import Haul
 
-/// A ``DownloadEvent`` as plain, Codable values: what `haul get --json` prints, what the
+/// A download's event as plain, Codable values: what `haul get --json` prints, what the
 /// daemon keeps in its per-session event log and sends to its clients.
 ///
 /// The JSON keys are short and stable: `event` says which kind it is and `id` is the task;
@@ -27,12 +26,12 @@ public struct EventRecord: Codable, Sendable, Equatable {
     public var time: Date?
     /// `added`: the URL and the state it was added in.
     public var url: String?
-    public var state: TaskState?
-    /// `state`: the move, and why (``StateChangeReason``: `noRoute` and `metered` for a
+    public var state: API.TaskState?
+    /// `state`: the move, and why (``API/StateChangeReason``: `noRoute` and `metered` for a
     /// task that waits for the network).
-    public var from: TaskState?
-    public var to: TaskState?
-    public var reason: StateChangeReason?
+    public var from: API.TaskState?
+    public var to: API.TaskState?
+    public var reason: API.StateChangeReason?
     /// `progress`: bytes on disk or in flight, bytes fetched by this run, the total when known,
     /// speed over at least a second and the estimated seconds left.
     public var received: Int64?
@@ -63,7 +62,7 @@ public struct EventRecord: Codable, Sendable, Equatable {
     public var resumable: Bool?
     /// `hook`: when it ran (`complete` or `error`), the program, its exit status (absent when
     /// it did not start or was killed), and why it failed (absent when it exited 0).
-    public var hook: Hooks.Moment?
+    public var hook: API.HookMoment?
     public var program: String?
     public var exitStatus: Int32?
     /// `network`: the interface of the default route and its address (absent when there
@@ -94,76 +93,20 @@ public struct EventRecord: Codable, Sendable, Equatable {
         self.time = time
     }
 
-    /// The record of `event`.
-    public init(_ event: DownloadEvent, session: String? = nil, time: Date? = Date()) {
-        self.init(taskID: event.taskID, kind: .state, session: session ?? event.session, time: time)
-        switch event {
-        case .added(let info):
-            kind = .added
-            url = Redaction.url(info.url)
-            state = info.state
-            path = info.path
-        case .stateChanged(_, let from, let to, let reason):
-            kind = .state
-            self.from = from
-            self.to = to
-            self.reason = reason
-        case .progress(_, let progress):
-            kind = .progress
-            received = progress.bytesReceived
-            thisRun = progress.bytesThisRun
-            total = progress.totalBytes
-            bytesPerSecond = Int64(progress.bytesPerSecond)
-            etaSeconds = progress.estimatedTimeRemaining?.components.seconds
-        case .resumed(_, let offset, let total):
-            kind = .resumed
-            self.offset = offset
-            self.total = total
-        case .completed(_, let result):
-            kind = .completed
-            path = result.path
-            bytes = result.bytes
-            fetched = result.bytesFetched
-            alreadyComplete = result.alreadyComplete
-            notModified = result.notModified ? true : nil
-            if !result.lengthConfirmed { lengthConfirmed = false }
-            verifiedAgainst = result.verifiedAgainst
-        case .failed(_, let error):
-            kind = .failed
-            self.error = error.description
-            code = error.code.description
-            status = error.status
-            resumable = error.resumeData != nil
-        case .hookFinished(_, let run):
-            kind = .hook
-            hook = run.moment
-            program = run.program
-            exitStatus = run.exitStatus
-            self.error = run.failure
-        case .networkChanged(let network):
-            kind = .network
-            interface = network.defaultRoute?.interface
-            address = network.defaultRoute?.sourceAddress
-            connected = network.isConnected
-            metered = network.isMetered
-            allowMetered = network.allowsMetered
-        }
-    }
-
     /// One line of JSON (keys sorted, ISO 8601 time), without the newline.
     public func jsonLine() -> String {
         // Plain values always encode.
-        String(decoding: (try? HaulJSON.encoder().encode(self)) ?? Data(), as: UTF8.self)
+        String(decoding: (try? API.JSON.encoder().encode(self)) ?? Data(), as: UTF8.self)
     }
 
     /// Decodes a line written by ``jsonLine()``.
     public init(jsonLine: some StringProtocol) throws {
-        self = try HaulJSON.decoder.decode(EventRecord.self, from: Data(jsonLine.utf8))
+        self = try API.JSON.decoder.decode(EventRecord.self, from: Data(jsonLine.utf8))
     }
 
     /// The task state this event tells a listener about, if any. `completed` and `failed`
     /// are told by their own events, which carry the file or the reason.
-    package var announcedState: TaskState? {
+    package var announcedState: API.TaskState? {
         switch kind {
         case .added: return state ?? .queued
         case .state: return to == .completed || to == .failed ? nil : to
@@ -171,13 +114,5 @@ public struct EventRecord: Codable, Sendable, Equatable {
         case .failed: return .failed
         case .progress, .resumed, .network, .hook: return nil
         }
-    }
-}
-
-extension DownloadEvent {
-    /// The session, for events that carry it.
-    var session: String? {
-        if case .added(let info) = self { return info.session }
-        return nil
     }
 }

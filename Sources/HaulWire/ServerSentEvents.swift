@@ -1,5 +1,4 @@
 import Foundation
-import Haul
 
 /// Server-Sent Events (the `text/event-stream` format of the HTML standard), as the
 /// daemon writes them and the client reads them.

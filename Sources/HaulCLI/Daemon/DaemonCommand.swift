@@ -5,6 +5,7 @@ import HaulClient
 import HaulDaemon
 import HaulPostgres
 import HaulWire
+import HaulWireMapping
 import Logging
 
 extension HaulCommand {

@@ -3,6 +3,7 @@ import Haul
 import HaulClient
 import HaulDaemon
 import HaulWire
+import HaulWireMapping
 
 /// Finds the daemon of this `HAUL_HOME`, starting it in the background when none runs.
 enum DaemonConnection {

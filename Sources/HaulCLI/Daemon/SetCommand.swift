@@ -4,6 +4,7 @@ import Haul
 import HaulClient
 import HaulDaemon
 import HaulWire
+import HaulWireMapping
 
 extension HaulCommand {
     /// `haul set`: change the daemon's limits live. (Not named `Set`, which would hide

@@ -4,6 +4,7 @@ import Haul
 import HaulClient
 import HaulDaemon
 import HaulWire
+import HaulWireMapping
 
 extension HaulCommand {
     /// `haul status`: the daemon's facts.

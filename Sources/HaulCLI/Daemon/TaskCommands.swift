@@ -4,6 +4,7 @@ import Haul
 import HaulClient
 import HaulDaemon
 import HaulWire
+import HaulWireMapping
 
 /// Which of the daemon's tasks a command is about: ids (or unique prefixes), a session, or all.
 struct TaskSelection: ParsableArguments {

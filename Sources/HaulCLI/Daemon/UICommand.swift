@@ -3,6 +3,7 @@ import Foundation
 import Haul
 import HaulClient
 import HaulWire
+import HaulWireMapping
 
 extension HaulCommand {
     /// `haul ui`: a one-time link into the daemon's web dashboard, opened in a browser when

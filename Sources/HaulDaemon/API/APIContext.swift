@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Haul
 import HaulWire
+import HaulWireMapping
 import Hummingbird
 import NIOCore
 

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import Hummingbird
 
 /// One client's stream of events (Server-Sent Events): the logged events after `after`,

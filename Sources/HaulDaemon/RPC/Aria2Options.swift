@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 
 /// aria2's options as Haul reads them: a download's (`dir`, `out`, `header`, limits,
 /// `split`, `checksum`), sizes written aria2's way, and flags.

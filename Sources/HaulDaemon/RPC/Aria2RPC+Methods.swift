@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import NIOPosix
 
 // MARK: - aria2's methods over the download manager

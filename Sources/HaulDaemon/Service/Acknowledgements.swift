@@ -1,5 +1,6 @@
 import Haul
 import HaulWire
+import HaulWireMapping
 import Synchronization
 
 /// Writes the acknowledgements of event followers to the store, many in one transaction.

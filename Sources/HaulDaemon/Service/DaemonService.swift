@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import Hummingbird
 import Logging
 import NIOCore

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 import Logging
 import Synchronization
 
@@ -205,8 +206,8 @@ final class EventLog: Sendable {
                     record.error = task.errorMessage
                 default:
                     record = EventRecord(taskID: task.id, kind: .state, session: task.session)
-                    record.from = task.announced
-                    record.to = task.state
+                    record.from = task.announced.map(API.TaskState.init)
+                    record.to = API.TaskState(task.state)
                 }
                 return record
             }

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 
 #if canImport(Glibc)
 import Glibc

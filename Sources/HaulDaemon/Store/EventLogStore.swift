@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulWire
+import HaulWireMapping
 
 /// What the daemon keeps of its sessions: the per-session event logs, the clients'
 /// acknowledgements, and the counts it reports. ``Store`` (SQLite, through GRDB) is the one
@@ -67,7 +68,7 @@ package enum EventLogRules {
     package static let everySession = ""
 
     /// The final states: an event telling one its task's log already told is not logged again.
-    package static let finalStates: Set<TaskState> = [.paused, .cancelled, .completed, .failed]
+    package static let finalStates: Set<API.TaskState> = [.paused, .cancelled, .completed, .failed]
 
     /// The answer to an acknowledgement of an event that was never logged.
     package static func acknowledgementBeyond(last: Int64, _ eventID: Int64) -> HaulError {

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Haul
 import HaulWire
+import HaulWireMapping
 
 /// The daemon's event log: per-session events with increasing ids, kept until a client
 /// acknowledges them, and the task state each task's events last told.
@@ -30,8 +31,7 @@ extension Store {
                         sql: "SELECT announcedState FROM task WHERE id = ?",
                         arguments: [record.taskID]
                     )
-                    let final: Set<TaskState> = [.paused, .cancelled, .completed, .failed]
-                    if final.contains(announces), told == announces.rawValue { continue }
+                    if EventLogRules.finalStates.contains(announces), told == announces.rawValue { continue }
                     try db.execute(
                         sql: "UPDATE task SET announcedState = ? WHERE id = ?",
                         arguments: [announces.rawValue, record.taskID]

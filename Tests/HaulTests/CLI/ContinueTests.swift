@@ -1,6 +1,7 @@
 import Foundation
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul

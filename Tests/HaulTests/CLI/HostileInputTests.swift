@@ -3,6 +3,7 @@ import HaulClient
 import HaulDaemon
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul

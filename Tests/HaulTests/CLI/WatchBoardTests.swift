@@ -1,6 +1,7 @@
 import Foundation
 import HaulClient
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul

@@ -5,6 +5,7 @@ import HaulClient
 import HaulDaemon
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import NIOCore
 import NIOHTTP1
 import Testing

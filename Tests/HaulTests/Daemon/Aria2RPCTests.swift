@@ -3,6 +3,7 @@ import Foundation
 import HaulClient
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import HummingbirdWSClient
 import Logging
 import NIOCore

@@ -2,6 +2,7 @@ import Foundation
 import HaulClient
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Logging
 import Synchronization
 import Testing
@@ -47,8 +48,12 @@ import Testing
         return record.id
     }
 
-    private func event(_ id: UUID, _ kind: EventRecord.Kind, to: TaskState? = nil, session: String = "s") -> EventRecord
-    {
+    private func event(
+        _ id: UUID,
+        _ kind: EventRecord.Kind,
+        to: API.TaskState? = nil,
+        session: String = "s"
+    ) -> EventRecord {
         var record = EventRecord(taskID: id, kind: kind, session: session)
         record.to = to
         return record

@@ -3,6 +3,7 @@ import Foundation
 import HaulClient
 import HaulPostgres
 import HaulWire
+import HaulWireMapping
 import PostgresNIO
 import Synchronization
 import Testing

@@ -3,6 +3,7 @@ import Foundation
 import HaulClient
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import NIOCore
 import NIOFoundationCompat
 import Testing

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import HaulWire
+import HaulWireMapping
 import Hummingbird
 import HummingbirdTesting
 import NIOCore

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import HaulClient
 import HaulWire
+import HaulWireMapping
 import Hummingbird
 import HummingbirdTesting
 import Logging

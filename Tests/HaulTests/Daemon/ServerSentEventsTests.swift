@@ -1,5 +1,6 @@
 import Foundation
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul

@@ -4,6 +4,7 @@ import HaulClient
 import HaulDaemon
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul

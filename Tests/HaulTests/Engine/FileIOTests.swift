@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import HaulClient
 import HaulWire
+import HaulWireMapping
 import Synchronization
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HaulClient
 import HaulWire
+import HaulWireMapping
 import NIOHTTP1
 import Testing
 

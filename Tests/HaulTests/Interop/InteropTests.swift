@@ -2,6 +2,7 @@ import Foundation
 import HaulClient
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul

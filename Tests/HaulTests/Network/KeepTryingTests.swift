@@ -2,6 +2,7 @@ import Foundation
 import HaulClient
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul
@@ -83,7 +84,7 @@ struct KeepTryingTests {
         for (index, state) in pattern.enumerated().dropFirst() {
             let previous = pattern[index - 1]
             // The daemon's stop may catch a try running: that one goes back to queued.
-            let allowed: [TaskState: Set<TaskState>] = [
+            let allowed: [API.TaskState: Set<API.TaskState>] = [
                 .running: [.queued], .retrying: [.running], .queued: [.retrying, .running],
             ]
             #expect(allowed[state]?.contains(previous) == true, "\(previous) → \(state) in \(states)")

@@ -3,6 +3,7 @@ import GRDB
 import HaulClient
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Synchronization
 import Testing
 

@@ -3,6 +3,7 @@ import HaulClient
 import HaulPostgres
 import HaulTesting
 import HaulWire
+import HaulWireMapping
 import Synchronization
 import Testing
 

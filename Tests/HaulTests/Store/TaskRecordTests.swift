@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HaulClient
 import HaulWire
+import HaulWireMapping
 import Testing
 
 @testable import Haul

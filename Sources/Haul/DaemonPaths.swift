@@ -1,5 +1,4 @@
 import Foundation
-import Haul
 
 /// Where a daemon of one `HAUL_HOME` keeps its socket, lock, token and log.
 public struct DaemonPaths: Sendable, Equatable {
