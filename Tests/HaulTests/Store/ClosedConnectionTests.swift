@@ -63,7 +63,7 @@ struct ClosedConnectionTests {
                         _ = try await connection.checkedQuery("SELECT 1", logger: logger)
                         // Idle in the transaction past the lease: the server ends it. (Not the
                         // test clock: the server's own timer is what is tested.)
-                        while !connection.isClosed { try await Task.sleep(for: .milliseconds(100)) }
+                        try? await connection.closeFuture.get()
                         _ = try await connection.checkedQuery("SELECT 2", logger: logger)
                     }
                 }
