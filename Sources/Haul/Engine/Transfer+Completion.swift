@@ -92,7 +92,7 @@ extension Transfer {
         }
         // Every piece matches its hash before the file is placed: those the connections'
         // checker has not verified (a stream of unknown length, a resumed file) are checked now.
-        let pieces = try checkAllPiecesFirst(total: total)
+        let pieces = try self.pieces?.verifier(forLength: total)
         if let pieces {
             try await recordCheckpoint()
             try await makeWorker(plan: SegmentPlan(segments, minSplit: .max), part: part).checkAllPieces(pieces)
@@ -276,7 +276,7 @@ extension Transfer {
 
     func makeResumeData() -> ResumeData {
         var data = ResumeData(record: task, segments: segments)
-        if let storedPieces { data.pieces = storedPieces.hashes }
+        if let pieces { data.pieces = pieces.stored.hashes }
         return data
     }
 
@@ -284,7 +284,7 @@ extension Transfer {
     /// (``DownloadResult/verifiedAgainst``).
     private func verifiedAgainst(hadPieces: Bool) -> String? {
         if checksum != nil { return "checksum" }
-        if hadPieces || pieceVerifier != nil { return "pieceHashes" }
+        if hadPieces || pieces?.verifier != nil { return "pieceHashes" }
         if let serverDigest { return serverDigest.header }
         return task.sources.count > 1 ? "sampled" : nil
     }

@@ -15,7 +15,7 @@ extension Transfer {
             task.sources = sources.snapshot
         }
         // Pieces verified in the old file say nothing of the new one's.
-        try await forgetVerifiedPieces()
+        try await pieces?.forgetVerified()
         segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
         if part != nil || task.partPath.map(FileOps.exists) == true { try await openPart().truncate(to: 0) }
         // The first name only, and only when free: anything else is openPart's to settle.

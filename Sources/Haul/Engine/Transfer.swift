@@ -5,45 +5,6 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
-/// What a transfer needs from its downloader.
-struct TransferEnvironment: Sendable {
-    var transport: HTTPTransport
-    var store: any TaskStore
-    var checkpointInterval: Duration
-    var checkpointBytes: Int64
-    var retry: RetryPolicy
-    /// Connections per download when the request does not say.
-    var connections: Int
-    /// The smallest segment worth its own connection.
-    var minSplitSize: Int64
-    /// The limit all downloads of the downloader share.
-    var globalLimiter: RateLimiter
-    /// The speed each connection must keep (``SpeedFloor``); nil for none.
-    var lowestSpeed: LowestSpeed?
-    /// The most connections any one download may open (the manager's per-host cap).
-    var connectionCap = Int.max
-    /// The connections per host the manager's downloads share; nil: each download's own.
-    var hostConnections: HostConnections?
-    /// Whether a URL's server has no usable route now: a retry would only wait for nothing.
-    var isOffline: @Sendable (URL) -> Bool = { _ in false }
-    /// Whether a failure is left for the caller to record: a manager that may keep trying or
-    /// wait for the network decides the state, and no reader sees a `failed` in between.
-    var defersFailureRecord = false
-    /// Whether the finished file takes the server's `Last-Modified` as its modification time.
-    var setsRemoteTime = true
-    /// Whether the finished file gets the `user.xdg.origin.url` extended attribute.
-    var setsOriginAttribute = true
-    /// The time transfers measure and wait by (the downloader's clock).
-    var timeline = Timeline()
-    /// Runs the placement of a finished file (its rename) as the step that makes the task
-    /// completed: at once on its own, or guarded by a shared queue (``SharedQueue/placeFinished(_:_:)``).
-    var placeFinished: @Sendable (UUID, @escaping @Sendable () async throws -> Void) async throws -> Void = {
-        _,
-        place in try await place()
-    }
-    var logger: Logger
-}
-
 /// One download, from the first request to the verified file in place: the I/O driver of
 /// ``TransferRules``.
 ///
@@ -72,14 +33,10 @@ final class Transfer {
     /// Set once the server answered a range request with the same file whole: it will not
     /// serve ranges (to this client, with this `If-Range`), so this run stops splitting.
     private var rangesDeclined = false
-    /// The URL and its mirrors while the download runs, when it has mirrors.
-    let sources: SourcePool?
-    /// The source whose validators are the task's (Transfer+Sources.swift).
-    var leadIndex = 0
-    /// The task's piece hashes as the store has them, once read (Transfer+Pieces.swift).
-    var storedPieces: StoredPieces?
-    /// What is known of the pieces while the download runs, once its length is known.
-    var pieceVerifier: PieceVerifier?
+    /// Which of the URL and its mirrors opens each attempt, when it has mirrors.
+    let selector: SourceSelector?
+    /// The task's piece hashes, once read, when it has some (RunPieces.swift).
+    var pieces: RunPieces?
     /// The `Content-Type` of this run's opening answer (none when it resumed its segments).
     var contentType: String?
     /// A digest of the whole file the lead server sent (``ServerDigest``), checked at the end
@@ -90,10 +47,6 @@ final class Transfer {
     /// The last checkpoint of connections that wrote the whole file, made with the sync that
     /// completes it (``finish(started:)``) rather than with a sync of its own.
     var lastCheckpoint: Checkpointer?
-
-    /// Connections to one source when the request does not say (aria2's default is 1; a
-    /// mirror is usually a server of its own, able to serve a few).
-    static let defaultConnectionsPerServer = 4
 
     /// Restarts from zero allowed (a changed or inconsistent representation) before giving up.
     static let maxRestarts = 3
@@ -113,19 +66,17 @@ final class Transfer {
         self.control = control
         self.limiter = limiter
         self.transport = environment.transport
-        sources =
-            task.sources.count > 1
-            ? SourcePool(
-                task.sources,
-                perSourceCap: task.maxConnectionsPerServer ?? Transfer.defaultConnectionsPerServer
-            ) : nil
-        leadIndex = sources?.lead ?? 0
         var logger = environment.logger
         logger[metadataKey: "haul.task"] = "\(task.id)"
         self.logger = logger
+        selector = SourceSelector(task, logger: logger)
     }
 
     var url: URL { task.url }
+    /// The URL and its mirrors while the download runs, when it has mirrors.
+    var sources: SourcePool? { selector?.pool }
+    /// Where an attempt's first request goes: the lead's URL.
+    var openingURL: URL { selector?.openingURL ?? task.url }
     private var requestHeaders: [HTTPHeaderField] { task.requestHeaders }
     var checksum: Checksum? { task.checksum }
     var store: any TaskStore { environment.store }
@@ -136,12 +87,7 @@ final class Transfer {
     /// Connections for this download.
     private var connections: Int {
         if rangesDeclined { return 1 }
-        if let sources {
-            // Every source gets a connection unless -x says fewer; each at most its cap.
-            let active = sources.activeCount
-            let wanted = task.connections ?? max(environment.connections, active)
-            return max(1, min(wanted, active * sources.perSourceCap, DownloadRequest.maxConnections))
-        }
+        if let selector { return selector.connections(wanted: task.connections, otherwise: environment.connections) }
         return max(1, min(task.connections ?? environment.connections, environment.connectionCap))
     }
     private var minSplitSize: Int64 { max(64 * 1024, task.minSplitSize ?? environment.minSplitSize) }
@@ -177,11 +123,9 @@ final class Transfer {
             // Take the part file's lock before touching the task's records, so a second
             // process asked for the same download stops here and changes nothing.
             if task.destinationPath != nil { _ = try await openPart() }
-            if let known = task.storedPieces {
-                storedPieces = known  // Read with the task for this run.
-            } else {
-                storedPieces = try await store.pieces(of: task.id)
-            }
+            // Read with the task for this run, or now.
+            let stored = if let known = task.storedPieces { known } else { try await store.pieces(of: task.id) }
+            pieces = stored.map { RunPieces($0, taskID: task.id, url: url, store: store) }
             if newer != nil { try await resetToZero(validators: Validators()) }
             if committedBytes == 0, task.totalLength == nil, newer == nil, !task.checkNewer, !task.continuesExisting {
                 // A new download's first write is its response (beginFromZero): "running" is
@@ -257,7 +201,7 @@ final class Transfer {
                 && (sources?.verifiedCount ?? 0) > 1:
                 // The lead's copy changed, and verified mirrors hold the bytes written: they
                 // continue the file.
-                guard dropChangedLead(restart) else { throw restart }
+                guard selector?.dropChangedLead(reason: restart.reason) == true else { throw restart }
                 given = nil
             case let .restart(restart):
                 given = restart.response
@@ -269,17 +213,25 @@ final class Transfer {
         }
     }
 
-    /// Drops the lead source whose copy changed; false when it cannot be dropped.
-    private func dropChangedLead(_ restart: Restart) -> Bool {
-        guard let sources, let lead = sources.lead, sources.drop(lead, reason: restart.reason) else { return false }
-        logger.warning(
-            "source dropped for this download; the others continue",
-            metadata: [
-                "source": "\(Redaction.url(sources.source(lead).url))",
-                "reason": "\(Redaction.text(restart.reason))",
-            ]
-        )
-        return true
+    /// Follows a change of lead before an attempt (``SourceSelector/followLead()``): a
+    /// verified new lead's validators become the file's; an unverified one starts it over.
+    private func followLead() async throws {
+        switch selector?.followLead() {
+        case .verified(var validators)?:
+            validators.totalLength = task.totalLength
+            task.validators = validators
+            task.sources = selector?.pool.snapshot ?? task.sources
+            try await store.saveResponse(task, segments: segments)
+        case .unverified?:
+            try await resetToZero(validators: Validators())
+        case nil:
+            break
+        }
+    }
+
+    /// Whether the lead's failure gives its place to the next source (``SourceSelector/dropLead(after:retryable:maxRetries:)``).
+    private func dropLead(after error: any Error, retryable: Bool) -> Bool {
+        selector?.dropLead(after: error, retryable: retryable, maxRetries: environment.retry.maxRetries) ?? false
     }
 
     /// Starts the file over from byte 0: with the whole response the server sent instead of
@@ -356,7 +308,7 @@ final class Transfer {
                     segments: segments,
                     partSize: partSize,
                     confirming: confirming,
-                    piecesChecked: try preparesPieces()
+                    piecesChecked: try pieces?.verifier(forLength: task.totalLength) != nil
                 )
                 if case let .startOver(reason) = opening {
                     if let reason { logger.warning("\(reason); starting over") }
@@ -490,49 +442,18 @@ final class Transfer {
             logger: logger,
             isOffline: environment.isOffline,
             sources: sources,
-            lead: leadIndex,
-            pieces: pieceVerifier,
+            lead: selector?.leadIndex ?? 0,
+            pieces: pieces?.verifier,
             lowestSpeed: environment.lowestSpeed,
-            crossChecksMirrors: checksum == nil && serverDigest == nil && pieceVerifier == nil,
+            crossChecksMirrors: checksum == nil && serverDigest == nil && pieces?.verifier == nil,
             share: share,
             timeline: environment.timeline
         )
     }
 
-    /// The download's connections: the one carrying `first` (its response holds a
-    /// connection already) and `extra` more, each while its host's `share` grants it.
-    private static func runWorkers(
-        _ worker: SegmentWorker,
-        first: SegmentResponse?,
-        extra: Int,
-        share: HostConnections.Share?
-    ) async throws {
-        try await withThrowingDiscardingTaskGroup { workers in
-            if let first {
-                share?.hold()
-                workers.addTask {
-                    guard let share else {
-                        _ = try await worker.run(first: first)
-                        return
-                    }
-                    try await share.connection(alreadyHeld: true) { try await worker.run(first: $0 == 0 ? first : nil) }
-                }
-            }
-            for _ in 0..<extra {
-                workers.addTask {
-                    guard let share else {
-                        _ = try await worker.run(first: nil)
-                        return
-                    }
-                    try await share.connection { _ in try await worker.run(first: nil) }
-                }
-            }
-        }
-    }
-
     private func runConnections(plan: SegmentPlan, first: SegmentResponse?) async throws {
         let part = try await openPart()
-        let pieces = try preparePieces(plan: plan)
+        let pieces = try self.pieces?.prepare(plan: plan, total: task.totalLength)
         // Its host's connections are shared with the manager's other downloads there (mirrors:
         // each source has its own cap).
         let share = sources == nil ? environment.hostConnections?.share(host: DownloadManager.hostKey(url)) : nil
@@ -554,30 +475,11 @@ final class Transfer {
         }
         // The first response holds a connection of the lead before the others choose theirs:
         // otherwise one could take the lead's last free connection, and a mirror none.
-        if first != nil { sources?.take(leadIndex) }
+        if let selector, first != nil { selector.pool.take(selector.leadIndex) }
         do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await checkpointer.run() }
-                group.addTask {
-                    try await withThrowingDiscardingTaskGroup { tasks in
-                        // Pieces are checked beside the connections, as they complete; the
-                        // checker ends with the last of them, once it has checked what they wrote.
-                        if let pieces { tasks.addTask { try await worker.checkPieces(pieces) } }
-                        tasks.addTask {
-                            try await Self.runWorkers(worker, first: first, extra: extra, share: share)
-                            pieces?.close()
-                        }
-                    }
-                }
-                // Whichever ends first: the connections (done, or failed), or the checkpointer,
-                // which ends only by failing (the store refuses the checkpoint): then the
-                // connections stop at once rather than fetch what can no longer be recorded.
-                try await group.next()
-                group.cancelAll()
-                try await group.waitForAll()
-            }
+            try await ConnectionRun(worker: worker, checkpointer: checkpointer, pieces: pieces, share: share)
+                .run(first: first, extra: extra)
         } catch {
-            try? await checkpointer.checkpoint()
             segments = plan.records(taskID: task.id)
             if let sources { task.sources = sources.snapshot }
             throw error
