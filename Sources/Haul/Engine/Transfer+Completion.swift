@@ -203,6 +203,7 @@ extension Transfer {
 
     /// Records how the run ended and turns any error into the ``HaulError`` to report.
     func conclude(after error: any Error) async -> HaulError {
+        let stop = control.conclude()
         if part == nil, let error = error as? HaulError, error.code == .busy {
             return error  // Another process owns this download and its records.
         }
@@ -213,7 +214,6 @@ extension Transfer {
             part = nil
             return error
         }
-        let stop = control.requested
         // A cancelled run's partial data goes, deleted through its own locked handle (a sync
         // still in flight elsewhere would keep a reopening from it).
         if stop == .cancel { part?.delete() }

@@ -35,7 +35,9 @@ extension Transfer {
                     limiter: limiter
                 )
                 do {
-                    return .success(try await transfer.run())
+                    let result = try await transfer.run()
+                    control.conclude()  // Completed: a stop asked from now on is too late.
+                    return .success(result)
                 } catch {
                     return .failure(error as? HaulError ?? HaulError(.connection, "\(error)"))
                 }

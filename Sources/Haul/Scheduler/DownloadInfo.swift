@@ -72,6 +72,24 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
         self.connections = connections
     }
 
+    /// A task as its record says, in `state` with `bytesCommitted` on disk.
+    init(_ record: TaskRecord, state: TaskState, bytesCommitted: Int64) {
+        self.init(
+            id: record.id,
+            url: record.url,
+            path: record.destinationPath,
+            directory: record.directory,
+            state: state,
+            priority: record.priority,
+            bytesCommitted: bytesCommitted,
+            totalBytes: record.totalLength,
+            errorMessage: nil,
+            session: record.session,
+            rateLimit: record.rateLimit,
+            connections: record.connections
+        )
+    }
+
     private enum CodingKeys: String, CodingKey {
         case id, url, path, directory, state, priority, bytesCommitted, totalBytes, errorMessage, session
         case rateLimit, connections, nextTryAt, errorCode, sources, node

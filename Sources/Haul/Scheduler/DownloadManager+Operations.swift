@@ -66,22 +66,8 @@ extension DownloadManager {
     /// A task just recorded: it waits for its turn (or stays paused, as recorded), announced;
     /// nothing to read back.
     func enqueueNew(_ record: TaskRecord) -> DownloadInfo {
-        let id = record.id
         let paused = record.state == .paused
-        let info = DownloadInfo(
-            id: id,
-            url: record.url,
-            path: record.destinationPath,
-            directory: record.directory,
-            state: paused ? .paused : .queued,
-            priority: record.priority,
-            bytesCommitted: 0,
-            totalBytes: record.totalLength,
-            errorMessage: nil,
-            session: record.session,
-            rateLimit: record.rateLimit,
-            connections: record.connections
-        )
+        let info = DownloadInfo(record, state: paused ? .paused : .queued, bytesCommitted: 0)
         if let state = machine.added(DownloadManager.entry(for: record), paused: paused) {
             // Another add found it meanwhile (while this one awaited an earlier re-add) and queued it.
             var current = info
@@ -145,23 +131,7 @@ extension DownloadManager {
         guard machine.addedAgain(DownloadManager.entry(for: record)) else {
             return try await info(id)  // Another add of the same download got here first.
         }
-        let url = record.url
-        hub.publish(
-            .added(
-                DownloadInfo(
-                    id: id,
-                    url: url,
-                    path: record.destinationPath,
-                    directory: record.directory,
-                    state: .queued,
-                    priority: record.priority,
-                    bytesCommitted: committed,
-                    totalBytes: record.totalLength,
-                    errorMessage: nil,
-                    session: record.session
-                )
-            )
-        )
+        hub.publish(.added(DownloadInfo(record, state: .queued, bytesCommitted: committed)))
         admitAndStart()
         return try await info(id)
     }
@@ -171,19 +141,7 @@ extension DownloadManager {
     /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or one that is not queued or running.
     @discardableResult
     public func pause(_ id: UUID) async throws -> ResumeData {
-        await refreshFromSharedStore(id)
-        let state = try currentState(id)
-        switch state {
-        case .queued, .retrying, .waitingForNetwork:
-            disarmRetry(id)
-            try await recordStopped(id, as: .paused, was: state)
-            move(id, .pause)
-        case .running:
-            runs[id]?.handles.control.request(.pause)
-            await waitForEnd(id)
-        default:
-            throw HaulError(.invalidArgument, "Cannot pause task \(id): it is \(state.rawValue)")
-        }
+        try await stop(id, .pause)
         return try await resumeData(id)
     }
 
@@ -216,23 +174,38 @@ extension DownloadManager {
 
     /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
     public func cancel(_ id: UUID) async throws {
+        try await stop(id, .cancel)
+    }
+
+    /// Pauses or cancels a task, as the state machine allows from its state. A running one
+    /// is asked to stop and concludes by it; one whose run had already concluded by an
+    /// earlier stop (a limit lowered, its route gone) is stopped as a waiting task then.
+    private func stop(_ id: UUID, _ reason: StopReason) async throws {
+        let (event, target): (TaskStateMachine.Event, TaskState) =
+            reason == .cancel ? (.cancel, .cancelled) : (.pause, .paused)
         await refreshFromSharedStore(id)
         let state = try currentState(id)
-        switch state {
-        case .running:
-            runs[id]?.handles.control.request(.cancel)
+        guard TaskStateMachine.next(from: state, on: event) != nil else {
+            throw HaulError(.invalidArgument, "Cannot \(event.rawValue) task \(id): it is \(state.rawValue)")
+        }
+        guard state != .running else {
+            runs[id]?.handles.control.request(reason)
             await waitForEnd(id)
-        case .queued, .paused, .failed, .retrying, .waitingForNetwork:
-            disarmRetry(id)
-            try await recordStopped(id, as: .cancelled, was: state)
-            move(id, .cancel)
-            // Cancelled is recorded: its partial data goes; a record of it left behind is harmless.
-            if let record = try? await store.task(id: id), let path = record.partPath {
-                PartFile.remove(at: path, owner: id, identity: record.partIdentity)
-                try? await store.setPart(id, path: nil, identity: nil)
+            if let now = machine.state(of: id), now != target, TaskStateMachine.next(from: now, on: event) != nil,
+                now != .running || machine.isRunning(id)
+            {
+                try await stop(id, reason)
             }
-        case .completed, .cancelled:
-            throw HaulError(.invalidArgument, "Cannot cancel task \(id): it is \(state.rawValue)")
+            return
+        }
+        disarmRetry(id)
+        try await recordStopped(id, as: target, was: state)
+        move(id, event)
+        guard reason == .cancel else { return }
+        // Cancelled is recorded: its partial data goes; a record of it left behind is harmless.
+        if let record = try? await store.task(id: id), let path = record.partPath {
+            PartFile.remove(at: path, owner: id, identity: record.partIdentity)
+            try? await store.setPart(id, path: nil, identity: nil)
         }
     }
 
