@@ -91,7 +91,7 @@ extension DownloadManager {
             machine.recorded(id, state, message: message)
         }
         // Nothing left to write (what failed was removed, say): the next start finds out.
-        machine.releaseHeld()
+        machine.requeueHeld()
         admitAndStart()
         return true
     }

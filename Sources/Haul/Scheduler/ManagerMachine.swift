@@ -362,7 +362,7 @@ struct ManagerMachine: Sendable {
 
     /// After writing what the store owed: with nothing left to write it takes writes again,
     /// and the tasks held for it (and owed nothing) take their places in line.
-    mutating func releaseHeld() {
+    mutating func requeueHeld() {
         if !slots.values.contains(where: { $0.unrecorded != nil }) { storeRefusing = false }
         for (id, slot) in slots where slot.heldForStore && slot.unrecorded == nil {
             slots[id]?.heldForStore = false

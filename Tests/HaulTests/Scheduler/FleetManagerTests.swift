@@ -328,8 +328,10 @@ struct FleetManagerTests {
                     // (A loaded machine may have stopped and resumed a run before: what counts
                     // is from here.)
                     let requestsBefore = (0..<4).map { server.requests(for: "/f\($0)").count }
-                    let sentBefore = (0..<4).map { server.bodyBytesSent("/f\($0)") }
                     await database.stop()
+                    // Counted from when the database is gone: its shutdown (a checkpoint of its
+                    // own) takes seconds on a loaded machine, and the leases were renewed meanwhile.
+                    let sentBefore = (0..<4).map { server.bodyBytesSent("/f\($0)") }
                     // An add waits for the database, then — a minute on — is refused, in a sentence.
                     let late = Task {
                         await expectHaulError(.store) {
@@ -343,7 +345,8 @@ struct FleetManagerTests {
                     #expect(try await waitUntil(timeout: .seconds(30)) { server.activeResponses == 0 })
                     #expect(try await waitUntil(timeout: .seconds(30)) { await manager.runningTaskIDs.isEmpty })
                     for index in 0..<4 {
-                        // At 1 MiB/s, about five seconds' worth, not the rest of the file.
+                        // At 1 MiB/s, at most a lease's worth (5 s) and the watch's look, not the
+                        // rest of the file.
                         #expect(server.bodyBytesSent("/f\(index)") - sentBefore[index] < size / 2, "f\(index)")
                     }
                     let refused = await late.value

@@ -165,7 +165,7 @@ struct ManagerMachineTests {
             for (id, state, message) in model.machine.unrecordedStates {
                 model.machine.recorded(id, state, message: message)
             }
-            model.machine.releaseHeld()
+            model.machine.requeueHeld()
         default:
             guard let id = pick, let state, state != .running else { return }
             model.machine.forget(id)
