@@ -36,23 +36,26 @@ public struct RetryPolicy: Sendable, Equatable {
         return ceiling * (0.5 + 0.5 * random)
     }
 
-    /// The wait before retry number `attempt` (1-based) after `error`.
-    /// - Throws: `error`, no longer retryable and saying why, when the server asked for a
-    ///   longer wait (`Retry-After`) than ``maxRetryAfter``.
+    /// The wait before retry number `attempt` (1-based) after `error`: the server's
+    /// `Retry-After` when it sent one, else the backoff.
+    /// - Throws: `error`, saying so, when the server asked for a longer wait than ``maxRetryAfter``.
     func delay(retrying error: HaulError, attempt: Int) throws -> Duration {
-        if let asked = error.retryAfter, asked > maxRetryAfter {
-            var failure = error
-            failure.message +=
-                "; the server asked to wait \(asked.spoken) before trying again (Retry-After), longer than the \(maxRetryAfter.spoken) Haul waits"
-            failure.hint = "Try again later, or allow longer waits with --retry-max-wait"
-            failure.isFinal = true
-            throw failure
-        }
+        if let refusal = refusal(retrying: error) { throw refusal }
         return delay(attempt: attempt, retryAfter: error.retryAfter)
     }
 
-    /// `error` as the end of the retries: its hint says how many were made, keeps what the
-    /// error itself advised, and says how to continue.
+    /// `error`, final and saying why, when the server asked to wait longer than
+    /// ``maxRetryAfter`` before trying again (`Retry-After`); nil when a retry may wait.
+    func refusal(retrying error: HaulError) -> HaulError? {
+        guard let asked = error.retryAfter, asked > maxRetryAfter else { return nil }
+        var failure = error
+        failure.message +=
+            "; the server asked to wait \(asked.spoken) before trying again (Retry-After), longer than the \(maxRetryAfter.spoken) Haul waits"
+        failure.hint = "Try again later, or allow longer waits with --retry-max-wait"
+        failure.isFinal = true
+        return failure
+    }
+
     func givenUp(_ error: HaulError) -> HaulError {
         // Said once: a connection's retries and then its download's may both end here.
         if error.hint?.hasPrefix("Gave up after") == true { return error }
@@ -77,29 +80,59 @@ public struct RetryPolicy: Sendable, Equatable {
         announce: (DownloadProgress) -> Void = { _ in },
         _ attempt: () async throws -> Result
     ) async throws -> Result {
-        var failures = 0
+        // Failures in a row: nothing here is progress (each try starts from the same point).
+        var budget = RetryBudget(maxRetries: maxRetries, maxRestarts: 0, committed: 0)
         while true {
             do {
                 return try await attempt()
             } catch let error as HaulError where error.isRetryable {
                 if offline() { throw error }
-                failures += 1
-                guard failures <= maxRetries else { throw givenUp(error) }
-                let delay = try delay(retrying: error, attempt: failures)
-                logger.notice(
-                    "retrying",
-                    metadata: ["attempt": "\(failures)", "delay": "\(delay)", "error": "\(error.message)"]
-                )
-                try await progress.waiting(
-                    delay,
-                    after: error,
-                    attempt: failures,
-                    of: maxRetries,
-                    on: timeline,
-                    announce: announce
-                )
+                switch RetryDecision.transfer(after: error, committed: 0, budget: &budget, policy: self) {
+                case .giveUp(let failure):
+                    throw failure
+                case .retry(let delay, let attempt):
+                    try await wait(
+                        delay,
+                        attempt: attempt,
+                        after: error,
+                        progress: progress,
+                        logger: logger,
+                        timeline: timeline,
+                        announce: announce
+                    )
+                }
             }
         }
+    }
+
+    /// Waits out `delay` before retry `attempt` after `error`, saying so in the log and in
+    /// the progress (which shows the wait and the tries left).
+    func wait(
+        _ delay: Duration,
+        attempt: Int,
+        after error: HaulError,
+        progress: ProgressBox,
+        logger: Logger,
+        timeline: Timeline,
+        saying message: Logger.Message = "retrying",
+        _ metadata: Logger.Metadata = [:],
+        announce: (DownloadProgress) -> Void = { _ in }
+    ) async throws {
+        logger.notice(
+            message,
+            metadata: metadata.merging(
+                ["attempt": "\(attempt)", "delay": "\(delay)", "error": "\(error.message)"],
+                uniquingKeysWith: { $1 }
+            )
+        )
+        try await progress.waiting(
+            delay,
+            after: error,
+            attempt: attempt,
+            of: maxRetries,
+            on: timeline,
+            announce: announce
+        )
     }
 
     /// Whether an HTTP status says "not now" rather than "no": 408, 429 and 5xx.

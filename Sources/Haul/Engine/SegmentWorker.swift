@@ -163,17 +163,15 @@ struct SegmentWorker: Sendable {
             // No route: waiting here would spend the retries on nothing.
             if isOffline(url) { return .failed(error) }
             do {
-                let delay = try retry.delay(retrying: error, attempt: failures)
-                logger.notice(
-                    "retrying segment",
-                    metadata: ["start": "\(start)", "attempt": "\(failures)", "error": "\(error.message)"]
-                )
-                try await progress.waiting(
-                    delay,
-                    after: error,
+                try await retry.wait(
+                    try retry.delay(retrying: error, attempt: failures),
                     attempt: failures,
-                    of: retry.maxRetries,
-                    on: timeline
+                    after: error,
+                    progress: progress,
+                    logger: logger,
+                    timeline: timeline,
+                    saying: "retrying segment",
+                    ["start": "\(start)"]
                 )
             } catch {
                 // A wait longer than allowed (final), or a stop during the backoff.

@@ -268,25 +268,25 @@ final class Transfer {
     private func retry(after error: HaulError, budget: inout RetryBudget) async throws {
         if environment.isOffline(url) { throw error }  // The manager waits for the network.
         if dropLead(after: error, retryable: true) { return }
-        // A trickle writes bytes, but a connection too slow to keep is no progress: its
-        // retries run out like any other failure's.
-        let countsAsProgress = !SpeedFloor.isTooSlow(error)
-        guard let attempt = budget.failed(committed: committedBytes, countsAsProgress: countsAsProgress) else {
-            throw environment.retry.givenUp(error)
-        }
-        let delay = try environment.retry.delay(retrying: error, attempt: attempt)
-        HaulMetrics.retry(error.code)
-        logger.notice(
-            "retrying",
-            metadata: ["attempt": "\(attempt)", "delay": "\(delay)", "error": "\(error.message)"]
-        )
-        try await progress.waiting(
-            delay,
+        switch RetryDecision.transfer(
             after: error,
-            attempt: attempt,
-            of: environment.retry.maxRetries,
-            on: environment.timeline
-        )
+            committed: committedBytes,
+            budget: &budget,
+            policy: environment.retry
+        ) {
+        case .giveUp(let failure):
+            throw failure
+        case .retry(let delay, let attempt):
+            HaulMetrics.retry(error.code)
+            try await environment.retry.wait(
+                delay,
+                attempt: attempt,
+                after: error,
+                progress: progress,
+                logger: logger,
+                timeline: environment.timeline
+            )
+        }
     }
 
     // MARK: One attempt

@@ -50,13 +50,18 @@ extension DownloadManager {
         else { return false }
         let now = timeline.date
         let stored = (try? await store.task(id: id)) ?? nil
-        let since = progressed ? now : (stored?.retryingSince ?? now)
-        let attempt = progressed ? 1 : (machine[id]?.retryAttempts ?? 0) + 1
-        guard now.timeIntervalSince(since) < policy.giveUpAfter.seconds else {
+        let (decision, since) = RetryDecision.keepTrying(
+            after: error,
+            policy: policy,
+            now: now,
+            streakSince: stored?.retryingSince,
+            attempts: machine[id]?.retryAttempts ?? 0,
+            progressed: progressed
+        )
+        guard case .retry(let delay, let attempt) = decision else {
             logger.notice("giving up", metadata: ["haul.task": "\(id)", "since": "\(since)"])
             return false
         }
-        let delay = policy.delay(attempt: attempt)
         let nextTryAt = now.addingTimeInterval(delay.seconds)
         do {
             try await store.setRetrying(id, error: error.description, nextTryAt: nextTryAt, since: since)
