@@ -81,11 +81,12 @@ public final class HaulClient: Sendable {
 
     /// Adds downloads to the daemon's queue (or finds them there, so a re-add does not duplicate).
     public func add(_ requests: [DownloadRequest], priority: Int? = nil) async throws -> [DownloadInfo] {
-        try await call(
+        let tasks: [API.Task] = try await call(
             "POST",
             "/tasks",
             body: API.AddRequest(downloads: requests.map(API.AddRequest.Download.init), priority: priority)
         )
+        return try tasks.map(DownloadInfo.init)
     }
 
     /// The daemon's tasks, in queue order; of one session, or all.
@@ -94,12 +95,13 @@ public final class HaulClient: Sendable {
             try DownloadRequest.validateSession(name)
             return "?session=\(name)"
         }
-        return try await call("GET", "/tasks" + (query ?? ""))
+        let tasks: [API.Task] = try await call("GET", "/tasks" + (query ?? ""))
+        return try tasks.map(DownloadInfo.init)
     }
 
     /// One task.
     public func info(_ id: UUID) async throws -> DownloadInfo {
-        try await call("GET", "/tasks/\(id.uuidString)")
+        try DownloadInfo(try await call("GET", "/tasks/\(id.uuidString)") as API.Task)
     }
 
     /// Applies an operation to tasks: pause (keeping data), resume, cancel (deleting partial
@@ -108,7 +110,8 @@ public final class HaulClient: Sendable {
     /// - Returns: the tasks it applied to.
     @discardableResult
     public func perform(_ operation: TaskOperation, _ selector: API.Selector) async throws -> [DownloadInfo] {
-        try await call("POST", "/tasks/\(operation.rawValue)", body: selector)
+        let tasks: [API.Task] = try await call("POST", "/tasks/\(operation.rawValue)", body: selector)
+        return try tasks.map(DownloadInfo.init)
     }
 
     /// Pauses tasks, keeping their data; returns those paused.
@@ -151,11 +154,12 @@ public final class HaulClient: Sendable {
     /// Changes the rate limit of tasks, live (bytes per second; nil for none); returns them.
     @discardableResult
     public func setRateLimit(_ bytesPerSecond: Int64?, _ selector: API.Selector) async throws -> [DownloadInfo] {
-        try await call(
+        let tasks: [API.Task] = try await call(
             "POST",
             "/tasks/rate-limit",
             body: API.RateLimitChange(tasks: selector, bytesPerSecond: bytesPerSecond ?? 0)
         )
+        return try tasks.map(DownloadInfo.init)
     }
 
     /// A one-time link that logs a browser into the daemon's dashboard (needs its TCP listener).

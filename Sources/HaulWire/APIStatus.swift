@@ -162,3 +162,61 @@ extension API {
         }
     }
 }
+
+extension API {
+    /// A task, as `GET /v1/tasks`, `GET /v1/tasks/{id}` and every operation on tasks answer:
+    /// URLs and error messages with their credentials redacted.
+    public struct Task: Codable, Sendable, Equatable {
+        public var id: UUID
+        public var url: String
+        /// The finished file's path, once its name is known.
+        public var path: String?
+        public var directory: String
+        public var state: TaskState
+        public var priority: Int
+        /// Bytes durably on disk.
+        public var bytesCommitted: Int64
+        public var totalBytes: Int64?
+        public var errorMessage: String?
+        public var session: String
+        /// The task's own rate limit, bytes per second.
+        public var rateLimit: Int64?
+        public var connections: Int?
+        /// A retrying task's next try.
+        public var nextTryAt: Date?
+        /// The error's code name, e.g. `httpStatus`.
+        public var errorCode: String?
+        /// In fleet mode, the node running it.
+        public var node: String?
+        /// With mirrors: every source and what is known of it.
+        public var sources: [Source]?
+
+        public init(id: UUID, url: String, directory: String, state: TaskState, priority: Int, session: String) {
+            self.id = id
+            self.url = url
+            self.directory = directory
+            self.state = state
+            self.priority = priority
+            self.bytesCommitted = 0
+            self.session = session
+        }
+
+        /// One source of a download with mirrors.
+        public struct Source: Codable, Sendable, Equatable {
+            public var url: String
+            /// Its bytes were compared with the file's and matched.
+            public var verified: Bool
+            /// Why it was dropped, if it was.
+            public var dropped: String?
+            /// Bytes it served.
+            public var bytes: Int64
+
+            public init(url: String, verified: Bool, dropped: String?, bytes: Int64) {
+                self.url = url
+                self.verified = verified
+                self.dropped = dropped
+                self.bytes = bytes
+            }
+        }
+    }
+}

@@ -40,7 +40,7 @@ public struct DownloadInfo: Sendable, Equatable, Codable {
     /// hidden and without validators.
     public var sources: [DownloadSource] = []
 
-    init(
+    package init(
         id: UUID,
         url: URL,
         path: String?,

@@ -86,7 +86,7 @@ enum APIFailure {
 }
 
 // What the handlers answer with, encoded by the context's encoder.
-extension DownloadInfo: ResponseEncodable {}
+extension API.Task: ResponseEncodable {}
 extension API.Status: ResponseEncodable {}
 extension API.Settings: ResponseEncodable {}
 extension API.Acknowledgement: ResponseEncodable {}

@@ -101,7 +101,7 @@ struct TaskRoutes {
         routes.get("tasks") { request, _ in
             let session = request.uri.queryParameters.get("session").map { String($0) }
             if let session { try DownloadRequest.validateSession(session) }
-            return try await core.manager.tasks(session: session)
+            return try await core.manager.tasks(session: session).map(API.Task.init)
         }
         routes.post("tasks") { request, context in
             let body = try await RequestBody.decode(API.AddRequest.self, from: request, context: context)
@@ -122,19 +122,19 @@ struct TaskRoutes {
                     throw error
                 }
             }
-            return try await core.manager.download(requests, priority: body.priority ?? 0)
+            return try await core.manager.download(requests, priority: body.priority ?? 0).map(API.Task.init)
         }
         routes.get("tasks/:id") { _, context in
-            try await core.manager.info(try Self.taskID(context))
+            API.Task(try await core.manager.info(try Self.taskID(context)))
         }
         routes.post("tasks/rate-limit") { request, context in
             let body = try await RequestBody.decode(API.RateLimitChange.self, from: request, context: context)
-            return try await core.setRateLimit(body.bytesPerSecond, for: body.tasks)
+            return try await core.setRateLimit(body.bytesPerSecond, for: body.tasks).map(API.Task.init)
         }
         for operation in TaskOperation.allCases {
             routes.post("tasks/\(operation.rawValue)") { request, context in
                 let selector = try await RequestBody.decode(API.Selector.self, from: request, context: context)
-                return try await core.apply(operation, to: selector)
+                return try await core.apply(operation, to: selector).map(API.Task.init)
             }
         }
     }

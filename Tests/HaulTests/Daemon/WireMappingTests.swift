@@ -106,4 +106,38 @@ struct WireMappingTests {
         download.mirrors = Array(repeating: "http://mirror.test/f", count: DownloadSource.maxSources)
         #expect(throws: HaulError.self) { try download.request() }
     }
+
+    @Test("a task is answered as the library's type wrote it, credentials redacted, and read back field by field")
+    func taskRoundTrip() throws {
+        var info = DownloadInfo(
+            id: UUID(),
+            url: URL(string: "http://user:secret@example.test/a.iso")!,
+            path: "/data/a.iso",
+            directory: "/data",
+            state: .retrying,
+            priority: 3,
+            bytesCommitted: 1_000,
+            totalBytes: 4_000,
+            errorMessage: "HTTP 503 from http://user:secret@example.test/a.iso",
+            session: "nightly",
+            rateLimit: 512,
+            connections: 2,
+            nextTryAt: Date(timeIntervalSince1970: 1_800_000_000),
+            errorCode: .httpStatus
+        )
+        info.node = "n1"
+        info.sources = [DownloadSource(url: URL(string: "http://mirror.test/a.iso")!, verified: true, bytes: 10)]
+        let encoder = API.JSON.encoder()
+        let body = try encoder.encode(API.Task(info))
+        #expect(body == (try encoder.encode(info)))
+        #expect(!String(decoding: body, as: UTF8.self).contains("secret"))
+        let back = try DownloadInfo(try API.JSON.decoder.decode(API.Task.self, from: body))
+        #expect(back.state == .retrying && back.errorCode == .httpStatus && back.node == "n1")
+        #expect(back.sources.map(\.url) == info.sources.map(\.url) && back.nextTryAt == info.nextTryAt)
+        #expect(back.url.absoluteString == "http://user:***@example.test/a.iso")
+        #expect(back.errorMessage == "HTTP 503 from http://user:***@example.test/a.iso")
+        var bad = API.Task(info)
+        bad.url = "http://a b"
+        #expect(throws: HaulError.self) { try DownloadInfo(bad) }
+    }
 }
