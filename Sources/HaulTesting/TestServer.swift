@@ -284,7 +284,9 @@ public final class TestServer: Sendable {
     ) async throws {
         let bytes = body.bytes
         let limit = min(bytes.count, body.cutAfter ?? .max)
-        let started = ContinuousClock.now
+        // The pace's base: a stall (a hold, a slow reader, a loaded machine) moves it on, so the
+        // bytes not sent meanwhile are never made up in a burst faster than the rate.
+        var (base, sentAtBase) = (ContinuousClock.now, 0)
         var sent = 0
         let slice = body.bytesPerSecond.map { max(1024, min(64 * 1024, $0 / 20)) } ?? 64 * 1024
         var held = body.holdAfter == nil
@@ -296,6 +298,7 @@ public final class TestServer: Sendable {
                 held = true
                 await holds.wait(at: path, closed: closed)
                 try Task.checkCancellation()
+                (base, sentAtBase) = (ContinuousClock.now, sent)
             }
             let n = min(slice, limit - sent, (body.stallAfter ?? .max) - sent, held ? .max : body.holdAfter! - sent)
             var buffer = ByteBuffer()
@@ -306,8 +309,13 @@ public final class TestServer: Sendable {
             sent += n
             state.withLock { $0.entries[path]?.bodyBytesSent += n }
             if let bytesPerSecond = body.bytesPerSecond {
-                let due = started + .milliseconds(Int64(sent) * 1000 / Int64(bytesPerSecond))
-                try await Task.sleep(until: due, clock: .continuous)
+                let due = base + .milliseconds(Int64(sent - sentAtBase) * 1000 / Int64(bytesPerSecond))
+                let now = ContinuousClock.now
+                if due < now - .seconds(1) {
+                    (base, sentAtBase) = (now, sent)  // Behind by more than a second: no burst.
+                } else {
+                    try await Task.sleep(until: due, clock: .continuous)
+                }
             }
         }
     }

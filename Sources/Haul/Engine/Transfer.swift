@@ -238,28 +238,22 @@ final class Transfer {
     /// a range (rule 5 without a change: a retry, not a new version), or because its file
     /// changed (a restart, a bounded number of times).
     private func startOver(after restart: Restart, budget: inout RetryBudget) async throws {
-        if let response = restart.response, rules.isSameFile(status: response.status, headers: response.headers) {
-            guard budget.failed(committed: committedBytes) != nil else {
-                var error =
-                    restart.after ?? HaulError(.connection, "The server kept breaking off \(task.url)", url: url)
-                error.hint =
-                    "Gave up after \(environment.retry.maxRetries) retries (the server ignores ranges, so each starts from 0)"
-                throw error
-            }
+        let whole = restart.response.map { rules.isSameFile(status: $0.status, headers: $0.headers) } ?? false
+        switch StartOverDecision.after(
+            restart,
+            wholeSameFile: whole,
+            committed: committedBytes,
+            budget: &budget,
+            url: url
+        ) {
+        case .giveUp(let error):
+            throw error
+        case .writeWhole:
             logger.notice("the server ignored the range; writing its whole response from byte 0 on one connection")
             rangesDeclined = true
-            try await resetToZero(validators: Validators())
-            return
+        case .restart:
+            logger.notice("restarting from 0", metadata: ["reason": "\(Redaction.text(restart.reason))"])
         }
-        guard budget.restarted() else {
-            throw HaulError(
-                .representationChanged,
-                "The file at \(task.url) kept changing during the download (\(restart.reason))",
-                url: url,
-                hint: "Try again later"
-            )
-        }
-        logger.notice("restarting from 0", metadata: ["reason": "\(Redaction.text(restart.reason))"])
         try await resetToZero(validators: Validators())
     }
 

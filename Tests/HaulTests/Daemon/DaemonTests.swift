@@ -86,8 +86,11 @@ private func run(
         let out = try temp.directory("out")
         try await TestServer.withServer { server in
             server.set("/done", .init(size: 300_000, seed: 1))
+            // Held a quarter of the way in (a resume past that, at once) until the test lets them
+            // go: none completes before the operations on them, however slow the machine (a
+            // loaded run once saw s0 complete before its pause).
             for name in ["s0", "s1", "s2"] {
-                server.set("/\(name)", .init(size: 4_000_000, seed: 9, bytesPerSecond: 400_000))
+                server.set("/\(name)", .init(size: 4_000_000, seed: 9, bytesPerSecond: 400_000, holdAt: 1_000_000))
             }
             try await withDaemon(on: engine, home: temp.file("home"), maxConcurrent: 2) { client, _ in
                 let first = try await client.add([
@@ -135,6 +138,7 @@ private func run(
                 #expect(resumed.map(\.id) == [slow[0].id])
                 let cancelled = try await client.cancel(.session("two"))
                 #expect(Set(cancelled.map(\.id)) == Set(slow.map(\.id)))
+                server.release()
                 #expect(!FileManager.default.fileExists(atPath: out + "/s1.part"))
                 let removed = try await client.remove(.session("two"))
                 #expect(removed.count == 3)

@@ -143,4 +143,51 @@ struct RetryDecisionTests {
         )
         #expect(Self.waits([moved.decision]) == ["1: 30.0 seconds"] && moved.since == start.addingTimeInterval(600))
     }
+
+    @Test(
+        "starting over: the same file whole is written from 0 while retries last; a changed file restarts three times, then gives up saying so"
+    )
+    func startingOver() {
+        let url = URL(string: "http://h.test/f")!
+        var budget = RetryBudget(maxRetries: 2, maxRestarts: 3, committed: 0)
+        let whole = (0..<3).map { _ in
+            StartOverDecision.after(
+                Restart(reason: "200"),
+                wholeSameFile: true,
+                committed: 0,
+                budget: &budget,
+                url: url
+            )
+        }
+        #expect(
+            whole.map(Self.name) == [
+                "writeWhole", "writeWhole", "giveUp: The server kept breaking off http://h.test/f",
+            ]
+        )
+        guard case .giveUp(let brokeOff) = whole[2] else { return }
+        #expect(brokeOff.hint == "Gave up after 2 retries (the server ignores ranges, so each starts from 0)")
+        let changed = (0..<4).map { _ in
+            StartOverDecision.after(
+                Restart(reason: "its ETag changed"),
+                wholeSameFile: false,
+                committed: 0,
+                budget: &budget,
+                url: url
+            )
+        }
+        #expect(
+            changed.map(Self.name) == [
+                "restart", "restart", "restart",
+                "giveUp: The file at http://h.test/f kept changing during the download (its ETag changed)",
+            ]
+        )
+    }
+
+    static func name(_ decision: StartOverDecision) -> String {
+        switch decision {
+        case .writeWhole: "writeWhole"
+        case .restart: "restart"
+        case .giveUp(let error): "giveUp: \(error.message)"
+        }
+    }
 }
