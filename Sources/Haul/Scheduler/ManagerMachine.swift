@@ -50,11 +50,7 @@ struct ManagerMachine: Sendable {
 
     /// What listings and counts show of the tasks, taken at once (ManagerSnapshot.swift).
     var snapshot: ManagerSnapshot {
-        ManagerSnapshot(
-            running: running,
-            waiting: scheduler.waitingIDs.reduce(0) { $0 + (running.contains($1) ? 0 : 1) },
-            unrecorded: slots.compactMapValues { slot in slot.unrecorded.map { (slot.state, $0) } }
-        )
+        ManagerSnapshot(running: running, slots: slots, scheduler: scheduler)
     }
 
     /// Tasks the store may not hold as they are here, or held back for it.

@@ -4,15 +4,18 @@ import Foundation
 /// ``ManagerMachine`` at one moment: every count and every state shown comes from the same
 /// view, so `haul status`, `haul list` (both forms), `/v1/status`, `/metrics`, the dashboard
 /// and aria2's `getGlobalStat` agree.
+///
+/// Taking one costs nothing: it shares the machine's storage (copy on write), and each view
+/// is computed when asked for.
 struct ManagerSnapshot: Sendable {
     /// The tasks whose transfer runs (in ``TaskState/running``; one asked to make room for
     /// others is running until it has stopped).
     let running: Set<UUID>
+    let slots: [UUID: TaskSlot]
+    let scheduler: Scheduler
+
     /// The queued tasks waiting in line.
-    let waiting: Int
-    /// The tasks whose state the store may not hold (it refused the write): the state here,
-    /// and the error message to record with it.
-    let unrecorded: [UUID: (state: TaskState, message: String?)]
+    var waiting: Int { scheduler.waitingIDs.reduce(0) { $0 + (running.contains($1) ? 0 : 1) } }
 
     /// `info`, read from the store, as the manager shows it: running, for a run started here
     /// that the store still calls queued (a new download records "running" with its first
@@ -23,12 +26,12 @@ struct ManagerSnapshot: Sendable {
             info.state = .running
             return info
         }
-        guard let (state, message) = unrecorded[info.id] else { return info }
-        info.state = state
-        info.errorMessage = state == .failed ? message : nil
+        guard let slot = slots[info.id], let message = slot.unrecorded else { return info }
+        info.state = slot.state
+        info.errorMessage = slot.state == .failed ? message : nil
         return info
     }
 
     /// The tasks whose shown state may differ from the store's (``shown(_:)``).
-    var overlaidIDs: [UUID] { Array(running) + unrecorded.keys }
+    var overlaidIDs: [UUID] { Array(running) + slots.compactMap { $0.value.unrecorded != nil ? $0.key : nil } }
 }

@@ -36,6 +36,27 @@ struct NetworkWaitClockTests {
         return states
     }
 
+    /// Once task `id` waits for the network: nothing is armed on the clock to wake it (no
+    /// retry, no deadline), and an hour of it — six times the give-up time, a hundred retry
+    /// delays — leaves it waiting, with nothing asked of the server.
+    static func waitAnHour(
+        _ manager: DownloadManager,
+        _ id: UUID,
+        _ clock: TestClock,
+        _ server: ExternalServer
+    )
+        async throws
+    {
+        #expect(try await waitUntil { try await manager.info(id).state == .waitingForNetwork })
+        #expect(clock.sleepers == 0, "something is armed to wake a task that waits for the network")
+        for _ in 0..<60 {
+            clock.advance(by: .seconds(60))
+            await Task.yield()
+        }
+        #expect(try await manager.info(id).state == .waitingForNetwork)
+        #expect(server.accessLog().isEmpty, "\(server.accessLog())")
+    }
+
     @Test(
         "link down: the task waits for the network through an hour on the clock, past every retry delay and the give-up time, asking nothing; link up: it completes",
         .enabled(if: usable)
@@ -51,15 +72,7 @@ struct NetworkWaitClockTests {
                 let task = try await manager.download(
                     DownloadRequest(url: server.url("/big.bin"), destination: .directory(temp.path))
                 )
-                #expect(try await waitUntil { try await manager.info(task.id).state == .waitingForNetwork })
-                // An hour: six times the give-up time, a hundred retry delays. Nothing is
-                // armed to wake the task, so nothing happens.
-                for _ in 0..<60 {
-                    clock.advance(by: .seconds(60))
-                    await Task.yield()
-                }
-                #expect(try await manager.info(task.id).state == .waitingForNetwork)
-                #expect(server.accessLog().isEmpty, "\(server.accessLog())")
+                try await Self.waitAnHour(manager, task.id, clock, server)
                 try await pair.set(inside: true, up: true)
                 let states = await Self.states(of: task.id, in: events)
                 #expect(states.first == .running && states.last == .completed, "\(states)")
@@ -87,14 +100,8 @@ struct NetworkWaitClockTests {
                 let task = try await manager.download(
                     DownloadRequest(url: server.url("/big.bin"), destination: .directory(temp.path))
                 )
-                #expect(try await waitUntil { try await manager.info(task.id).state == .waitingForNetwork })
+                try await Self.waitAnHour(manager, task.id, clock, server)
                 #expect(try await manager.info(task.id).errorMessage?.contains("metered") == true)
-                for _ in 0..<60 {
-                    clock.advance(by: .seconds(60))
-                    await Task.yield()
-                }
-                #expect(try await manager.info(task.id).state == .waitingForNetwork)
-                #expect(server.accessLog().isEmpty, "\(server.accessLog())")
                 try await manager.setNetworkPolicy(
                     NetworkPolicy(allowsMetered: true, meteredInterfaces: [pair.outside])
                 )
