@@ -314,11 +314,11 @@ public final class Downloader: Sendable {
     }
 
     /// Runs a recorded task on the execution path every download takes
-    /// (``Transfer/execute(_:segments:environment:handles:)``, as a ``DownloadManager`` does).
+    /// (``TransferHandles/execute(_:segments:environment:)``, as a ``DownloadManager`` does).
     private func start(_ record: TaskRecord, segments: [SegmentRecord]) -> DownloadTask {
         let environment = self.environment
         return DownloadTask(id: record.id, rateLimit: record.rateLimit, clock: timeline.clock) { handles in
-            try await Transfer.execute(record, segments: segments, environment: environment, handles: handles).get()
+            try await handles.execute(record, segments: segments, environment: environment).get()
         }
     }
 }

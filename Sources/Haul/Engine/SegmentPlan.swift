@@ -34,6 +34,9 @@ final class SegmentPlan: Sendable {
     }
 
     private let state: Mutex<State>
+    /// Rings when a segment first holds a window of written bytes to compare a mirror with
+    /// (``TransferRules/overlapLength``), and when a connection lets its segment go.
+    let signal = ChangeSignal()
 
     init(_ records: [SegmentRecord], minSplit: Int64) {
         let segments = records.sorted { $0.start < $1.start }.map {
@@ -227,15 +230,20 @@ final class SegmentPlan: Sendable {
 
     /// Records that the segment's bytes below `offset` are written to the part file.
     func wrote(upTo offset: Int64, segmentStart start: Int64) {
-        state.withLock { state in
-            guard let index = state.segments.firstIndex(where: { $0.start == start }) else { return }
-            state.segments[index].written = max(state.segments[index].written, offset)
+        let window = Int64(TransferRules.overlapLength)
+        let filled = state.withLock { state -> Bool in
+            guard let index = state.segments.firstIndex(where: { $0.start == start }) else { return false }
+            let before = state.segments[index].written
+            state.segments[index].written = max(before, offset)
+            return before - start < window && state.segments[index].written - start >= window
         }
+        if filled { signal.changed() }
     }
 
     /// Lets go of a segment: what was accepted but not written is forgotten, so whoever
     /// claims it next continues from what is on disk.
     func free(segmentStart start: Int64) {
+        defer { signal.changed() }
         state.withLock { state in
             guard let index = state.segments.firstIndex(where: { $0.start == start }) else { return }
             if state.segments[index].owned { state.owners -= 1 }
@@ -247,7 +255,8 @@ final class SegmentPlan: Sendable {
     /// Frees the segment unless its owner is the only connection left: a failing
     /// connection steps aside while others can finish its work. Returns whether it stepped aside.
     func stepAside(segmentStart start: Int64) -> Bool {
-        state.withLock { state in
+        defer { signal.changed() }
+        return state.withLock { state in
             guard state.owners > 1, let index = state.segments.firstIndex(where: { $0.start == start }) else {
                 return false
             }
@@ -260,7 +269,8 @@ final class SegmentPlan: Sendable {
 
     /// Once a stream of unknown length ends: its length is what was written.
     func close(segmentStart start: Int64) -> Int64 {
-        state.withLock { state in
+        defer { signal.changed() }
+        return state.withLock { state in
             let index = state.segments.firstIndex { $0.start == start }!
             state.segments[index].end = state.segments[index].written
             return state.segments[index].written

@@ -42,7 +42,7 @@ struct SegmentWorker: Sendable {
     /// The speed each connection must keep; nil for none.
     var lowestSpeed: LowestSpeed?
     /// Whether each stretch a mirror writes is compared with the URL's bytes in a window
-    /// (``SegmentWorker/crossCheck(_:servedBy:in:)``): when nothing checks the whole file.
+    /// (``MirrorCheck/crossCheck(_:servedBy:)``): when nothing checks the whole file.
     var crossChecksMirrors = false
     /// The download's share of its host's connections (``HostConnections``): asked at each
     /// segment boundary whether this connection gives way to another download. Nil: the
@@ -195,7 +195,9 @@ struct SegmentWorker: Sendable {
         let rules = source?.rules ?? rules
         let last = end == rules.totalLength ? nil : end - 1
         let overlap = TransferRules.overlap(segmentStart: start, from: from, piecesChecked: pieces != nil)
-        let expected = overlap > 0 ? try part.read(at: from - overlap, count: Int(overlap)) : []
+        let part = part
+        let expected =
+            overlap > 0 ? try await FileIO.run { try part.read(at: from - overlap, count: Int(overlap)) } : []
         guard expected.count == Int(overlap) else {
             throw Restart(reason: "the part file is shorter than the bytes written to it")
         }

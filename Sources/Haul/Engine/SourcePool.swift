@@ -22,6 +22,9 @@ final class SourcePool: Sendable {
     /// Connections one source may have at once.
     let perSourceCap: Int
     private let state: Mutex<State>
+    /// Rings when a source may have room again, or its standing changed (verified, dropped,
+    /// compared again): a connection waiting for a source looks again.
+    let signal = ChangeSignal()
 
     init(_ sources: [DownloadSource], perSourceCap: Int) {
         var sources = sources
@@ -104,6 +107,7 @@ final class SourcePool: Sendable {
 
     /// Gives a connection back.
     func putBack(_ index: Int) {
+        defer { signal.changed() }
         state.withLock { state in
             state.connections[index] = max(0, state.connections[index] - 1)
             state.verifying.remove(index)
@@ -113,6 +117,7 @@ final class SourcePool: Sendable {
     /// A mirror's bytes agreed with the file's: it takes segments from now on, asked with
     /// `validators` in `If-Range`.
     func verified(_ index: Int, validators: Validators) {
+        defer { signal.changed() }
         state.withLock { state in
             state.sources[index].verified = true
             state.sources[index].validators = validators
@@ -125,7 +130,8 @@ final class SourcePool: Sendable {
     /// last source not dropped: the download then fails as a single source's would.
     @discardableResult
     func drop(_ index: Int, reason: String) -> Bool {
-        state.withLock { state in
+        defer { signal.changed() }
+        return state.withLock { state in
             guard state.sources[index].dropped == nil else { return true }
             guard state.sources.indices.contains(where: { $0 != index && state.sources[$0].dropped == nil }) else {
                 return false
@@ -166,6 +172,7 @@ final class SourcePool: Sendable {
     /// The download starts over from byte 0 (another version): mirrors are compared again,
     /// with validators learnt again.
     func forgetVerification() {
+        defer { signal.changed() }
         state.withLock { state in
             let lead = state.sources.firstIndex { $0.dropped == nil }
             for index in state.sources.indices {
@@ -182,7 +189,8 @@ final class SourcePool: Sendable {
     /// Drops every source not dropped that was verified (the side of the file's bytes, when
     /// the mirrors outvote it), keeping the others.
     func dropVerified(reason: String) -> [Int] {
-        state.withLock { state in
+        defer { signal.changed() }
+        return state.withLock { state in
             let verified = state.sources.indices.filter {
                 state.sources[$0].dropped == nil && state.sources[$0].verified
             }

@@ -41,7 +41,7 @@ extension Transfer {
         // With -N the server is asked first: until it answers, nothing is known to be done
         // (askForNewer records it).
         if !task.checkNewer {
-            if !recorded { try await record(.completed) }
+            if !recorded { try await recorder.record(.completed) }
             progress.update {
                 $0.fileName = task.fileName
                 $0.totalBytes = size
@@ -88,7 +88,7 @@ extension Transfer {
             guard let (checkpointer, pending) = unrecorded else { return }
             unrecorded = nil
             try await checkpointer.record(pending)
-            segments = checkpointer.plan.records(taskID: task.id)
+            recorder.adoptSegments(checkpointer.plan.records(taskID: task.id))
         }
         // Every piece matches its hash before the file is placed: those the connections'
         // checker has not verified (a stream of unknown length, a resumed file) are checked now.
@@ -114,20 +114,21 @@ extension Transfer {
             try await recordCheckpoint()
             throw error
         }
+        partFile.release()
         part.close()
-        self.part = nil
         // A crash right here leaves the file in place and the task not yet completed; the
         // next run recognises it (see alreadyComplete) instead of calling it a stranger's file.
         if let (checkpointer, pending) = unrecorded {
             try await checkpointer.record(pending, completing: true)
-            segments = checkpointer.plan.records(taskID: task.id)
-            task.state = .completed
-            task.errorMessage = nil
+            recorder.adoptSegments(checkpointer.plan.records(taskID: task.id))
+            recorder.completed(.completed)
+            recorder.update {
+                $0.partPath = nil
+                $0.partIdentity = nil
+            }
         } else {
-            try await record(.completed, forgettingPart: true)
+            try await recorder.record(.completed, forgettingPart: true)
         }
-        task.partPath = nil
-        task.partIdentity = nil
         let fetched = progress.snapshot().bytesThisRun
         logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
         var result = DownloadResult(
@@ -178,10 +179,7 @@ extension Transfer {
             let actual = try await FileIO.run { try part.digest(algorithm, length: total) }
             guard actual == checksum.hex else {
                 // The bytes are wrong; keeping them would only make a rerun verify them again.
-                FileOps.remove(partPath)
-                part.close()
-                self.part = nil
-                try await forgetPart()
+                try await partFile.removeMismatched(at: partPath)
                 try await resetToZero(validators: Validators())
                 let given = self.checksum != nil
                 var error = HaulError(
@@ -204,50 +202,43 @@ extension Transfer {
     /// Records how the run ended and turns any error into the ``HaulError`` to report.
     func conclude(after error: any Error) async -> HaulError {
         let stop = control.conclude()
-        if part == nil, let error = error as? HaulError, error.code == .busy {
+        if partFile.file == nil, let error = error as? HaulError, error.code == .busy {
             return error  // Another process owns this download and its records.
         }
         if let error = error as? HaulError, error.code == .revoked {
             // Another manager holds the task now: nothing is recorded, nothing removed (its
             // part file may be the one that manager writes).
-            part?.close()
-            part = nil
+            await partFile.close()
             return error
         }
         // A cancelled run's partial data goes, deleted through its own locked handle (a sync
         // still in flight elsewhere would keep a reopening from it).
-        if stop == .cancel { part?.delete() }
-        part?.close()
-        part = nil
-        let resumeData = makeResumeData()
+        await partFile.close(deleting: stop == .cancel)
+        let resumeData = recorder.resumeData(pieces: pieces)
         do {
             switch stop {
             case .pause, .yield:
-                try await record(stop == .pause ? .paused : .queued)
+                try await recorder.record(stop == .pause ? .paused : .queued)
                 var paused = HaulError(.paused, "Paused \(task.url) at \(committedBytes) bytes", url: url)
                 paused.resumeData = resumeData
                 return paused
             case .cancel:
-                if let partPath = task.partPath {
-                    PartFile.remove(at: partPath, owner: task.id, identity: task.partIdentity)
-                    try await forgetPart()
-                }
-                try await record(.cancelled)
+                try await partFile.removeRecorded()
+                try await recorder.record(.cancelled)
                 return HaulError(.cancelled, "Cancelled \(task.url)", url: url)
             case nil:
                 var failure =
                     error as? HaulError
                     ?? HaulError(.connection, "Download of \(task.url) failed", url: url, underlying: error)
                 if failure.path == nil { failure.path = task.destinationPath }
-                if committedBytes == 0, let partPath = task.partPath {
+                if committedBytes == 0 {
                     // Nothing kept (a 404, a refused connection, an untrusted certificate
                     // before the first byte): no empty part file is left behind.
-                    PartFile.remove(at: partPath, owner: task.id, identity: task.partIdentity)
-                    try await forgetPart()
+                    try await partFile.removeRecorded()
                 }
                 if failure.code != .checksumMismatch, committedBytes > 0 { failure.resumeData = resumeData }
                 if !environment.defersFailureRecord {
-                    try await record(.failed, error: failure.description, code: failure.code)
+                    try await recorder.record(.failed, error: failure.description, code: failure.code)
                 }
                 return failure
             }
@@ -255,29 +246,6 @@ extension Transfer {
             return error as? HaulError
                 ?? HaulError(.store, "Recording the end of \(task.url) failed", underlying: error)
         }
-    }
-
-    /// Records a state in the store and in the task this transfer holds, so a later save of
-    /// the task (validators, segments) never writes back a stale state.
-    /// - Parameter forgettingPart: the part file is gone (moved into place); its record goes too.
-    func record(
-        _ state: TaskState,
-        error: String? = nil,
-        code: HaulError.Code? = nil,
-        forgettingPart: Bool = false
-    ) async throws {
-        let (store, id) = (store, task.id)
-        try await uncancellable {
-            try await store.setState(id, state, error: error, code: code, forgettingPart: forgettingPart)
-        }
-        task.state = state
-        task.errorMessage = error
-    }
-
-    func makeResumeData() -> ResumeData {
-        var data = ResumeData(record: task, segments: segments)
-        if let pieces { data.pieces = pieces.stored.hashes }
-        return data
     }
 
     /// What the file's bytes were held to, in the order they are trusted
@@ -288,10 +256,4 @@ extension Transfer {
         if let serverDigest { return serverDigest.header }
         return task.sources.count > 1 ? "sampled" : nil
     }
-}
-
-/// Runs `body` to the end even when the calling task is cancelled: the bookkeeping after a
-/// pause (the last checkpoint, the state) must still reach the store.
-func uncancellable<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await Task { try await body() }.value
 }

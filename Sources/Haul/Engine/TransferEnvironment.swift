@@ -38,4 +38,25 @@ struct TransferEnvironment: Sendable {
         place in try await place()
     }
     var logger: Logger
+
+    /// One request before a run's connections (`-N`'s condition, `--continue`'s check),
+    /// retried as an opening is (``RetryPolicy/retrying(progress:logger:timeline:offline:_:)``)
+    /// until the server answers with one of `accepted`; another status fails as it says.
+    func ask(
+        _ url: URL,
+        headers: [HTTPHeaderField],
+        range: String?,
+        accepting accepted: Set<Int>,
+        transport: HTTPTransport,
+        progress: ProgressBox,
+        logger: Logger
+    ) async throws -> HTTPTransport.Response {
+        let isOffline = isOffline
+        func offline() -> Bool { isOffline(url) }
+        return try await retry.retrying(progress: progress, logger: logger, timeline: timeline, offline: offline) {
+            let response = try await transport.get(url, headers: headers, range: range, ifRange: nil, logger: logger)
+            guard accepted.contains(response.status) else { throw await HTTPTransport.failure(response, url: url) }
+            return response
+        }
+    }
 }

@@ -10,20 +10,19 @@ struct TransferHandles: Sendable {
     }
 }
 
-extension Transfer {
+extension TransferHandles {
     /// Runs one download to its end — the one execution path of every download, a
     /// ``DownloadManager``'s and a single ``DownloadTask``'s alike.
     ///
     /// The transfer races the stop switch: when a stop is requested (or the calling task is
     /// cancelled), the transfer is cancelled and concludes by the stop's reason (a paused
     /// task keeps its data and returns resume data; a cancelled one deletes it).
-    static func execute(
+    func execute(
         _ task: TaskRecord,
         segments: [SegmentRecord],
-        environment: TransferEnvironment,
-        handles: TransferHandles
+        environment: TransferEnvironment
     ) async -> Result<DownloadResult, HaulError> {
-        let (control, progress, limiter) = (handles.control, handles.progress, handles.limiter)
+        let (control, progress, limiter) = (control, progress, limiter)
         return await withTaskGroup(of: Result<DownloadResult, HaulError>?.self) { group in
             group.addTask {
                 let transfer = Transfer(

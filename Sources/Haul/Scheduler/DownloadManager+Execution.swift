@@ -4,7 +4,7 @@ import Foundation
 
 extension DownloadManager {
     /// Runs a started task's transfer on the one execution path every download takes
-    /// (``Transfer/execute(_:segments:environment:handles:)``), then hands its end back.
+    /// (``TransferHandles/execute(_:segments:environment:)``), then hands its end back.
     nonisolated func execute(_ id: UUID, _ handles: TransferHandles) async {
         let ended: Result<DownloadResult, HaulError>
         var task: TaskRecord?
@@ -29,7 +29,7 @@ extension DownloadManager {
                 error.network = NetworkFailure(kind: .unreachable, endpoint: record.url.host ?? "")
                 ended = .failure(error)
             } else {
-                ended = await Transfer.execute(record, segments: segments, environment: environment, handles: handles)
+                ended = await handles.execute(record, segments: segments, environment: environment)
             }
         } catch {
             ended = .failure(error as? HaulError ?? HaulError(.store, "\(error)"))

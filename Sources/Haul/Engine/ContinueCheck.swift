@@ -1,11 +1,22 @@
 import AsyncHTTPClient
 import Foundation
+import Logging
 import NIOCore
 import NIOHTTP1
 
 /// `continuesExistingFile` (`haul get --continue`, wget's `-c`, curl's `-C -`): a file Haul did
 /// not download is taken as the beginning of this download, once the server confirms it.
-extension Transfer {
+struct ContinueCheck {
+    let recorder: RunRecorder
+    let part: RunPart
+    let transport: HTTPTransport
+    let environment: TransferEnvironment
+    let progress: ProgressBox
+    let logger: Logger
+
+    private var task: TaskRecord { recorder.task }
+    private var url: URL { task.url }
+
     /// A file that may be the beginning of this download.
     struct Prefix {
         var path: String
@@ -22,19 +33,19 @@ extension Transfer {
             let name = FileNaming.fileName(contentDisposition: nil, url: task.url)
             let path = (task.directory as NSString).appendingPathComponent(name)
             guard FileOps.regularFile(path) != nil || FileOps.regularFile(path + ".part") != nil else { return nil }
-            task.fileName = name
+            recorder.update { $0.fileName = name }
         }
         guard let destination = task.destinationPath else { return nil }
         if let file = FileOps.regularFile(destination) {
             var partPath = destination + ".part"
-            let taken = try await store.isPartPathTaken(partPath, byOtherThan: task.id)
+            let taken = try await recorder.isTaken(partPath)
             if taken || FileOps.exists(partPath) {
                 partPath = destination + ".\(task.id.uuidString.lowercased().prefix(8)).part"
             }
             return Prefix(path: destination, size: file.size, partPath: partPath)
         }
         let stray = destination + ".part"
-        if let file = FileOps.regularFile(stray), !(try await store.isPartPathTaken(stray, byOtherThan: task.id)) {
+        if let file = FileOps.regularFile(stray), !(try await recorder.isTaken(stray)) {
             return Prefix(path: stray, size: file.size, partPath: nil)
         }
         return nil
@@ -49,7 +60,7 @@ extension Transfer {
     /// - Throws: ``HaulError/Code/destinationExists`` when the file cannot be this download's
     ///   beginning (its bytes differ, it is longer, or the server serves no ranges): the file
     ///   is left as it was.
-    func continueExistingFile() async throws {
+    func run() async throws {
         guard let prefix = try await prefixToContinue() else { return }
         let name = (prefix.path as NSString).lastPathComponent
         let overlap = min(prefix.size, TransferRules.overlapLength)
@@ -73,7 +84,7 @@ extension Transfer {
         }
         let file: PartFile
         do {
-            file = try PartFile.adopt(at: prefix.path, movingTo: prefix.partPath, owner: task.id)
+            file = try await part.adopt(at: prefix.path, movingTo: prefix.partPath)
         } catch let claim as PartFile.Claim {
             let reason =
                 switch claim {
@@ -83,15 +94,7 @@ extension Transfer {
                 }
             throw refusal("\(name) cannot be continued: \(reason)", path: prefix.path)
         }
-        part = file
-        task.partPath = file.path
-        task.partIdentity = file.identity
-        try await store.setPart(task.id, path: file.path, identity: file.identity)
-        task.validators = validators
-        segments = [
-            SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: prefix.size)
-        ]
-        try await store.saveResponse(task, segments: segments)
+        try await recorder.continueFrom(file, validators: validators, committed: prefix.size)
         logger.notice(
             "continuing a file Haul did not download",
             metadata: ["path": "\(prefix.path)", "bytes": "\(prefix.size)", "part": "\(file.path)"]
@@ -104,28 +107,16 @@ extension Transfer {
         _ range: Range<Int64>,
         comparing name: String
     ) async throws -> (response: (headers: HTTPHeaders, total: Int64?), bytes: [UInt8]) {
-        let (transport, url, logger, headers) = (self.transport, self.url, self.logger, task.requestHeaders)
-        let isOffline = environment.isOffline
-        func offline() -> Bool { isOffline(url) }
-        let response = try await environment.retry.retrying(
+        let response = try await environment.ask(
+            url,
+            headers: task.requestHeaders,
+            range: "bytes=\(range.lowerBound)-\(range.upperBound - 1)",
+            accepting: [206, 200, 416],
+            transport: transport,
             progress: progress,
-            logger: logger,
-            timeline: environment.timeline,
-            offline: offline
-        ) {
-            let response = try await transport.get(
-                url,
-                headers: headers,
-                range: "bytes=\(range.lowerBound)-\(range.upperBound - 1)",
-                ifRange: nil,
-                logger: logger
-            )
-            guard response.status == 206 || response.status == 200 || response.status == 416 else {
-                throw await HTTPTransport.failure(response, url: url)
-            }
-            return response
-        }
-        task.finalURL = response.url
+            logger: logger
+        )
+        recorder.update { $0.finalURL = response.url }
         let contentRange = response.headers.first(name: "Content-Range").flatMap(ContentRange.init(parsing:))
         switch response.status {
         case 416:

@@ -1,11 +1,12 @@
 import AsyncHTTPClient
 import Foundation
+import Logging
 import NIOHTTP1
 
 /// `checkNewer` (`haul get -N`, wget's `-N`, curl's `-z`): a file at the destination is
 /// compared with the server's by a conditional request before anything else happens.
-extension Transfer {
-    enum NewerCheck {
+struct NewerCheck {
+    enum Answer {
         /// The server has nothing newer: the file stays, and this is the result.
         case upToDate(DownloadResult)
         /// The server's newer version, its body not read yet.
@@ -13,6 +14,14 @@ extension Transfer {
         /// Nothing at the destination to compare: an ordinary download follows.
         case noFile
     }
+
+    let recorder: RunRecorder
+    let transport: HTTPTransport
+    let environment: TransferEnvironment
+    let progress: ProgressBox
+    let logger: Logger
+
+    private var task: TaskRecord { recorder.task }
 
     /// Asks the server for the file only if it changed since the one at the destination.
     ///
@@ -29,13 +38,13 @@ extension Transfer {
     ///
     /// A download whose name the server would choose is compared with the file named after
     /// the URL, as wget does; the newer version then keeps that name.
-    func askForNewer(completed done: DownloadResult?) async throws -> NewerCheck {
+    func ask(completed done: DownloadResult?) async throws -> Answer {
         if task.fileName == nil {
             let name = FileNaming.fileName(contentDisposition: nil, url: task.url)
             guard FileOps.regularFile((task.directory as NSString).appendingPathComponent(name)) != nil else {
                 return .noFile
             }
-            task.fileName = name
+            recorder.update { $0.fileName = name }
         }
         guard let destination = task.destinationPath, let file = FileOps.regularFile(destination) else {
             return .noFile
@@ -51,28 +60,16 @@ extension Transfer {
         let headers = task.requestHeaders.filter {
             !["if-none-match", "if-modified-since"].contains($0.name.lowercased())
         }
-        let (transport, url, logger) = (self.transport, self.url, self.logger)
-        let isOffline = environment.isOffline
-        func offline() -> Bool { isOffline(url) }
-        let response = try await environment.retry.retrying(
+        let response = try await environment.ask(
+            task.url,
+            headers: headers + [condition],
+            range: nil,
+            accepting: [200, 304],
+            transport: transport,
             progress: progress,
-            logger: logger,
-            timeline: environment.timeline,
-            offline: offline
-        ) {
-            let response = try await transport.get(
-                url,
-                headers: headers + [condition],
-                range: nil,
-                ifRange: nil,
-                logger: logger
-            )
-            guard response.status == 200 || response.status == 304 else {
-                throw await HTTPTransport.failure(response, url: url)
-            }
-            return response
-        }
-        task.finalURL = response.url
+            logger: logger
+        )
+        recorder.update { $0.finalURL = response.url }
         let same = TransferRules.isUpToDate(
             status: response.status,
             headers: response.headers,
@@ -102,12 +99,9 @@ extension Transfer {
         if !downloadedHere {
             // A file Haul did not download, now known to be the server's: recorded as
             // completed, with the time it was compared by.
-            task.totalLength = file.size
-            task.validators = Validators(lastModified: HTTPDate.format(file.modified), totalLength: file.size)
-            segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: file.size, committed: file.size)]
-            try await store.saveResponse(task, segments: segments)
+            try await recorder.keepExisting(size: file.size, modified: file.modified)
         }
-        if task.state != .completed { try await record(.completed) }
+        if task.state != .completed { try await recorder.record(.completed) }
         progress.update {
             $0.fileName = task.fileName
             $0.totalBytes = file.size
