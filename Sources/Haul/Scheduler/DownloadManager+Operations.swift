@@ -204,7 +204,11 @@ extension DownloadManager {
         guard reason == .cancel else { return }
         // Cancelled is recorded: its partial data goes; a record of it left behind is harmless.
         if let record = try? await store.task(id: id), let path = record.partPath {
-            PartFile.remove(at: path, owner: id, identity: record.partIdentity)
+            let identity = record.partIdentity
+            // On FileIO's threads: opening, locking and unlinking block, and this is the actor.
+            _ = try? await uncancellable {
+                try await FileIO.run { PartFile.remove(at: path, owner: id, identity: identity) }
+            }
             try? await store.setPart(id, path: nil, identity: nil)
         }
     }
@@ -231,7 +235,9 @@ extension DownloadManager {
         let state = try currentState(id)
         if TaskOperation.cancel.applies(to: state) { try await cancel(id) }
         let record = try await store.task(id: id)
-        if deleteFile, state == .completed, let path = record?.destinationPath { FileOps.remove(path) }
+        if deleteFile, state == .completed, let path = record?.destinationPath {
+            _ = try? await uncancellable { try await FileIO.run { FileOps.remove(path) } }
+        }
         try await store.delete(id)
         machine.forget(id)
     }

@@ -3,7 +3,7 @@ import GRDB
 
 /// Haul's persistent state: tasks, their segments and validators, in SQLite.
 ///
-/// The only type that knows SQL. Safe to share between tasks and between processes: the
+/// It and the statements it composes (``TaskTables``, Store+Migrations) are all that know SQL. Safe to share between tasks and between processes: the
 /// file is opened as a WAL `DatabasePool` with a busy timeout, so several `haul` processes
 /// on one store wait for each other instead of failing or corrupting it.
 public final class Store: TaskStore {
@@ -38,19 +38,14 @@ public final class Store: TaskStore {
     // MARK: Reading
 
     package func task(id: UUID) async throws -> TaskRecord? {
-        try await read { db in try Store.task(db, id: id) }
-    }
-
-    /// A task by its id, with a statement cached on the connection (every run reads its task).
-    private static func task(_ db: Database, id: UUID) throws -> TaskRecord? {
-        try TaskRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM task WHERE id = ?"), arguments: [id])
+        try await read { db in try TaskTables.task(db, id: id) }
     }
 
     /// A task and its segments, read together.
     package func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in
-            guard let task = try Store.task(db, id: id) else { return nil }
-            return (task, try Store.segments(db, of: task))
+            guard let task = try TaskTables.task(db, id: id) else { return nil }
+            return (task, try TaskTables.segments(db, of: task))
         }
     }
 
@@ -58,54 +53,16 @@ public final class Store: TaskStore {
     /// in one read.
     package func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in
-            guard var task = try Store.task(db, id: id) else { return nil }
+            guard var task = try TaskTables.task(db, id: id) else { return nil }
             task.storedPieces = .some(try Store.pieces(db, of: id))
-            return (task, try Store.segments(db, of: task))
+            return (task, try TaskTables.segments(db, of: task))
         }
-    }
-
-    /// A task's segments in order, checked (``SegmentRecord/checked(_:of:)``).
-    private static func segments(_ db: Database, of task: TaskRecord) throws -> [SegmentRecord] {
-        try SegmentRecord.checked(
-            SegmentRecord.fetchAll(
-                db.cachedStatement(sql: "SELECT * FROM segment WHERE taskID = ? ORDER BY ordinal"),
-                arguments: [task.id]
-            ),
-            of: task
-        )
     }
 
     /// The most recent task for this URL going into this directory (with this name, when the
     /// user fixed it), so rerunning a command continues it instead of starting over.
     package func findTask(url: URL, directory: String, fileName: String?) async throws -> TaskRecord? {
-        try await read { db in try Store.findTask(db, url: url, directory: directory, fileName: fileName) }
-    }
-
-    /// The task that is not cancelled for a URL into a directory, with the name the user
-    /// fixed (`fileName`) or with none fixed (nil).
-    private static func findTask(_ db: Database, url: URL, directory: String, fileName: String?) throws -> TaskRecord? {
-        // A cached statement (adding thousands of tasks runs it once each), whose literal
-        // 'cancelled' lets SQLite use the partial index task_one_per_destination.
-        let statement: Statement
-        let arguments: StatementArguments
-        if let fileName {
-            statement = try db.cachedStatement(
-                sql: """
-                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND fileName = ? AND explicitName
-                    ORDER BY createdAt DESC LIMIT 1
-                    """
-            )
-            arguments = [url.absoluteString, directory, fileName]
-        } else {
-            statement = try db.cachedStatement(
-                sql: """
-                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND NOT explicitName
-                    ORDER BY createdAt DESC LIMIT 1
-                    """
-            )
-            arguments = [url.absoluteString, directory]
-        }
-        return try TaskRecord.fetchOne(statement, arguments: arguments)
+        try await read { db in try TaskTables.findTask(db, url: url, directory: directory, fileName: fileName) }
     }
 
     /// Every task, oldest first.
@@ -120,7 +77,7 @@ public final class Store: TaskStore {
     package func insert(_ task: TaskRecord, segments: [SegmentRecord]) async throws -> TaskRecord {
         try await write { db in
             var task = task
-            task.queueOrder = try Store.nextQueueOrder(db)
+            task.queueOrder = try TaskTables.nextQueueOrder(db)
             try task.insert(db)
             if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
             for segment in segments { try segment.insert(db) }
@@ -139,9 +96,9 @@ public final class Store: TaskStore {
         accept: @escaping @Sendable (TaskRecord) throws -> Void
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         try await write { db in
-            var order = try Store.nextQueueOrder(db)
+            var order = try TaskTables.nextQueueOrder(db)
             return try items.map { new, reAdd in
-                if var existing = try Store.findTask(
+                if var existing = try TaskTables.findTask(
                     db,
                     url: new.url,
                     directory: new.directory,
@@ -171,7 +128,7 @@ public final class Store: TaskStore {
                     )
                     // Piece hashes a task did not have yet (added again from a Metalink) are kept.
                     if let pieces = new.pieces { try Store.insertPieces(db, taskID: existing.id, hashes: pieces) }
-                    return (existing, try Store.segments(db, of: existing), false)
+                    return (existing, try TaskTables.segments(db, of: existing), false)
                 }
                 var task = new
                 task.queueOrder = order
@@ -188,7 +145,7 @@ public final class Store: TaskStore {
     /// Inserts many new tasks, each with one empty segment, in one transaction, in order.
     package func insertMany(_ tasks: [TaskRecord]) async throws {
         try await write { db in
-            var order = try Store.nextQueueOrder(db)
+            var order = try TaskTables.nextQueueOrder(db)
             for var task in tasks {
                 task.queueOrder = order
                 order += 1
@@ -202,7 +159,7 @@ public final class Store: TaskStore {
     /// Moves a task to the back of the waiting line in `state`; returns its new position.
     package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
         try await write { db in
-            let order = try Store.nextQueueOrder(db)
+            let order = try TaskTables.nextQueueOrder(db)
             try db.execute(
                 sql:
                     """
@@ -261,60 +218,7 @@ public final class Store: TaskStore {
         background: Bool? = nil,
         session: String? = nil
     ) async throws -> [DownloadInfo] {
-        try await read { db in
-            // Only the columns a listing shows, decoded by position: this is the query a
-            // `haul list` of thousands of tasks runs.
-            var sql = """
-                SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
-                    task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
-                    task.session, task.rateLimit, task.connections, task.nextTryAt, task.errorCode, task.sources
-                FROM task LEFT JOIN segment ON segment.taskID = task.id
-                """
-            var conditions: [String] = []
-            var arguments = StatementArguments()
-            if let ids {
-                conditions.append("task.id IN (\(ids.map { _ in "?" }.joined(separator: ",")))")
-                arguments += StatementArguments(ids)
-            }
-            if let background {
-                conditions.append("task.background = ?")
-                arguments += [background]
-            }
-            if let session {
-                conditions.append("task.session = ?")
-                arguments += [session]
-            }
-            if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-            sql += " GROUP BY task.id ORDER BY task.queueOrder"
-            var infos: [DownloadInfo] = []
-            let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
-            while let row = try rows.next() {
-                infos.append(
-                    try DownloadInfo(
-                        storedID: row[0],
-                        url: row[1],
-                        directory: row[2],
-                        fileName: row[3],
-                        state: row[4],
-                        priority: row[5],
-                        totalLength: row[6],
-                        errorMessage: row[7],
-                        committed: row[8],
-                        session: row[9],
-                        rateLimit: row[10],
-                        connections: row[11],
-                        nextTryAt: StoreDate.date(row[12] as DatabaseValue),
-                        errorCode: row[13],
-                        sources: row[14]
-                    )
-                )
-            }
-            return infos
-        }
-    }
-
-    private static func nextQueueOrder(_ db: Database) throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(queueOrder), 0) + 1 FROM task") ?? 1
+        try await read { db in try TaskTables.infos(db, ids: ids, background: background, session: session) }
     }
 
     /// Records a task re-created from resume data — request, response, part file, state and
@@ -327,7 +231,7 @@ public final class Store: TaskStore {
             if try TaskRecord.exists(db, key: task.id) {
                 try task.update(db)
             } else {
-                task.queueOrder = try Store.nextQueueOrder(db)
+                task.queueOrder = try TaskTables.nextQueueOrder(db)
                 try task.insert(db)
             }
             // Piece hashes the task has none of yet (INSERT OR IGNORE: its own stand).
@@ -354,10 +258,10 @@ public final class Store: TaskStore {
         let sources = task.sources.isEmpty ? nil : try TaskRecord.json(task.sources)
         return try await write { db in
             if recordingRunning {
-                try Store.setState(db, task.id, .running, error: nil, code: nil, forgettingPart: false)
+                try TaskTables.setState(db, task.id, .running, error: nil, code: nil, forgettingPart: false)
             }
             let claimed =
-                try part.map { try Store.claimPart(db, task.id, path: $0.path, identity: $0.identity) } ?? false
+                try part.map { try TaskTables.claimPart(db, task.id, path: $0.path, identity: $0.identity) } ?? false
             try db.cachedStatement(
                 sql: """
                     UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,
@@ -369,8 +273,7 @@ public final class Store: TaskStore {
                     task.totalLength, sources, StoreDate.now, task.id,
                 ]
             )
-            try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [task.id])
-            for segment in segments { try segment.insert(db) }
+            try TaskTables.replaceSegments(db, of: task.id, with: segments)
             return claimed
         }
     }
@@ -389,9 +292,8 @@ public final class Store: TaskStore {
     ) async throws {
         let sourcesText = try sources.map { try TaskRecord.json($0) }
         try await write { db in
-            if completing { try Store.setState(db, id, .completed, error: nil, code: nil, forgettingPart: true) }
-            try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [id])
-            for segment in segments { try segment.insert(db) }
+            if completing { try TaskTables.setState(db, id, .completed, error: nil, code: nil, forgettingPart: true) }
+            try TaskTables.replaceSegments(db, of: id, with: segments)
             if let verifiedPieces {
                 try db.cachedStatement(
                     sql: "UPDATE piece SET verified = ? WHERE taskID = ?"
@@ -431,28 +333,10 @@ public final class Store: TaskStore {
         }
     }
 
-    private static func isPartPathTaken(_ db: Database, _ path: String, byOtherThan id: UUID) throws -> Bool {
-        try Bool.fetchOne(
-            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM task WHERE partPath = ? AND id != ?)"),
-            arguments: [path, id]
-        ) ?? false
-    }
-
     /// Records `path` as the part file of task `id` unless another task records it: false
     /// then, and nothing changes. The check and the record are one transaction.
     package func claimPart(_ id: UUID, path: String, identity: String?) async throws -> Bool {
-        try await write { db in try Store.claimPart(db, id, path: path, identity: identity) }
-    }
-
-    /// ``claimPart(_:path:identity:)`` within a transaction already open.
-    private static func claimPart(_ db: Database, _ id: UUID, path: String, identity: String?) throws -> Bool {
-        if try isPartPathTaken(db, path, byOtherThan: id) { return false }
-        try db.cachedStatement(
-            sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
-        ).execute(
-            arguments: [path, identity, StoreDate.now, id]
-        )
-        return true
+        try await write { db in try TaskTables.claimPart(db, id, path: path, identity: identity) }
     }
 
     /// Records the rate limit of tasks.
@@ -482,33 +366,8 @@ public final class Store: TaskStore {
         forgettingPart: Bool = false
     ) async throws {
         try await write { db in
-            try Store.setState(db, id, state, error: error, code: code, forgettingPart: forgettingPart)
+            try TaskTables.setState(db, id, state, error: error, code: code, forgettingPart: forgettingPart)
         }
-    }
-
-    private static func setState(
-        _ db: Database,
-        _ id: UUID,
-        _ state: TaskState,
-        error: String?,
-        code: HaulError.Code?,
-        forgettingPart: Bool
-    ) throws {
-        let keepsStreak = state == .queued || state == .running || state == .failed
-        try db.cachedStatement(
-            sql: """
-                UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
-                    retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?,
-                    partPath = CASE WHEN ? THEN NULL ELSE partPath END,
-                    partIdentity = CASE WHEN ? THEN NULL ELSE partIdentity END
-                WHERE id = ?
-                """
-        ).execute(
-            arguments: [
-                state.rawValue, error, code?.description, keepsStreak, StoreDate.now, forgettingPart,
-                forgettingPart, id,
-            ]
-        )
     }
 
     /// Records that a task waits to try again at `nextTryAt` after `error`, in a streak of

@@ -1,0 +1,155 @@
+import Foundation
+import GRDB
+
+/// The SQL of the `task` and `segment` tables that ``Store`` composes into transactions:
+/// each statement a function of an open database, cached on its connection where a run or a
+/// listing repeats it. Every write names the columns its writer owns (the state group, the
+/// response group, the part file), so writers of different groups never undo each other.
+enum TaskTables {
+    /// A task by its id, with a statement cached on the connection (every run reads its task).
+    static func task(_ db: Database, id: UUID) throws -> TaskRecord? {
+        try TaskRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM task WHERE id = ?"), arguments: [id])
+    }
+
+    /// A task's segments in order, checked (``SegmentRecord/checked(_:of:)``).
+    static func segments(_ db: Database, of task: TaskRecord) throws -> [SegmentRecord] {
+        try SegmentRecord.checked(
+            SegmentRecord.fetchAll(
+                db.cachedStatement(sql: "SELECT * FROM segment WHERE taskID = ? ORDER BY ordinal"),
+                arguments: [task.id]
+            ),
+            of: task
+        )
+    }
+
+    /// The task that is not cancelled for a URL into a directory, with the name the user
+    /// fixed (`fileName`) or with none fixed (nil).
+    static func findTask(_ db: Database, url: URL, directory: String, fileName: String?) throws -> TaskRecord? {
+        // A cached statement (adding thousands of tasks runs it once each), whose literal
+        // 'cancelled' lets SQLite use the partial index task_one_per_destination.
+        let statement: Statement
+        let arguments: StatementArguments
+        if let fileName {
+            statement = try db.cachedStatement(
+                sql: """
+                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND fileName = ? AND explicitName
+                    ORDER BY createdAt DESC LIMIT 1
+                    """
+            )
+            arguments = [url.absoluteString, directory, fileName]
+        } else {
+            statement = try db.cachedStatement(
+                sql: """
+                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND NOT explicitName
+                    ORDER BY createdAt DESC LIMIT 1
+                    """
+            )
+            arguments = [url.absoluteString, directory]
+        }
+        return try TaskRecord.fetchOne(statement, arguments: arguments)
+    }
+
+    static func nextQueueOrder(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(queueOrder), 0) + 1 FROM task") ?? 1
+    }
+
+    static func isPartPathTaken(_ db: Database, _ path: String, byOtherThan id: UUID) throws -> Bool {
+        try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM task WHERE partPath = ? AND id != ?)"),
+            arguments: [path, id]
+        ) ?? false
+    }
+
+    /// ``claimPart(_:path:identity:)`` within a transaction already open.
+    static func claimPart(_ db: Database, _ id: UUID, path: String, identity: String?) throws -> Bool {
+        if try TaskTables.isPartPathTaken(db, path, byOtherThan: id) { return false }
+        try db.cachedStatement(
+            sql: "UPDATE task SET partPath = ?, partIdentity = ?, updatedAt = ? WHERE id = ?"
+        ).execute(
+            arguments: [path, identity, StoreDate.now, id]
+        )
+        return true
+    }
+
+    static func setState(
+        _ db: Database,
+        _ id: UUID,
+        _ state: TaskState,
+        error: String?,
+        code: HaulError.Code?,
+        forgettingPart: Bool
+    ) throws {
+        let keepsStreak = state == .queued || state == .running || state == .failed
+        try db.cachedStatement(
+            sql: """
+                UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
+                    retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?,
+                    partPath = CASE WHEN ? THEN NULL ELSE partPath END,
+                    partIdentity = CASE WHEN ? THEN NULL ELSE partIdentity END
+                WHERE id = ?
+                """
+        ).execute(
+            arguments: [
+                state.rawValue, error, code?.description, keepsStreak, StoreDate.now, forgettingPart,
+                forgettingPart, id,
+            ]
+        )
+    }
+
+    /// Every task with its committed bytes, in queue order, in one query: only the columns
+    /// a listing shows, decoded by position (the query a `haul list` of thousands runs).
+    static func infos(_ db: Database, ids: [UUID]?, background: Bool?, session: String?) throws -> [DownloadInfo] {
+        var sql = """
+            SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
+                task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
+                task.session, task.rateLimit, task.connections, task.nextTryAt, task.errorCode, task.sources
+            FROM task LEFT JOIN segment ON segment.taskID = task.id
+            """
+        var conditions: [String] = []
+        var arguments = StatementArguments()
+        if let ids {
+            conditions.append("task.id IN (\(ids.map { _ in "?" }.joined(separator: ",")))")
+            arguments += StatementArguments(ids)
+        }
+        if let background {
+            conditions.append("task.background = ?")
+            arguments += [background]
+        }
+        if let session {
+            conditions.append("task.session = ?")
+            arguments += [session]
+        }
+        if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
+        sql += " GROUP BY task.id ORDER BY task.queueOrder"
+        var infos: [DownloadInfo] = []
+        let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+        while let row = try rows.next() {
+            infos.append(
+                try DownloadInfo(
+                    storedID: row[0],
+                    url: row[1],
+                    directory: row[2],
+                    fileName: row[3],
+                    state: row[4],
+                    priority: row[5],
+                    totalLength: row[6],
+                    errorMessage: row[7],
+                    committed: row[8],
+                    session: row[9],
+                    rateLimit: row[10],
+                    connections: row[11],
+                    nextTryAt: StoreDate.date(row[12] as DatabaseValue),
+                    errorCode: row[13],
+                    sources: row[14]
+                )
+            )
+        }
+        return infos
+    }
+
+    /// Replaces a task's segments.
+    static func replaceSegments(_ db: Database, of id: UUID, with segments: [SegmentRecord]) throws {
+        try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [id])
+        for segment in segments { try segment.insert(db) }
+    }
+}
