@@ -50,6 +50,14 @@ public final class FleetQueue: Sendable {
         self.logger = logger
     }
 
+    /// The host name, as a node name when none is given (else "haul").
+    public static var defaultNode: String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count) == 0 else { return "haul" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return DownloadRequest.isPlainName(name, maxLength: 64) ? name : "haul"
+    }
+
     /// Checks a node's name (`--node`): 1 to 64 letters, digits, `.`, `_` or `-`.
     public static func validateNodeName(_ name: String) throws {
         guard DownloadRequest.isPlainName(name, maxLength: 64) else {

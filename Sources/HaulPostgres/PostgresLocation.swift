@@ -88,6 +88,22 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
             tls: mode
         )
     }
+
+    /// The configuration of node `node`'s client, whose leases last `leaseDuration`.
+    func configuration(node: String, leaseDuration: Duration) -> PostgresClient.Configuration {
+        var configuration = configuration
+        // A node stalled inside a transaction (SIGSTOP, a pause of its machine) must not hold
+        // a task's row locked past its lease: the server ends such a transaction then, so
+        // another node can take the task over (its fenced writes would fail anyway).
+        let milliseconds =
+            leaseDuration.components.seconds * 1000 + leaseDuration.components.attoseconds / 1_000_000_000_000_000
+        configuration.options.additionalStartupParameters.append(
+            ("idle_in_transaction_session_timeout", "\(max(100, milliseconds))")
+        )
+        // Which node each server connection serves, for `pg_stat_activity` (and the tests).
+        configuration.options.additionalStartupParameters.append(("application_name", "haul \(node)"))
+        return configuration
+    }
 }
 
 extension Downloader.StoreLocation {

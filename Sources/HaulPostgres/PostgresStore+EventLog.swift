@@ -239,7 +239,7 @@ extension PostgresStore: EventLogStore {
                 """,
                 logger: logger
             ).decode((String, Int64, Int64).self) {
-                summaries.append((name, Self.int(tasks), Self.int(events)))
+                summaries.append((name, TaskTable.int(tasks), TaskTable.int(events)))
             }
             return summaries
         }
@@ -252,7 +252,7 @@ extension PostgresStore: EventLogStore {
                 "SELECT state, COUNT(*) FROM haul_task WHERE background GROUP BY state",
                 logger: logger
             ).decode((String, Int64).self) {
-                counts[state] = Self.int(count)
+                counts[state] = TaskTable.int(count)
             }
             return counts
         }

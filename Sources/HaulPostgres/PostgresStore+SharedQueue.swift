@@ -1,27 +1,36 @@
 import Foundation
 import Haul
 import HaulDaemon
+import HaulWire
+import HaulWireMapping
 
-/// The fleet's queue as the core sees it (``SharedQueue``): a claim is a lease, a revoked
-/// claim a lease lost; the heartbeat, the watch on leases the database has not renewed in
-/// time, and the nodes' signals run here, in ``maintainClaims(speed:notice:)``.
+/// The fleet's queue as the core sees it (``SharedQueue``): a claim is a lease of this
+/// node's ``LeaseBook``, a revoked claim a lease lost; the heartbeat, the watch on leases the
+/// database has not renewed in time, and the nodes' signals run here, in
+/// ``maintainClaims(speed:notice:)``.
 extension PostgresStore: SharedQueue {
     /// How often the watch looks for leases that ran out unrenewed: a tenth of their length.
-    var watchInterval: Duration { leaseDuration / 10 }
+    var watchInterval: Duration { leases.duration / 10 }
 
-    package var claimDuration: Duration { leaseDuration }
+    package var claimDuration: Duration { leases.duration }
 
     package func claim(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
-        try await acquireLeases(wanted: wanted, maxRunning: maxRunning, perHost: perHost)
+        try await leases.acquire(wanted: wanted, maxRunning: maxRunning, perHost: perHost)
     }
 
-    package func holdsClaim(_ id: UUID) -> Bool { holdsLease(id) }
+    package func holdsClaim(_ id: UUID) -> Bool { leases.holds(id) }
 
-    package func abandonClaim(_ id: UUID) { abandonLease(id) }
+    package func abandonClaim(_ id: UUID) { leases.end(id) }
 
-    package func giveBack(_ id: UUID) async throws { try await releaseLease(id) }
+    package func giveBack(_ id: UUID) async throws { try await leases.release(id) }
 
-    package func giveBackAll() async throws { try await leaveFleet() }
+    package func giveBackAll() async throws { try await leases.leave() }
+
+    package func runEnded(_ id: UUID) { leases.runEnded(id) }
+
+    package func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
+        try await fleet.sendBackOverLimits(maxRunning: maxRunning, perHost: perHost)
+    }
 
     /// Until cancelled: renews this node's leases (the heartbeat, at a third of the lease's
     /// length, and at once when another node changed a task running here), and says which
@@ -38,7 +47,7 @@ extension PostgresStore: SharedQueue {
             group.addTask {
                 for await signal in signals {
                     switch signal {
-                    case .task(let id) where self.holdsLease(id): beatNow.ring()
+                    case .task(let id) where self.leases.holds(id): beatNow.ring()
                     case .queue: await notice(.work)
                     case .resumed:
                         beatNow.ring()
@@ -50,8 +59,8 @@ extension PostgresStore: SharedQueue {
             group.addTask { await self.beatUntilCancelled(beatNow, speed: speed, notice: notice) }
             group.addTask {
                 while !Task.isCancelled {
-                    try? await self.timeline.sleep(for: self.watchInterval)
-                    let runOut = self.leasesRunOut()
+                    try? await self.leases.timeline.sleep(for: self.watchInterval)
+                    let runOut = self.leases.runOut()
                     if !runOut.isEmpty { await notice(.revoked(runOut)) }
                 }
             }
@@ -68,16 +77,32 @@ extension PostgresStore: SharedQueue {
         speed: @escaping @Sendable () async -> Double,
         notice: @escaping @Sendable (SharedQueueNotice) async -> Void
     ) async {
-        let beat = leaseDuration / 3
+        let (beat, timeline) = (leases.duration / 3, leases.timeline)
         while !Task.isCancelled {
             let began = timeline.now
             do {
-                let lost = try await heartbeat(bytesPerSecond: await speed())
+                let lost = try await leases.heartbeat(bytesPerSecond: await speed())
                 if !lost.isEmpty { await notice(.revoked(lost)) }
             } catch {
                 logger.warning("the fleet's heartbeat failed", metadata: ["error": "\(error)"])
             }
             await beatNow.wait(atMost: began + beat - timeline.now)
         }
+    }
+}
+
+extension PostgresStore: FleetView {
+    package var node: String { fleet.node }
+
+    package var leaseDuration: Duration { leases.duration }
+
+    package var storeDescription: String { location.map { "\($0)" } ?? "PostgreSQL" }
+
+    package func fleetNodes() async throws -> [API.Status.Fleet.Node] {
+        try await fleet.report.nodes()
+    }
+
+    package func fleetSignals() -> AsyncStream<FleetSignal> {
+        signals.subscribe(client: client, logger: logger)
     }
 }

@@ -298,7 +298,7 @@ extension HaulCommand {
                         let location = try PostgresLocation(parsing: storeURL)
                         let store = try await PostgresStore.connect(
                             to: location,
-                            node: node ?? PostgresStore.defaultNode,
+                            node: node ?? FleetQueue.defaultNode,
                             leaseDuration: lease.map { .milliseconds(Int64($0 * 1000)) }
                                 ?? PostgresStore.defaultLeaseDuration,
                             logger: logger

@@ -385,7 +385,7 @@ struct FleetManagerTests {
                         Issue.record(
                             """
                             not all completed: \(states); running here \(await manager.runningTaskIDs), \
-                            waiting here \(await manager.waitingTaskIDs), leases held \(added.map { node.holdsLease($0.id) }), \
+                            waiting here \(await manager.waitingTaskIDs), leases held \(added.map { node.holdsClaim($0.id) }), \
                             queue \(entries), nodes \(try await node.fleet.report.nodes().map(\.name))
                             """
                         )

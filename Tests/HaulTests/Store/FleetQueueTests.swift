@@ -170,13 +170,13 @@ struct FleetQueueTests {
             var reAdd = TaskStoreTests.plainReAdd
             reAdd.background = false
             _ = try await store.findOrInsert(foreign, reAdd: reAdd) { _ in }
-            let first = try await store.acquireLeases(wanted: 3, maxRunning: 10, perHost: 10)
+            let first = try await store.claim(wanted: 3, maxRunning: 10, perHost: 10)
             #expect(first == [ids[2], ids[4], ids[0]])
             #expect(try await store.task(id: ids[2])?.state == .running)
-            #expect(store.holdsLease(ids[2]))
-            let rest = try await store.acquireLeases(wanted: 10, maxRunning: 10, perHost: 10)
+            #expect(store.holdsClaim(ids[2]))
+            let rest = try await store.claim(wanted: 10, maxRunning: 10, perHost: 10)
             #expect(rest == [ids[1], ids[5]])
-            #expect(try await store.acquireLeases(wanted: 10, maxRunning: 10, perHost: 10).isEmpty)
+            #expect(try await store.claim(wanted: 10, maxRunning: 10, perHost: 10).isEmpty)
         }
     }
 
@@ -202,10 +202,10 @@ struct FleetQueueTests {
                 }
             }
             for await _ in locked { break }
-            #expect(try await store.acquireLeases(wanted: 3, maxRunning: 10, perHost: 10).isEmpty)
+            #expect(try await store.claim(wanted: 3, maxRunning: 10, perHost: 10).isEmpty)
             releaseSink.yield()
             try await holder.value
-            #expect(try await store.acquireLeases(wanted: 3, maxRunning: 10, perHost: 10) == ids)
+            #expect(try await store.claim(wanted: 3, maxRunning: 10, perHost: 10) == ids)
         }
     }
 
@@ -235,24 +235,24 @@ struct FleetQueueTests {
             }
             for await _ in locked { break }
             let asked = ContinuousClock.now
-            let late = Task { try await store.acquireLeases(wanted: 1, maxRunning: 1, perHost: 1) }
+            let late = Task { try await store.claim(wanted: 1, maxRunning: 1, perHost: 1) }
             // (The store's leases run on the real clock: it takes no test clock yet.)
             #expect(try await waitUntil { ContinuousClock.now > asked + lease * 2 })
             releaseSink.yield()
             try await holder.value
             #expect(try await late.value.isEmpty)
-            #expect(!store.holdsLease(ids[0]))
+            #expect(!store.holdsClaim(ids[0]))
             // Given back by the database when the lease ends there, then taken by a node whose
             // leases are long enough for a loaded machine's answers to come in time.
             let other = try await Self.node(client, "b")
             var again: [UUID] = []
             #expect(
                 try await waitUntil {
-                    again = try await other.acquireLeases(wanted: 1, maxRunning: 1, perHost: 1)
+                    again = try await other.claim(wanted: 1, maxRunning: 1, perHost: 1)
                     return !again.isEmpty
                 }
             )
-            #expect(again == ids && other.holdsLease(ids[0]))
+            #expect(again == ids && other.holdsClaim(ids[0]))
         }
     }
 
@@ -270,7 +270,7 @@ struct FleetQueueTests {
                     group.addTask {
                         var mine: [UUID] = []
                         while true {
-                            let leased = try await node.acquireLeases(
+                            let leased = try await node.claim(
                                 wanted: 3,
                                 maxRunning: maxRunning,
                                 perHost: perHost
@@ -310,32 +310,32 @@ struct FleetQueueTests {
             let a = try await Self.node(client, "a")
             let b = try await Self.node(client, "b")
             let id = try #require(try await Self.add(a, 1).first)
-            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == [id])
+            #expect(try await a.claim(wanted: 1, maxRunning: 5, perHost: 5) == [id])
             let segment = { (committed: Int64) in
                 [SegmentRecord(taskID: id, ordinal: 0, start: 0, committed: committed)]
             }
             try await a.checkpoint(id, segments: segment(1000))
             // B takes nothing while A's lease holds.
-            #expect(try await b.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5).isEmpty)
+            #expect(try await b.claim(wanted: 1, maxRunning: 5, perHost: 5).isEmpty)
             // A stalls past its lease (as SIGSTOP would leave it: its lease has run out by the
             // database's clock); B takes the task with the next fence.
             try await client.query("UPDATE haul_task SET lease_expires = now() - interval '1 second' WHERE id = \(id)")
-            #expect(try await b.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == [id])
+            #expect(try await b.claim(wanted: 1, maxRunning: 5, perHost: 5) == [id])
             // A wakes up: every write it tries about the task is refused and changes nothing.
             let lost = await #expect(throws: HaulError.self) { try await a.checkpoint(id, segments: segment(5000)) }
             #expect(lost?.code == .revoked)
             #expect(lost?.message.contains("This node (a) no longer holds task") == true)
-            #expect(!a.holdsLease(id))
-            #expect(try await a.heartbeat(bytesPerSecond: 0).isEmpty)
+            #expect(!a.holdsClaim(id))
+            #expect(try await a.leases.heartbeat(bytesPerSecond: 0).isEmpty)
             var entry = try #require(try await a.fleet.report.entries().first)
             #expect(entry.owner == "b" && entry.state == "running" && entry.committed == 1000 && entry.fence == 2)
             // B's writes count; its end frees the row.
             try await b.checkpoint(id, segments: segment(2000))
-            #expect(try await b.heartbeat(bytesPerSecond: 0).isEmpty, "b still holds it")
+            #expect(try await b.leases.heartbeat(bytesPerSecond: 0).isEmpty, "b still holds it")
             try await b.setState(id, .completed)
             entry = try #require(try await a.fleet.report.entries().first)
             #expect(entry.state == "completed" && entry.committed == 2000 && entry.owner == nil)
-            #expect(!b.holdsLease(id))
+            #expect(!b.holdsClaim(id))
         }
     }
 
@@ -346,15 +346,15 @@ struct FleetQueueTests {
         try await Self.withDatabase { client in
             let (a, b) = (try await Self.node(client, "a"), try await Self.node(client, "b"))
             let id = try #require(try await Self.add(a, 1).first)
-            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == [id])
+            #expect(try await a.claim(wanted: 1, maxRunning: 5, perHost: 5) == [id])
             // A user at node b pauses it.
             try await b.setState(id, .paused)
-            #expect(try await a.heartbeat(bytesPerSecond: 0) == [id])
+            #expect(try await a.leases.heartbeat(bytesPerSecond: 0) == [id])
             // A's stopping transfer records "queued": refused, so the pause stands.
             let refused = await #expect(throws: HaulError.self) { try await a.setState(id, .queued) }
             #expect(refused?.code == .revoked)
             #expect(try await b.task(id: id)?.state == .paused)
-            #expect(!a.holdsLease(id))
+            #expect(!a.holdsClaim(id))
             // And so is every later write of that run (a segment's last checkpoint, its
             // "queued" again), until the run has ended here.
             let segments = [SegmentRecord(taskID: id, ordinal: 0, start: 0, committed: 9)]
@@ -366,9 +366,9 @@ struct FleetQueueTests {
             // Resumed elsewhere while the run here is still stopping: that run cannot take
             // the task back; another node can.
             _ = try await b.requeue(id, state: .queued)
-            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5).isEmpty)
+            #expect(try await a.claim(wanted: 1, maxRunning: 5, perHost: 5).isEmpty)
             a.runEnded(id)
-            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == [id])
+            #expect(try await a.claim(wanted: 1, maxRunning: 5, perHost: 5) == [id])
             #expect(try await b.fleet.report.entries().first?.fence == 2)
         }
     }
@@ -382,14 +382,14 @@ struct FleetQueueTests {
             // under load once took 49 s, and a 5 s lease ran out before a's second write).
             let (a, b) = (try await Self.node(client, "a", lease: .seconds(300)), try await Self.node(client, "b"))
             let ids = try await Self.add(a, 2)
-            #expect(try await a.acquireLeases(wanted: 2, maxRunning: 5, perHost: 5) == ids)
+            #expect(try await a.claim(wanted: 2, maxRunning: 5, perHost: 5) == ids)
             // Node a set both to be tried again — one due 2 minutes ago, one due now — then died.
             try await a.setRetrying(ids[0], error: "503", nextTryAt: Date() - 120, since: Date() - 200)
             try await a.setRetrying(ids[1], error: "503", nextTryAt: Date(), since: Date() - 200)
             // c, with 30 s leases: the first is more than two leases overdue, so c takes it; the
             // second waits for its own node's timer (or its time to pass two leases, a minute).
             let c = try await Self.node(client, "c", lease: .seconds(30))
-            #expect(try await c.acquireLeases(wanted: 5, maxRunning: 5, perHost: 5) == [ids[0]])
+            #expect(try await c.claim(wanted: 5, maxRunning: 5, perHost: 5) == [ids[0]])
             #expect(try await b.task(id: ids[1])?.state == .retrying)
             #expect(try await b.fleet.report.entries().first { $0.id == ids[0] }?.owner == "c")
         }
@@ -402,7 +402,7 @@ struct FleetQueueTests {
         try await Self.withDatabase { client in
             let (a, b) = (try await Self.node(client, "a"), try await Self.node(client, "b"))
             let ids = try await Self.add(a, 2)
-            #expect(try await a.acquireLeases(wanted: 2, maxRunning: 5, perHost: 5) == ids)
+            #expect(try await a.claim(wanted: 2, maxRunning: 5, perHost: 5) == ids)
             let placed = PlacedFiles()
 
             // Cancelled elsewhere first: the file is not placed, the cancel stands.
@@ -450,7 +450,7 @@ struct FleetQueueTests {
                 logger: Self.logger
             )
             let ids = try await Self.add(a, 1)
-            #expect(try await a.acquireLeases(wanted: 1, maxRunning: 5, perHost: 5) == ids)
+            #expect(try await a.claim(wanted: 1, maxRunning: 5, perHost: 5) == ids)
             // The node's book says the lease ran out (a heartbeat late under load); the
             // database, whose clock has not moved, still grants it. A placement given up on at
             // the book's time would still commit, and its run would report a revoked claim for
@@ -475,11 +475,11 @@ struct FleetQueueTests {
         try await Self.withDatabase { client in
             let (a, b) = (try await Self.node(client, "a"), try await Self.node(client, "b"))
             let ids = try await Self.add(a, 3)
-            #expect(try await a.acquireLeases(wanted: 2, maxRunning: 2, perHost: 2) == Array(ids[0..<2]))
-            #expect(try await b.acquireLeases(wanted: 2, maxRunning: 2, perHost: 2).isEmpty)
-            try await a.leaveFleet()
-            #expect(!a.holdsLease(ids[0]))
-            #expect(try await b.acquireLeases(wanted: 2, maxRunning: 2, perHost: 2) == Array(ids[0..<2]))
+            #expect(try await a.claim(wanted: 2, maxRunning: 2, perHost: 2) == Array(ids[0..<2]))
+            #expect(try await b.claim(wanted: 2, maxRunning: 2, perHost: 2).isEmpty)
+            try await a.giveBackAll()
+            #expect(!a.holdsClaim(ids[0]))
+            #expect(try await b.claim(wanted: 2, maxRunning: 2, perHost: 2) == Array(ids[0..<2]))
             #expect(try await b.fleet.report.entries().prefix(2).map(\.fence) == [2, 2])
         }
     }

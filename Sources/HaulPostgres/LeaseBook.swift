@@ -1,13 +1,12 @@
 import Foundation
 import Haul
-import HaulDaemon
-import HaulWire
-import HaulWireMapping
 import Logging
 import PostgresNIO
 import Synchronization
 
-/// Fleet mode: the leases this node holds, and the fence on every write about their tasks.
+/// This node's book of leases, and the fence on every write about their tasks: what fleet
+/// mode adds to the PostgreSQL store (``PostgresStore`` runs each of its writes about a
+/// task through ``fenced(_:_:final:_:)``).
 ///
 /// A write about a task this node holds a lease on (a response, a checkpoint, a part file,
 /// a state) first checks, in its own transaction and with the row locked until it commits,
@@ -17,35 +16,59 @@ import Synchronization
 /// now, or someone paused or cancelled it. A write about a task it holds no lease on (a
 /// user's pause of a task running elsewhere) is not fenced; it ends whatever lease the
 /// task had, which the node running it then learns from its next write or heartbeat.
-extension PostgresStore {
+final class LeaseBook: Sendable {
     /// A lease in this node's book.
-    struct HeldLease: Sendable {
+    struct Held: Sendable {
         var lease: FleetQueue.Lease
         /// Until when this node may take the lease as held without a renewal: the lease's
         /// length from the moment the acquisition or the last renewal was sent — never later
         /// than the time the database gives it, which counts from when it ran the query.
-        /// On the store's timeline.
+        /// On the book's timeline.
         var validUntil: Duration
         /// Found lost (by a heartbeat or a refused write): every write about its task is
         /// refused until the run here that held it has ended.
         var lost = false
     }
 
-    package var node: String { fleet.node }
+    private let client: PostgresClient
+    private let fleet: FleetQueue
+    private let logger: Logger
+    /// How long a lease lasts unless renewed.
+    let duration: Duration
+    /// The time the book runs on (its clock: a test's, or the continuous one).
+    let timeline: Timeline
+    /// The leases this node took, by task. A lease found lost stays (``Held/lost``),
+    /// refusing every write, until the run that held it has ended (``runEnded(_:)``).
+    private let book = Mutex<[UUID: Held]>([:])
 
-    package func acquireLeases(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
+    init(client: PostgresClient, fleet: FleetQueue, duration: Duration, timeline: Timeline, logger: Logger) {
+        self.client = client
+        self.fleet = fleet
+        self.duration = duration
+        self.timeline = timeline
+        self.logger = logger
+    }
+
+    var node: String { fleet.node }
+
+    /// Whether this node holds a lease on `id`, lost or not: its writes about it are fenced.
+    func isBooked(_ id: UUID) -> Bool { book.withLock { $0[id] != nil } }
+
+    /// Takes leases on up to `wanted` tasks of the fleet's queue within its limits, and books
+    /// them; returns their tasks (none when the answer came after the leases' time).
+    func acquire(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
         let sent = timeline.now
         let taken = try await fleet.acquire(
             wanted: wanted,
             maxRunning: maxRunning,
             perHost: perHost,
-            duration: leaseDuration,
-            excluding: leases.withLock { Array($0.keys) }
+            duration: duration,
+            excluding: book.withLock { Array($0.keys) }
         )
         // An answer that came after the leases' time (a database slow to answer, or the
         // admission lock held long) is not used: its leases are neither booked nor run, and
         // the database gives their tasks back when that time ends there.
-        let validUntil = sent + leaseDuration
+        let validUntil = sent + duration
         guard validUntil > timeline.now else {
             logger.notice(
                 "took leases too late to use them; their tasks go back to the queue when the leases run out",
@@ -53,30 +76,32 @@ extension PostgresStore {
             )
             return []
         }
-        leases.withLock { held in
-            for lease in taken { held[lease.task] = HeldLease(lease: lease, validUntil: validUntil) }
+        book.withLock { held in
+            for lease in taken { held[lease.task] = Held(lease: lease, validUntil: validUntil) }
         }
         return taken.map(\.task)
     }
 
-    package func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID> {
+    /// Renews the leases booked when the beat begins; returns those found lost (kept in the
+    /// book, marked, until their runs end).
+    func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID> {
         // Judged: the leases held when the beat began. One taken while it is under way is not
         // in its answer, and is not lost for that.
         let sent = timeline.now
-        let beating = leases.withLock { held in held.values.filter { !$0.lost }.map(\.lease) }
+        let beating = book.withLock { held in held.values.filter { !$0.lost }.map(\.lease) }
         let renewed = try await fleet.heartbeat(
             bytesPerSecond: bytesPerSecond,
-            duration: leaseDuration,
+            duration: duration,
             renewing: beating
         )
         let still = Dictionary(renewed.map { ($0.task, $0) }, uniquingKeysWith: { first, _ in first })
-        let lost = leases.withLock { held in
+        let lost = book.withLock { held in
             var lost: Set<UUID> = []
             for lease in beating {
                 guard let entry = held[lease.task], entry.lease.fence == lease.fence, !entry.lost else { continue }
                 if let renewal = still[lease.task] {
                     held[lease.task]?.lease = renewal
-                    held[lease.task]?.validUntil = sent + leaseDuration
+                    held[lease.task]?.validUntil = sent + duration
                 } else {
                     // Kept, marked lost, until the run here has ended: forgetting it now
                     // would let that run's next writes through unfenced, and its "queued"
@@ -96,13 +121,16 @@ extension PostgresStore {
         return lost
     }
 
-    package func holdsLease(_ id: UUID) -> Bool {
-        leases.withLock { $0[id].map { !$0.lost } ?? false }
+    /// Whether this node holds a lease on `id` not found lost.
+    func holds(_ id: UUID) -> Bool {
+        book.withLock { $0[id].map { !$0.lost } ?? false }
     }
 
-    package func leasesRunOut() -> Set<UUID> {
+    /// Marks lost, and returns, the leases whose time ran out here unrenewed (the database
+    /// not answering): their runs stop before another node can take the tasks over.
+    func runOut() -> Set<UUID> {
         let now = timeline.now
-        let runOut = leases.withLock { held in
+        let runOut = book.withLock { held in
             var runOut: Set<UUID> = []
             for (id, entry) in held where !entry.lost && entry.validUntil <= now {
                 held[id]?.lost = true
@@ -119,40 +147,31 @@ extension PostgresStore {
         return runOut
     }
 
-    package func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
-        try await fleet.sendBackOverLimits(maxRunning: maxRunning, perHost: perHost)
-    }
-
-    package func fleetSignals() -> AsyncStream<FleetSignal> {
-        signals.subscribe(client: client, logger: logger)
-    }
-
-    package func abandonLease(_ id: UUID) {
-        endLease(id)
-    }
-
-    package func runEnded(_ id: UUID) {
-        leases.withLock { held in
+    /// The run that held `id` ended here: a lost lease leaves the book.
+    func runEnded(_ id: UUID) {
+        book.withLock { held in
             if held[id]?.lost == true { held[id] = nil }
         }
     }
 
-    package func releaseLease(_ id: UUID) async throws {
-        guard let held = leases.withLock({ $0.removeValue(forKey: id) }), !held.lost else { return }
+    /// Gives the lease on `id` back to the queue (its task waits there again).
+    func release(_ id: UUID) async throws {
+        guard let held = book.withLock({ $0.removeValue(forKey: id) }), !held.lost else { return }
         _ = try await fleet.release(held.lease)
     }
 
-    package func leaveFleet() async throws {
+    /// Gives every lease back and leaves the fleet (the daemon stops).
+    func leave() async throws {
         let released = try await fleet.leave()
-        leases.withLock { $0.removeAll() }
+        book.withLock { $0.removeAll() }
         if released > 0 {
             logger.info("gave the fleet back the leases still held", metadata: ["leases": "\(released)"])
         }
     }
 
     /// Forgets the lease of a task whose run ended here.
-    func endLease(_ id: UUID) {
-        _ = leases.withLock { $0.removeValue(forKey: id) }
+    func end(_ id: UUID) {
+        _ = book.withLock { $0.removeValue(forKey: id) }
     }
 
     /// Checks, within `connection`'s transaction, that this node still holds the lease it
@@ -161,9 +180,9 @@ extension PostgresStore {
     /// and marks it lost: every later write about the task is refused as well (a fence, once
     /// passed, never holds again) until the run here ends (``runEnded(_:)``).
     func checkFence(_ connection: PostgresConnection, _ id: UUID) async throws {
-        guard let held = leases.withLock({ $0[id] }) else { return }
+        guard let held = book.withLock({ $0[id] }) else { return }
         let lease = held.lease
-        if held.lost { throw leaseLost(id) }
+        if held.lost { throw lost(id) }
         var holds = false
         for try await _ in try await connection.checkedQuery(
             """
@@ -177,18 +196,18 @@ extension PostgresStore {
             holds = true
         }
         guard !holds else { return }
-        leases.withLock { held in
+        book.withLock { held in
             if held[id]?.lease.fence == lease.fence { held[id]?.lost = true }
         }
         logger.warning(
             "lost the lease: the task was taken over, paused or cancelled elsewhere, or the lease ran out; nothing written",
             metadata: ["haul.task": "\(id)", "fence": "\(lease.fence)", "node": "\(node)"]
         )
-        throw leaseLost(id)
+        throw lost(id)
     }
 
     /// The refusal of a write about task `id`, whose `lease` this node lost.
-    private func leaseLost(_ id: UUID) -> HaulError {
+    private func lost(_ id: UUID) -> HaulError {
         HaulError(
             .revoked,
             "This node (\(node)) no longer holds task \(id): its lease ran out or the task was changed elsewhere; the transfer here stopped and wrote nothing more",
@@ -210,8 +229,8 @@ extension PostgresStore {
     ) async throws -> T {
         // A lease known lost is refused at once, without waiting for a connection (the
         // database may be the reason it was lost).
-        let held = leases.withLock { $0[id] }
-        if held?.lost == true { throw leaseLost(id) }
+        let held = book.withLock { $0[id] }
+        if held?.lost == true { throw lost(id) }
         let write: @Sendable () async throws -> T = {
             try await Postgres.run(what) {
                 try await self.client.withCheckedTransaction(logger: self.logger) { connection in
@@ -235,7 +254,7 @@ extension PostgresStore {
                 // lease this node ended meanwhile (a completion, a release) times nothing,
                 // and the write's own fence check judges a lease lost elsewhere.
                 while !Task.isCancelled {
-                    guard let now = self.leases.withLock({ $0[id] }), now.lease.fence == fence else {
+                    guard let now = self.book.withLock({ $0[id] }), now.lease.fence == fence else {
                         try? await self.timeline.sleep(for: .seconds(3600))
                         continue
                     }
@@ -245,19 +264,11 @@ extension PostgresStore {
             }
         )
         guard let written else {
-            leases.withLock { entries in
+            book.withLock { entries in
                 if entries[id]?.lease.fence == fence { entries[id]?.lost = true }
             }
-            throw leaseLost(id)
+            throw lost(id)
         }
         return written
-    }
-}
-
-extension PostgresStore: FleetView {
-    package var storeDescription: String { location.map { "\($0)" } ?? "PostgreSQL" }
-
-    package func fleetNodes() async throws -> [API.Status.Fleet.Node] {
-        try await fleet.report.nodes()
     }
 }

@@ -1,0 +1,160 @@
+import Foundation
+import GRDB
+import Haul
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// Something statements run on: the pool (one statement) or one connection (a transaction).
+protocol PostgresQueryable: Sendable {
+    func rows(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence
+}
+
+extension PostgresClient: PostgresQueryable {
+    func rows(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
+        try await self.query(query, logger: logger)
+    }
+}
+
+extension PostgresConnection: PostgresQueryable {
+    func rows(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
+        try await self.query(query, logger: logger)
+    }
+}
+
+/// `haul_task`'s columns and their types: how a ``TaskRecord``'s values (as GRDB encodes
+/// them) become PostgreSQL values and back.
+enum TaskTable {
+    enum Kind { case uuid, text, bigint, boolean }
+
+    /// Every column a record writes, in the order statements list them.
+    static let columns: [(name: String, kind: Kind)] = [
+        ("id", .uuid), ("session", .text), ("url", .text), ("finalURL", .text), ("directory", .text),
+        ("fileName", .text), ("explicitName", .boolean), ("requestHeaders", .text), ("checksum", .text),
+        ("overwrite", .boolean), ("state", .text), ("priority", .bigint), ("etag", .text),
+        ("lastModified", .text), ("serverDate", .text), ("totalLength", .bigint), ("createdAt", .text),
+        ("queuedAt", .text), ("updatedAt", .text), ("errorMessage", .text), ("queueOrder", .bigint),
+        ("background", .boolean), ("connections", .bigint), ("minSplitSize", .bigint), ("rateLimit", .bigint),
+        ("partPath", .text), ("partIdentity", .text), ("tls", .text), ("proxy", .text), ("credentials", .text),
+        ("cookies", .text), ("nextTryAt", .text), ("allowsMetered", .boolean), ("checkNewer", .boolean),
+        ("continuesExisting", .boolean), ("hooks", .text), ("sources", .text),
+        ("maxConnectionsPerServer", .bigint), ("retryingSince", .text), ("followsMetalink", .boolean),
+    ]
+    static let kinds = Dictionary(uniqueKeysWithValues: columns.map { ($0.name, $0.kind) })
+    /// The request group's columns (a re-add writes these and no others).
+    static let requestColumns = [
+        "background", "session", "requestHeaders", "checksum", "overwrite", "connections", "minSplitSize",
+        "rateLimit", "tls", "proxy", "credentials", "cookies", "allowsMetered", "checkNewer",
+        "continuesExisting", "hooks", "updatedAt",
+    ]
+    /// The response group's columns (what a transfer learnt from a server).
+    static let responseColumns = [
+        "finalURL", "fileName", "etag", "lastModified", "serverDate", "totalLength", "sources", "updatedAt",
+    ]
+
+    /// `"a", "b", …`: the select list (fixed names, never input).
+    static let selectList = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
+
+    /// A row of `selectList` as a record, checked by the record's own reader.
+    static func record(_ row: PostgresRow) throws -> TaskRecord {
+        let cells = row.makeRandomAccess()
+        var values: [String: (any DatabaseValueConvertible)?] = [:]
+        for (index, column) in columns.enumerated() {
+            let cell = cells[index]
+            switch column.kind {
+            case .uuid: values[column.name] = try cell.decode(UUID?.self)
+            case .text: values[column.name] = try cell.decode(String?.self)
+            case .bigint: values[column.name] = try cell.decode(Int64?.self)
+            case .boolean: values[column.name] = try cell.decode(Bool?.self)
+            }
+        }
+        return try TaskRecord(row: Row(values))
+    }
+
+    /// Appends a record's value of `column` to `binds`, typed as the column is.
+    static func bind(_ value: DatabaseValue, of column: String, task: UUID, to binds: inout PostgresBindings) throws {
+        guard let kind = kinds[column] else { preconditionFailure("no column \(column)") }
+        if value.isNull {
+            binds.appendNull()
+            return
+        }
+        func unwritable() -> HaulError {
+            HaulError(
+                .store,
+                "Task \(task) cannot be recorded in PostgreSQL: its \(column) is not of its column's type"
+            )
+        }
+        switch kind {
+        case .uuid:
+            guard let uuid = UUID.fromDatabaseValue(value) else { throw unwritable() }
+            binds.append(uuid)
+        case .text:
+            guard let text = String.fromDatabaseValue(value) else { throw unwritable() }
+            binds.append(text)
+        case .bigint:
+            guard let number = Int64.fromDatabaseValue(value) else { throw unwritable() }
+            binds.append(number)
+        case .boolean:
+            guard let flag = Bool.fromDatabaseValue(value) else { throw unwritable() }
+            binds.append(flag)
+        }
+    }
+
+    /// Every task with its committed bytes, in queue order, in one query: only the columns a
+    /// listing shows (the query a `haul list` of thousands runs), and the node running each.
+    static func infos(
+        _ db: some PostgresQueryable,
+        ids: [UUID]?,
+        background: Bool?,
+        session: String?,
+        logger: Logger
+    ) async throws -> [DownloadInfo] {
+        var infos: [DownloadInfo] = []
+        let rows = try await db.rows(
+            """
+            SELECT t.id, t.url, t.directory, t."fileName", t.state, t.priority, t."totalLength",
+                t."errorMessage",
+                -- A completed file is whole: its length, also in the moment between placing
+                -- it (recorded completed) and the completing checkpoint's segments.
+                CASE WHEN t.state = 'completed' AND t."totalLength" IS NOT NULL THEN t."totalLength"
+                    ELSE COALESCE(SUM(s.committed - s.start), 0)::bigint END,
+                t.session,
+                t."rateLimit", t.connections, t."nextTryAt", t."errorCode", t.sources,
+                CASE WHEN t.state = 'running' THEN t.owner END
+            FROM haul_task t LEFT JOIN haul_segment s ON s."taskID" = t.id
+            WHERE (\(ids)::uuid[] IS NULL OR t.id = ANY(\(ids)::uuid[]))
+                AND (\(background)::boolean IS NULL OR t.background = \(background)::boolean)
+                AND (\(session)::text IS NULL OR t.session = \(session)::text)
+            GROUP BY t.id ORDER BY t."queueOrder"
+            """,
+            logger: logger
+        )
+        for try await row in rows {
+            let cells = row.makeRandomAccess()
+            let id = try cells[0].decode(UUID.self)
+            infos.append(
+                try DownloadInfo(
+                    storedID: id,
+                    url: try cells[1].decode(String.self),
+                    directory: try cells[2].decode(String.self),
+                    fileName: try cells[3].decode(String?.self),
+                    state: try cells[4].decode(String.self),
+                    priority: int(try cells[5].decode(Int64.self)),
+                    totalLength: try cells[6].decode(Int64?.self),
+                    errorMessage: try cells[7].decode(String?.self),
+                    committed: try cells[8].decode(Int64.self),
+                    session: try cells[9].decode(String.self),
+                    rateLimit: try cells[10].decode(Int64?.self),
+                    connections: try cells[11].decode(Int64?.self).map(Self.int),
+                    nextTryAt: try cells[12].decode(String?.self).flatMap(StoreDate.date),
+                    errorCode: try cells[13].decode(String?.self),
+                    sources: try cells[14].decode(String?.self),
+                    node: try cells[15].decode(String?.self)
+                )
+            )
+        }
+        return infos
+    }
+
+    static func int(_ value: Int64) -> Int { Int(clamping: value) }
+}
