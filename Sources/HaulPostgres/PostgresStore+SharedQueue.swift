@@ -41,7 +41,7 @@ extension PostgresStore: SharedQueue {
         speed: @escaping @Sendable () async -> Double,
         notice: @escaping @Sendable (SharedQueueNotice) async -> Void
     ) async {
-        let beatNow = Doorbell()
+        let beatNow = Doorbell(clock: leases.timeline.clock)
         let signals = fleetSignals()
         await withTaskGroup(of: Void.self) { group in
             group.addTask {

@@ -55,7 +55,8 @@ public struct DownloadProgress: Sendable, Equatable {
 /// The live counters a transfer updates per chunk and readers sample.
 ///
 /// The hot path is one lock and two additions; speed is worked out only when someone reads,
-/// from samples kept at most every 100 ms over a sliding window of at least one second.
+/// from samples kept at most every 100 ms over a sliding window of at least one second, on
+/// the transfer's timeline (a test clock in tests).
 final class ProgressBox: Sendable {
     private struct State {
         var progress = DownloadProgress(
@@ -70,6 +71,11 @@ final class ProgressBox: Sendable {
     }
 
     private let state = Mutex(State())
+    private let timeline: Timeline
+
+    init(timeline: Timeline = Timeline()) {
+        self.timeline = timeline
+    }
 
     func update(_ body: (inout DownloadProgress) -> Void) {
         state.withLock { body(&$0.progress) }
@@ -110,8 +116,9 @@ final class ProgressBox: Sendable {
         try await timeline.sleep(for: delay)
     }
 
-    func snapshot(now: ContinuousClock.Instant = .now) -> DownloadProgress {
-        state.withLock { state in
+    func snapshot() -> DownloadProgress {
+        let now = timeline.now
+        return state.withLock { state in
             state.progress.bytesPerSecond = state.meter.record(bytes: state.progress.bytesThisRun, at: now)
             return state.progress
         }
@@ -120,7 +127,7 @@ final class ProgressBox: Sendable {
 
 /// Speed over a sliding window: bytes between the oldest sample at least `window` old and now.
 struct SpeedMeter: Sendable {
-    private var samples: [(time: ContinuousClock.Instant, bytes: Int64)] = []
+    private var samples: [(time: Duration, bytes: Int64)] = []
     let window: Duration
     let keep: Duration
 
@@ -129,9 +136,9 @@ struct SpeedMeter: Sendable {
         self.keep = keep
     }
 
-    /// Records a cumulative byte count and returns bytes per second over the window
-    /// (0 until a full window has passed).
-    mutating func record(bytes: Int64, at now: ContinuousClock.Instant) -> Double {
+    /// Records a cumulative byte count at `now` (a timeline's reading) and returns bytes per
+    /// second over the window (0 until a full window has passed).
+    mutating func record(bytes: Int64, at now: Duration) -> Double {
         if let last = samples.last, bytes < last.bytes { samples.removeAll() }
         if samples.last.map({ now - $0.time >= .milliseconds(100) }) ?? true {
             samples.append((now, bytes))
@@ -140,7 +147,6 @@ struct SpeedMeter: Sendable {
         guard let first = samples.first else { return 0 }
         let elapsed = now - first.time
         guard elapsed >= window else { return 0 }
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        return Double(bytes - first.bytes) / seconds
+        return Double(bytes - first.bytes) / elapsed.seconds
     }
 }

@@ -55,7 +55,8 @@ extension Downloader {
             limiters: [
                 RateLimiter(bytesPerSecond: request.rateLimit, clock: environment.timeline.clock),
                 environment.globalLimiter,
-            ]
+            ],
+            box: ProgressBox(timeline: environment.timeline)
         )
         do {
             let result = try await stream.run(progress: progress, into: sink)
@@ -74,7 +75,8 @@ private struct BodyStream {
     var transport: HTTPTransport
     var environment: TransferEnvironment
     var limiters: [RateLimiter]
-    let box = ProgressBox()
+    /// Its progress, the speed measured on the downloader's clock.
+    let box: ProgressBox
 
     /// What the sink threw, kept apart from the network's failures.
     struct SinkFailure: Error {

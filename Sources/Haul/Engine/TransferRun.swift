@@ -2,11 +2,13 @@
 /// progress, and the download's own rate limit.
 struct TransferHandles: Sendable {
     var control = TransferControl()
-    var progress = ProgressBox()
+    var progress: ProgressBox
     var limiter: RateLimiter
 
+    /// Handles whose rate limit and speed meter run on `clock`.
     init(rateLimit: Int64? = nil, clock: any Clock<Duration> = ContinuousClock()) {
         limiter = RateLimiter(bytesPerSecond: rateLimit, clock: clock)
+        progress = ProgressBox(timeline: Timeline(clock))
     }
 }
 

@@ -1,7 +1,8 @@
 import Synchronization
 
 /// Wakes one waiting loop early: ``wait(atMost:)`` returns at the first ``ring()`` since the
-/// last wait ended, or after the given time. Rings while nobody waits are kept (as one).
+/// last wait ended, or after the given time on its clock. Rings while nobody waits are kept
+/// (as one).
 package final class Doorbell: Sendable {
     private struct State {
         var rung = false
@@ -10,8 +11,12 @@ package final class Doorbell: Sendable {
     }
 
     private let state = Mutex(State())
+    private let clock: any Clock<Duration>
 
-    package init() {}
+    /// A doorbell whose waits time out on `clock`.
+    package init(clock: any Clock<Duration> = ContinuousClock()) {
+        self.clock = clock
+    }
 
     /// Wakes the waiter, or the next one to wait.
     package func ring() {
@@ -38,8 +43,9 @@ package final class Doorbell: Sendable {
             return state.generation
         }
         guard let generation else { return }
+        let clock = clock
         let timer = Task {
-            try? await Task.sleep(for: timeout)
+            try? await clock.sleep(for: timeout)
             self.wake(generation)
         }
         await withTaskCancellationHandler {
