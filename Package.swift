@@ -135,11 +135,54 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // What the test targets share: the servers they start (nginx, PostgreSQL, proxies),
+        // haul processes, paths and tags. Built with the tests only (it imports Testing).
+        .target(
+            name: "HaulTestSupport",
+            dependencies: [
+                "Haul", "HaulWire", "HaulWireMapping", "HaulClient", "HaulDaemon", "HaulTesting", "HaulPostgres",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/HaulTestSupport"
+        ),
+        // One test target per module, and one for what needs more than Haul (real servers,
+        // PostgreSQL, browsers, Python clients, network namespaces): `swift test --filter
+        // HaulTests` is the library's loop (CONTRIBUTING.md).
         .testTarget(
             name: "HaulTests",
             dependencies: [
+                "Haul", "HaulTesting", "HaulTestSupport", "haul",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulDaemonTests",
+            dependencies: [
+                "Haul", "HaulWire", "HaulWireMapping", "HaulClient", "HaulDaemon", "HaulTesting", "HaulTestSupport",
+                "haul",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "OpenAPIKit", package: "OpenAPIKit"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulCLITests",
+            dependencies: [
+                "Haul", "HaulWire", "HaulClient", "HaulCLI", "HaulDaemon", "HaulTesting", "HaulTestSupport", "haul",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulIntegrationTests",
+            dependencies: [
                 "Haul", "HaulWire", "HaulWireMapping", "HaulClient", "HaulCLI", "HaulDaemon", "HaulTesting",
-                "HaulPostgres", "haul",
+                "HaulTestSupport", "HaulPostgres", "haul",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -1,3 +1,4 @@
+import HaulTestSupport
 import Synchronization
 import Testing
 

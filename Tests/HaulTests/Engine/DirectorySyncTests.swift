@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import HaulTestSupport
 import Synchronization
 import Testing
 

@@ -1,5 +1,6 @@
 import Foundation
 import HaulClient
+import HaulTestSupport
 import HaulTesting
 import HaulWire
 import HaulWireMapping
@@ -86,7 +87,6 @@ struct DiskFullTests {
     }
 
     static func run(_ tool: String, _ arguments: [String]) async throws -> Int32 {
-        let process = try ChildProcess(tool, arguments: arguments, standardOutput: .null, standardError: .null)
-        return await process.exited().status
+        try await Fixtures.run(tool, arguments)
     }
 }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import HaulClient
+import HaulTestSupport
 import HaulWire
 import HaulWireMapping
 import Synchronization

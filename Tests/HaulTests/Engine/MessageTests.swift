@@ -1,5 +1,6 @@
 import Foundation
 import HaulClient
+import HaulTestSupport
 import HaulTesting
 import HaulWire
 import HaulWireMapping

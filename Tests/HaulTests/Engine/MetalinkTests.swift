@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import HaulTesting
 import Testing
 
@@ -10,17 +11,7 @@ import Testing
 struct MetalinkTests {
     static let hash = String(repeating: "ab", count: 32)
 
-    static func v4(_ files: String) -> Data {
-        Data(
-            """
-            <?xml version="1.0" encoding="UTF-8"?>
-            <metalink xmlns="urn:ietf:params:xml:ns:metalink">
-              <published>2026-11-24T00:00:00Z</published>
-            \(files)
-            </metalink>
-            """.utf8
-        )
-    }
+    static func v4(_ files: String) -> Data { Fixtures.metalink4(files) }
 
     @Test("Metalink 4: names, sizes, the strongest hash first, pieces, URLs by priority")
     func metalink4() throws {

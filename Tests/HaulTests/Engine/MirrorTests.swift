@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import HaulTesting
 import Testing
 
@@ -38,7 +39,7 @@ struct MirrorTests {
 
     /// The ranged requests a server saw for `path`, as (first, last) bytes.
     static func ranges(_ server: TestServer, _ path: String) -> [(first: Int, last: Int?)] {
-        server.requests(for: path).compactMap(SegmentTests.range)
+        server.requests(for: path).compactMap(Fixtures.range)
     }
 
     static func task(_ downloader: Downloader, _ id: UUID) async throws -> TaskRecord {
@@ -69,7 +70,7 @@ struct MirrorTests {
                     let requests = server.requests(for: "/f.bin")
                     // Its first request is the comparison: 64 KiB, without If-Range.
                     let first = try #require(requests.first)
-                    let range = try #require(SegmentTests.range(first))
+                    let range = try #require(Fixtures.range(first))
                     #expect(range.last.map { $0 - range.first + 1 } == 64 << 10)
                     #expect(first.header("If-Range") == nil)
                     // Every later one is a segment, conditional on this mirror's own ETag.

@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import HaulTesting
 import HaulWire
 import HaulWireMapping
@@ -13,14 +14,11 @@ import Testing
 @Suite("Piece hashes", .timeLimit(.minutes(10)))
 struct PieceTests {
     static let size = 8 << 20
-    static let pieceLength = 256 << 10
+    static let pieceLength = Fixtures.pieceLength
 
     /// The SHA-256 of every piece of `bytes`.
     static func hashes(of bytes: [UInt8], length: Int = pieceLength) throws -> PieceHashes {
-        let hexes = stride(from: 0, to: bytes.count, by: length).map {
-            TestContent.sha256(bytes[$0..<min($0 + length, bytes.count)])
-        }
-        return try PieceHashes(algorithm: .sha256, length: Int64(length), hexDigests: hexes)
+        try Fixtures.pieceHashes(of: bytes, length: length)
     }
 
     static func request(
@@ -74,7 +72,7 @@ struct PieceTests {
                     #expect(dropped == "2 of its pieces did not match their sha256 hashes")
                     #expect(result.sources[0].dropped == nil)
                     // The pieces fetched again: exactly a piece's bytes each, from the URL.
-                    let pieceRanges = a.requests(for: "/f.bin").compactMap(SegmentTests.range).filter {
+                    let pieceRanges = a.requests(for: "/f.bin").compactMap(Fixtures.range).filter {
                         $0.first % Self.pieceLength == 0 && $0.last == $0.first + Self.pieceLength - 1
                             && $0.first >= 16 * Self.pieceLength
                     }

@@ -1,5 +1,6 @@
 import Foundation
 import HaulClient
+import HaulTestSupport
 import HaulWire
 import HaulWireMapping
 import NIOHTTP1

@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import NIOHTTP1
 import Testing
 

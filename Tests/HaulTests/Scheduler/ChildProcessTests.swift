@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulTestSupport
 import Testing
 
 /// The programs Haul starts (hooks, the daemon) and the tests' servers: started with

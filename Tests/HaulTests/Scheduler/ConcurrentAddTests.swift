@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import HaulClient
+import HaulTestSupport
 import HaulTesting
 import HaulWire
 import HaulWireMapping

@@ -1,5 +1,6 @@
 import Foundation
 import HaulClient
+import HaulTestSupport
 import HaulTesting
 import HaulWire
 import HaulWireMapping
@@ -57,7 +58,7 @@ struct ManagerScaleTests {
             downloader.store = .store(store)
             let configuration = DownloadManager.Configuration(downloader: downloader, maxConcurrentDownloads: 1)
             try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
-                let recorder = DownloadManagerTests.Recorder(manager.events(), state: .running)
+                let recorder = ManagerFixtures.Recorder(manager.events(), state: .running)
                 // Bounded generously: the bound only turns a hang into a failure (a minute was
                 // overrun once with the whole suite running on two cores).
                 #expect(

@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import HaulTesting
 import Testing
 
@@ -20,7 +21,7 @@ struct PauseAfterYieldTests {
             for (index, name) in ["A", "B"].enumerated() {
                 server.set("/\(name)", .init(size: 1 << 20, seed: seed + UInt64(index), holdAt: 256 << 10))
             }
-            var configuration = DownloadManagerTests.configuration(.sqlite(at: temp.file("s.sqlite")), limit: 2)
+            var configuration = ManagerFixtures.configuration(.sqlite(at: temp.file("s.sqlite")), limit: 2)
             configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
             try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                 var ids: [UUID] = []

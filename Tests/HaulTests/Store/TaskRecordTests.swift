@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import HaulClient
+import HaulTestSupport
 import HaulWire
 import HaulWireMapping
 import Testing
