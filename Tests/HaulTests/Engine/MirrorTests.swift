@@ -448,18 +448,25 @@ struct MirrorCommandTests {
         try await TestServer.withServer { a in
             try await TestServer.withServer { b in
                 let temp = try TemporaryDirectory()
-                a.set("/f.bin", .init(size: MirrorTests.size, bytesPerSecond: 4 << 20))
+                // The URL's bytes stop at 1 MiB until the mirror has served a segment (its check,
+                // then a range): the URL cannot finish alone on a loaded machine.
+                a.set("/f.bin", .init(size: MirrorTests.size, holdAt: 1 << 20))
                 b.set("/f.bin", .init(size: MirrorTests.size, etag: .fixed("\"b\""), bytesPerSecond: 4 << 20))
                 // The gone mirror carries credentials: never shown.
                 let gone = "http://u:s3cret@127.0.0.1:\(b.port)/gone.bin"
-                let (status, _, stderr) = try await HaulProcess.get(
-                    [
-                        "--mirror", b.url("/f.bin").absoluteString, "--mirror", gone,
-                        "--max-connections-per-server", "2", "-x", "4", "--min-split", "256K",
-                        a.url("/f.bin").absoluteString,
-                    ],
-                    in: temp
-                )
+                let run = Task {
+                    try await HaulProcess.get(
+                        [
+                            "--mirror", b.url("/f.bin").absoluteString, "--mirror", gone,
+                            "--max-connections-per-server", "2", "-x", "4", "--min-split", "256K",
+                            a.url("/f.bin").absoluteString,
+                        ],
+                        in: temp
+                    )
+                }
+                #expect(try await waitUntil { b.requests(for: "/f.bin").count >= 2 })
+                a.release("/f.bin")
+                let (status, _, stderr) = try await run.value
                 #expect(status == 0, "\(stderr)")
                 #expect(TestContent.sha256(file: temp.file("f.bin")) == a.sha256("/f.bin"))
                 #expect(b.requests(for: "/f.bin").count > 1, "the mirror served segments")
@@ -481,7 +488,8 @@ struct MirrorCommandTests {
                 let temp = try TemporaryDirectory()
                 let home = temp.file("home")
                 let out = try temp.directory("out")
-                a.set("/f.bin", .init(size: MirrorTests.size, bytesPerSecond: 4 << 20))
+                // The URL's bytes stop at 1 MiB until the mirror has served a segment.
+                a.set("/f.bin", .init(size: MirrorTests.size, holdAt: 1 << 20))
                 b.set("/f.bin", .init(size: MirrorTests.size, etag: .fixed("\"b\""), bytesPerSecond: 4 << 20))
                 let input = temp.file("input.txt")
                 try "\(a.url("/f.bin").absoluteString)\t\(b.url("/f.bin").absoluteString)\n  out=x.bin\n".write(
@@ -496,6 +504,8 @@ struct MirrorCommandTests {
                     home: home
                 )
                 #expect(added.status == 0, "\(added.stderr)")
+                #expect(try await waitUntil { b.requests(for: "/f.bin").count >= 2 })
+                a.release("/f.bin")
                 let waited = try await HaulProcess.run(["wait"], home: home)
                 #expect(waited.status == 0, "\(waited.stderr)")
                 #expect(TestContent.sha256(file: out + "/x.bin") == a.sha256("/f.bin"))

@@ -56,7 +56,10 @@ struct ServerDigestTests {
             try await TestServer.withServer { b in
                 let temp = try TemporaryDirectory()
                 let size = MirrorTests.size
-                var good = TestServer.Resource(size: size, seed: 12, bytesPerSecond: 4 << 20)
+                // The URL's bytes stop at 1 MiB until the mirror has served a segment: however
+                // loaded the machine, the URL cannot finish the file alone before the mirror
+                // is verified and writes some of it.
+                var good = TestServer.Resource(size: size, seed: 12, holdAt: 1 << 20)
                 a.set("/f.bin", good)
                 good.headers = [("Repr-Digest", "sha-256=:\(Self.base64(a.sha256("/f.bin"))):")]
                 a.set("/f.bin", good)
@@ -64,13 +67,19 @@ struct ServerDigestTests {
                 var bad = TestServer.Resource(size: size, seed: 12, bytesPerSecond: 4 << 20)
                 bad.corrupted = stride(from: 100_000, to: size, by: 1 << 20).map { $0..<($0 + 2) }
                 b.set("/f.bin", bad)
-                let (status, _, stderr) = try await HaulProcess.get(
-                    [
-                        "-x", "6", "--min-split", "256K", "--mirror", b.url("/f.bin").absoluteString,
-                        a.url("/f.bin").absoluteString,
-                    ],
-                    in: temp
-                )
+                let run = Task {
+                    try await HaulProcess.get(
+                        [
+                            "-x", "6", "--min-split", "256K", "--mirror", b.url("/f.bin").absoluteString,
+                            a.url("/f.bin").absoluteString,
+                        ],
+                        in: temp
+                    )
+                }
+                // Its verification sample, then a segment.
+                #expect(try await waitUntil { b.requests(for: "/f.bin").count >= 2 })
+                a.release("/f.bin")
+                let (status, _, stderr) = try await run.value
                 // Caught by the digest at the end, or — when the window the mirror is first
                 // compared in holds one of its wrong bytes — by that comparison: never placed.
                 #expect(status != 0, "\(stderr)")
