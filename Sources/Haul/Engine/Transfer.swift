@@ -6,16 +6,14 @@ import NIOHTTP1
 import NIOPosix
 
 /// One download, from the first request to the verified file in place: the I/O driver of
-/// ``TransferRules``.
-///
-/// A run is a few jobs, each its own type: its store writes (``RunRecorder``), its part
-/// file, every system call of which runs off the cooperative pool (``RunPart``), which of
-/// the URL and its mirrors opens each attempt (``SourceSelector``), and a pure planner that
-/// says what to do after each attempt (``NextStep``). The transfer sends the requests the
-/// rules choose, runs the connections with checkpoints beside them (``ConnectionRun``), and
-/// performs each step. Its attempts live in Transfer+Attempt.swift, its end (verification,
-/// the atomic rename, the recorded state) in Transfer+Completion.swift. The rules are
-/// numbered in docs/architecture.md.
+/// ``TransferRules``. A run is a few jobs, each its own type: its store writes
+/// (``RunRecorder``), its part file, every system call of which runs off the cooperative pool
+/// (``RunPart``), which of the URL and its mirrors opens each attempt (``SourceSelector``),
+/// and a pure planner of what to do after each attempt (``NextStep``). The transfer sends the
+/// requests the rules choose, runs the connections with checkpoints beside them
+/// (``ConnectionRun``), and performs each step. Its attempts are in Transfer+Attempt.swift,
+/// its end (verification, the atomic rename, the recorded state) in Transfer+Completion.swift.
+/// The rules are numbered in docs/architecture.md.
 final class Transfer {
     let recorder: RunRecorder
     let partFile: RunPart
@@ -198,7 +196,7 @@ final class Transfer {
                 url: url,
                 committed: committedBytes,
                 verifiedSources: sources?.verifiedCount ?? 0,
-                offline: environment.isOffline(url),
+                offline: { [environment, url] in environment.isOffline(url) },
                 rules: rules
             )
             let (selector, maxRetries) = (selector, environment.retry.maxRetries)

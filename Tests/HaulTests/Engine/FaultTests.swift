@@ -53,10 +53,11 @@ struct FaultTests {
     @Test("a connection refused is retried, then reported")
     func connectionRefused() async throws {
         let temp = try TemporaryDirectory()
-        // A port that was just free: bind a server, note the port, shut it down.
-        let server = try await TestServer.start()
-        let url = server.url("/gone.bin")
-        await server.shutdown()
+        // A port bound and not listening, held for the whole test: a free port let go could be
+        // taken by another test's server meanwhile, and answer.
+        let refusing = try RefusingPort()
+        defer { withExtendedLifetime(refusing) {} }
+        let url = URL(string: "http://127.0.0.1:\(refusing.port)/gone.bin")!
         try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("s.sqlite"), retries: 1))
         {
             downloader in

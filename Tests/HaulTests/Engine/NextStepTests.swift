@@ -19,7 +19,7 @@ struct NextStepTests {
             url: NextStepTests.url,
             committed: 100,
             verifiedSources: 0,
-            offline: false,
+            offline: { false },
             rules: TransferRules(Validators())
         )
         var leadGivesWay = false
@@ -53,9 +53,14 @@ struct NextStepTests {
         }
     }
 
-    @Test("an attempt done, a connection stepping aside and a stop end the loop without asking any source")
+    @Test("an attempt done, a connection stepping aside and a stop end the loop, asking no source and not the route")
     func ends() {
         let run = Run()
+        // Each look at the route is a socket and an interface listing: never after a success.
+        run.facts.offline = {
+            Issue.record("the route was looked at for an attempt that did not fail")
+            return false
+        }
         #expect(run.next(.done) == "finish")
         #expect(run.next(.stepAside) == "finish")
         #expect(run.next(.stopped) == "stop")
@@ -77,10 +82,10 @@ struct NextStepTests {
     )
     func retries() {
         let run = Run()
-        run.facts.offline = true
+        run.facts.offline = { true }
         #expect(run.next(.retry(Self.reset)) == "give up: connection")
         #expect(run.asked.isEmpty)
-        run.facts.offline = false
+        run.facts.offline = { false }
         run.leadGivesWay = true
         #expect(run.next(.retry(Self.reset)) == "next source")
         run.leadGivesWay = false

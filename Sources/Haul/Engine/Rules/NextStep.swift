@@ -31,7 +31,9 @@ enum NextStep {
         /// Mirrors found to hold the same bytes as the lead.
         var verifiedSources: Int
         /// Whether the URL's server has no usable route now (the manager waits for the network).
-        var offline: Bool
+        /// Asked only after a failure that may pass: each look is a socket and an interface
+        /// listing, which a download that succeeded must not pay for.
+        var offline: () -> Bool
         /// The range rules over the version of the file the run holds.
         var rules: TransferRules
     }
@@ -73,7 +75,7 @@ enum NextStep {
             case .restart: return .startOver(restart, rangesDeclined: false)
             }
         case let .retry(error):
-            if facts.offline { return .giveUp(error) }  // The manager waits for the network.
+            if facts.offline() { return .giveUp(error) }  // The manager waits for the network.
             if leadGivesWay(error, true) { return .nextSource }
             switch RetryDecision.transfer(
                 after: error,
