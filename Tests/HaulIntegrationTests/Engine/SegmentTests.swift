@@ -30,10 +30,6 @@ struct SegmentTests {
     }
 
     /// The `Range` header's first byte and last byte (nil when open-ended).
-    static func range(_ request: TestServer.RecordedRequest) -> (first: Int, last: Int?)? {
-        Fixtures.range(request)
-    }
-
     @Test(
         "the file is byte-identical for any number of connections and split size",
         arguments: [(1, 64 << 10), (2, 64 << 10), (3, 1 << 20), (4, 256 << 10), (8, 64 << 10), (16, 512 << 10)]
@@ -59,7 +55,7 @@ struct SegmentTests {
                 #expect(request.header("If-Range") == "\"v1-1\"", "every ranged request is conditional")
             }
             // Ranges never start twice at the same byte: no byte is fetched by two connections.
-            let starts = ranged.compactMap { Self.range($0)?.first }
+            let starts = ranged.compactMap { Fixtures.range($0)?.first }
             #expect(Set(starts).count == starts.count)
             #expect(starts.allSatisfy { $0 > 0 && $0 < Self.size })
 
@@ -82,7 +78,7 @@ struct SegmentTests {
                 Self.split(server, temp, connections: 4, minSplit: 64 << 10)
             ).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
-            let starts = server.requests(for: "/f.bin").compactMap(Self.range).map(\.first)
+            let starts = server.requests(for: "/f.bin").compactMap(Fixtures.range).map(\.first)
             // Without stealing, the first quarter alone would take 16 s at 64 KiB/s.
             #expect(
                 starts.contains { $0 > 0 && $0 < Self.size / 4 },
@@ -109,7 +105,7 @@ struct SegmentTests {
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             let resumed = server.requests(for: "/f.bin").dropFirst(before)
-            let starts = Set(resumed.compactMap { Self.range($0)?.first })
+            let starts = Set(resumed.compactMap { Fixtures.range($0)?.first })
             for segment in unfinished {
                 let overlap = min(segment.committed - segment.start, TransferRules.overlapLength)
                 #expect(

@@ -124,7 +124,7 @@ struct NetworkEventTests {
     @Test("the policy turned off and on is told once each (networkChanged); the same policy again tells nothing")
     func policyChanges() async throws {
         let temp = try TemporaryDirectory()
-        var configuration = DownloadManagerTests.configuration(.sqlite(at: temp.file("s.sqlite")), limit: 1)
+        var configuration = ManagerFixtures.configuration(.sqlite(at: temp.file("s.sqlite")), limit: 1)
         configuration.watchesNetwork = true
         try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
             let events = manager.events()
@@ -158,7 +158,7 @@ struct NetworkEventTests {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
             server.set("/r", .init(size: 1 << 20, seed: 3, bytesPerSecond: 256 << 10))
-            let configuration = DownloadManagerTests.configuration(.sqlite(at: temp.file("s.sqlite")), limit: 1)
+            let configuration = ManagerFixtures.configuration(.sqlite(at: temp.file("s.sqlite")), limit: 1)
             try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                 let events = manager.events()
                 let id = try await manager.download(

@@ -14,16 +14,6 @@ import Testing
 /// restart recovery and events.
 @Suite("DownloadManager", .postgresServer, .timeLimit(.minutes(10)))
 struct DownloadManagerTests {
-    static func configuration(
-        _ location: Downloader.StoreLocation,
-        limit: Int,
-        perHost: Int = 100
-    ) -> DownloadManager.Configuration {
-        ManagerFixtures.configuration(location, limit: limit, perHost: perHost)
-    }
-
-    typealias Recorder = ManagerFixtures.Recorder
-
     @Test(
         "at most N downloads at once, as the server sees it, and all complete with the right bytes",
         arguments: StoreEngine.allCases
@@ -37,7 +27,7 @@ struct DownloadManagerTests {
                 for index in 0..<8 {
                     server.set("/f\(index)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
-                var configuration = Self.configuration(location, limit: 3)
+                var configuration = ManagerFixtures.configuration(location, limit: 3)
                 // Held responses are silent on purpose; no read timeout is wanted here.
                 configuration.downloader.readTimeout = .seconds(3600)
                 try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
@@ -86,7 +76,7 @@ struct DownloadManagerTests {
                         one.set("/a\(index)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
                         two.set("/b\(index)", .init(size: 1 << 20, seed: UInt64(index + 10), holdAt: 256 << 10))
                     }
-                    var configuration = Self.configuration(location, limit: 10, perHost: 2)
+                    var configuration = ManagerFixtures.configuration(location, limit: 10, perHost: 2)
                     // Held responses are silent on purpose; no read timeout is wanted here.
                     configuration.downloader.readTimeout = .seconds(3600)
                     try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
@@ -146,7 +136,7 @@ struct DownloadManagerTests {
                 for (index, name) in names.enumerated() {
                     server.set("/\(name)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
-                var configuration = Self.configuration(location, limit: 5)
+                var configuration = ManagerFixtures.configuration(location, limit: 5)
                 // Held responses are silent on purpose; no read timeout is wanted here.
                 configuration.downloader.readTimeout = .seconds(3600)
                 try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
@@ -172,7 +162,7 @@ struct DownloadManagerTests {
                     )
                     // Told through events, which are never lost: on a loaded machine A and B may end
                     // and C start again before a poll of the states would see all three waiting.
-                    let requeued = Recorder(manager.events(), state: .queued)
+                    let requeued = ManagerFixtures.Recorder(manager.events(), state: .queued)
                     try await manager.setMaxConcurrentDownloads(2)
                     #expect(await manager.runningTaskIDs.map(name) == ["A", "B"])
                     #expect(await manager.waitingTaskIDs.map(name) == ["C", "D", "E", "F"])
@@ -202,10 +192,10 @@ struct DownloadManagerTests {
                 // is added, however slow the machine.
                 server.set("/A", .init(size: 500_000, holdAt: 100_000))
                 for name in ["B", "C", "D"] { server.set("/\(name)", .init(size: 500_000)) }
-                var configuration = Self.configuration(location, limit: 1)
+                var configuration = ManagerFixtures.configuration(location, limit: 1)
                 configuration.downloader.readTimeout = .seconds(3600)  // A is held on purpose.
                 try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
-                    let recorder = Recorder(manager.events(), state: .running)
+                    let recorder = ManagerFixtures.Recorder(manager.events(), state: .running)
                     var ids: [String: UUID] = [:]
                     for name in ["A", "B", "C"] {
                         ids[name] = try await manager.download(
@@ -241,7 +231,7 @@ struct DownloadManagerTests {
                     // Held part of the way in, never let go: none can finish during the test.
                     server.set("/f\(index)", .init(size: 2 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
-                var configuration = Self.configuration(location, limit: 2)
+                var configuration = ManagerFixtures.configuration(location, limit: 2)
                 configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
                 try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     let done = try await manager.download(
@@ -308,7 +298,7 @@ struct DownloadManagerTests {
                 // running when the test pauses or cancels them, however slow the machine.
                 server.set("/p", .init(size: 4 << 20, holdAt: 1 << 20))
                 server.set("/c", .init(size: 4 << 20, seed: 2, holdAt: 256 << 10))
-                var configuration = Self.configuration(location, limit: 2)
+                var configuration = ManagerFixtures.configuration(location, limit: 2)
                 configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
                 try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     let p = try await manager.download(
@@ -371,7 +361,7 @@ struct DownloadManagerTests {
                 server.set("/after", .init(size: 1 << 20, seed: 4))
                 // Held part of the way in, never let go: still running when it is added again.
                 server.set("/slow", .init(size: 4 << 20, seed: 5, holdAt: 256 << 10))
-                var configuration = Self.configuration(location, limit: 4)
+                var configuration = ManagerFixtures.configuration(location, limit: 4)
                 configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
                 try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     let events = await manager.events()
@@ -425,10 +415,10 @@ struct DownloadManagerTests {
         let temp = try TemporaryDirectory()
         try await engine.withLocation(temp, "s.sqlite") { location in
             await expectHaulError(.invalidArgument) {
-                _ = try DownloadManager(configuration: Self.configuration(location, limit: 0))
+                _ = try DownloadManager(configuration: ManagerFixtures.configuration(location, limit: 0))
             }
             try await DownloadManager.withDownloadManager(
-                configuration: Self.configuration(location, limit: 2)
+                configuration: ManagerFixtures.configuration(location, limit: 2)
             ) {
                 manager in
                 await expectHaulError(.invalidArgument) { try await manager.setMaxConcurrentDownloads(0) }
@@ -458,7 +448,7 @@ struct DownloadManagerTests {
                     server.set("/\(name)", .init(size: 1 << 20, seed: UInt64(index), holdAt: 256 << 10))
                 }
                 var ids: [String: UUID] = [:]
-                var first = Self.configuration(location, limit: 2)
+                var first = ManagerFixtures.configuration(location, limit: 2)
                 first.downloader.readTimeout = .seconds(3600)  // Held on purpose.
                 try await DownloadManager.withDownloadManager(configuration: first) { manager in
                     for name in names {
@@ -473,11 +463,11 @@ struct DownloadManagerTests {
                 try await store.setState(ids["A"]!, .running)
                 try await store.setState(ids["B"]!, .running)
 
-                var second = Self.configuration(location, limit: 1)
+                var second = ManagerFixtures.configuration(location, limit: 1)
                 second.downloader.readTimeout = .seconds(3600)  // Held on purpose.
                 try await DownloadManager.withDownloadManager(configuration: second) { manager in
                     let name = { (id: UUID) in ids.first { $0.value == id }!.key }
-                    let recorder = Recorder(manager.events(), state: .running)
+                    let recorder = ManagerFixtures.Recorder(manager.events(), state: .running)
                     #expect(try await waitUntil { await !manager.runningTaskIDs.isEmpty })
                     #expect(await manager.runningTaskIDs.map(name) == ["A"])
                     #expect(await manager.waitingTaskIDs.map(name) == ["B", "C", "D"])
@@ -508,7 +498,7 @@ struct DownloadManagerTests {
             try await TestServer.withServer { server in
                 for index in 0..<40 { server.set("/t\(index)", .init(size: 20_000, seed: UInt64(index))) }
                 try await DownloadManager.withDownloadManager(
-                    configuration: Self.configuration(location, limit: 8)
+                    configuration: ManagerFixtures.configuration(location, limit: 8)
                 ) {
                     manager in
                     let ignored = manager.events()
@@ -555,7 +545,7 @@ struct DownloadManagerTests {
                     // Held a third of the way in until the second manager resumes it: still
                     // running when it is paused, however slow the machine.
                     server.set("/r", .init(size: 3 << 20, holdAt: 1 << 20))
-                    var first = Self.configuration(one, limit: 2)
+                    var first = ManagerFixtures.configuration(one, limit: 2)
                     first.downloader.readTimeout = .seconds(3600)  // Held on purpose.
                     let blob = try await DownloadManager.withDownloadManager(configuration: first) { manager in
                         let task = try await manager.download(
@@ -571,7 +561,7 @@ struct DownloadManagerTests {
                     let resumeData = try ResumeData(decoding: blob)
                     server.release("/r")
                     try await DownloadManager.withDownloadManager(
-                        configuration: Self.configuration(two, limit: 2)
+                        configuration: ManagerFixtures.configuration(two, limit: 2)
                     ) { manager in
                         let events = manager.events()
                         let info = try await manager.download(resumingFrom: resumeData)
@@ -606,7 +596,7 @@ struct DownloadManagerTests {
             try await TestServer.withServer { server in
                 // Held a quarter of the way in: still running when it is paused.
                 server.set("/early", .init(size: 4 << 20, holdAt: 1 << 20))
-                var configuration = Self.configuration(location, limit: 2)
+                var configuration = ManagerFixtures.configuration(location, limit: 2)
                 configuration.downloader.readTimeout = .seconds(3600)  // Held on purpose.
                 let manager = try DownloadManager(configuration: configuration)
                 let info = try await manager.download(

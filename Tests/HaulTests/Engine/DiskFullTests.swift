@@ -25,7 +25,7 @@ struct DiskFullTests {
     func downloadIntoAFullDisk() async throws {
         let temp = try TemporaryDirectory()
         let mountPoint = try temp.directory("small")
-        let mounted = try await Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint])
+        let mounted = try await Fixtures.run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint])
         guard mounted == 0 else {
             // Some containers forbid mounting even as root; nothing to test there.
             return
@@ -41,10 +41,10 @@ struct DiskFullTests {
                 #expect(!FileManager.default.fileExists(atPath: mountPoint + "/f.bin"))
             }
         } catch {
-            _ = try await Self.run("/bin/umount", [mountPoint])
+            _ = try await Fixtures.run("/bin/umount", [mountPoint])
             throw error
         }
-        _ = try await Self.run("/bin/umount", [mountPoint])
+        _ = try await Fixtures.run("/bin/umount", [mountPoint])
     }
 
     @Test(
@@ -55,7 +55,7 @@ struct DiskFullTests {
     func commandIntoAFullDisk(connections: Int) async throws {
         let temp = try TemporaryDirectory()
         let mountPoint = try temp.directory("small")
-        guard try await Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint]) == 0 else {
+        guard try await Fixtures.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint]) == 0 else {
             return
         }
         do {
@@ -71,7 +71,7 @@ struct DiskFullTests {
                 #expect(full.stderr.split(separator: "\n").last?.hasPrefix("haul: error: ") == true)
                 #expect(!FileManager.default.fileExists(atPath: mountPoint + "/f.bin"))
 
-                #expect(try await Self.run("/bin/mount", ["-o", "remount,size=32m", mountPoint]) == 0)
+                #expect(try await Fixtures.run("/bin/mount", ["-o", "remount,size=32m", mountPoint]) == 0)
                 let before = server.requests(for: "/f.bin").count
                 let rerun = try await HaulProcess.run(arguments, home: temp.file("home"))
                 #expect(rerun.status == 0, "\(rerun.stderr)")
@@ -80,13 +80,10 @@ struct DiskFullTests {
                 #expect(server.requests(for: "/f.bin").dropFirst(before).allSatisfy { $0.header("Range") != nil })
             }
         } catch {
-            _ = try await Self.run("/bin/umount", [mountPoint])
+            _ = try await Fixtures.run("/bin/umount", [mountPoint])
             throw error
         }
-        _ = try await Self.run("/bin/umount", [mountPoint])
+        _ = try await Fixtures.run("/bin/umount", [mountPoint])
     }
 
-    static func run(_ tool: String, _ arguments: [String]) async throws -> Int32 {
-        try await Fixtures.run(tool, arguments)
-    }
 }

@@ -11,11 +11,9 @@ import Testing
 struct MetalinkTests {
     static let hash = String(repeating: "ab", count: 32)
 
-    static func v4(_ files: String) -> Data { Fixtures.metalink4(files) }
-
     @Test("Metalink 4: names, sizes, the strongest hash first, pieces, URLs by priority")
     func metalink4() throws {
-        let document = Self.v4(
+        let document = Fixtures.metalink4(
             """
               <file name="a.iso">
                 <size>600000</size>
@@ -99,7 +97,7 @@ struct MetalinkTests {
     )
     func hostile(files: String, complaint: String) {
         #expect {
-            _ = try Metalink(parsing: Self.v4(files), source: "bad.meta4")
+            _ = try Metalink(parsing: Fixtures.metalink4(files), source: "bad.meta4")
         } throws: { error in
             let text = "\(error)"
             return text.contains("bad.meta4") && text.contains(complaint)
@@ -204,15 +202,15 @@ struct MetalinkCommandTests {
                 let temp = try TemporaryDirectory()
                 let size = PieceTests.size
                 a.set("/f.bin", .init(size: size, bytesPerSecond: 4 << 20))
-                let damaged = (16..<32).map { $0 * PieceTests.pieceLength + 7..<$0 * PieceTests.pieceLength + 8 }
+                let damaged = (16..<32).map { $0 * Fixtures.pieceLength + 7..<$0 * Fixtures.pieceLength + 8 }
                 b.set("/f.bin", .init(size: size, etag: .fixed("\"b\""), corrupted: damaged))
-                let pieces = try PieceTests.hashes(of: a.content("/f.bin"))
+                let pieces = try Fixtures.pieceHashes(of: a.content("/f.bin"))
                 let hashes = (0..<pieces.count).map { "<hash>\(pieces.hex($0))</hash>" }.joined(separator: "\n")
                 try """
                 <metalink xmlns="urn:ietf:params:xml:ns:metalink">
                   <file name="f.bin">
                     <size>\(size)</size>
-                    <pieces length="\(PieceTests.pieceLength)" type="sha-256">\(hashes)</pieces>
+                    <pieces length="\(Fixtures.pieceLength)" type="sha-256">\(hashes)</pieces>
                     <url priority="1">\(a.url("/f.bin").absoluteString)</url>
                     <url priority="2">\(b.url("/f.bin").absoluteString)</url>
                   </file>

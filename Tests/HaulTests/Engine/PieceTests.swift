@@ -14,12 +14,6 @@ import Testing
 @Suite("Piece hashes", .timeLimit(.minutes(10)))
 struct PieceTests {
     static let size = 8 << 20
-    static let pieceLength = Fixtures.pieceLength
-
-    /// The SHA-256 of every piece of `bytes`.
-    static func hashes(of bytes: [UInt8], length: Int = pieceLength) throws -> PieceHashes {
-        try Fixtures.pieceHashes(of: bytes, length: length)
-    }
 
     static func request(
         _ url: URL,
@@ -55,9 +49,9 @@ struct PieceTests {
                 // against the URL's bytes there, takes the second half, where one byte of
                 // every piece is damaged.
                 a.set("/f.bin", .init(size: Self.size, etag: .fixed("\"a\""), bytesPerSecond: 4 << 20))
-                let damaged = (16..<32).map { $0 * Self.pieceLength + 1000..<$0 * Self.pieceLength + 1001 }
+                let damaged = (16..<32).map { $0 * Fixtures.pieceLength + 1000..<$0 * Fixtures.pieceLength + 1001 }
                 b.set("/f.bin", .init(size: Self.size, etag: .fixed("\"b\""), corrupted: damaged))
-                let hashes = try Self.hashes(of: a.content("/f.bin"))
+                let hashes = try Fixtures.pieceHashes(of: a.content("/f.bin"))
                 try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("h.sqlite"))) {
                     downloader in
                     let task = try await downloader.download(
@@ -73,8 +67,8 @@ struct PieceTests {
                     #expect(result.sources[0].dropped == nil)
                     // The pieces fetched again: exactly a piece's bytes each, from the URL.
                     let pieceRanges = a.requests(for: "/f.bin").compactMap(Fixtures.range).filter {
-                        $0.first % Self.pieceLength == 0 && $0.last == $0.first + Self.pieceLength - 1
-                            && $0.first >= 16 * Self.pieceLength
+                        $0.first % Fixtures.pieceLength == 0 && $0.last == $0.first + Fixtures.pieceLength - 1
+                            && $0.first >= 16 * Fixtures.pieceLength
                     }
                     #expect(pieceRanges.count == result.piecesRefetched)
                     #expect(b.requests(for: "/f.bin").count >= 2, "the mirror was checked, then served a segment")
@@ -89,13 +83,14 @@ struct PieceTests {
             let temp = try TemporaryDirectory()
             let good = TestContent.bytes(count: Self.size, seed: 1)
             let damaged = [
-                5 * Self.pieceLength..<5 * Self.pieceLength + 1, 9 * Self.pieceLength..<9 * Self.pieceLength + 1,
+                5 * Fixtures.pieceLength..<5 * Fixtures.pieceLength + 1,
+                9 * Fixtures.pieceLength..<9 * Fixtures.pieceLength + 1,
             ]
             a.set("/f.bin", .init(size: Self.size, corrupted: damaged))
             try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("h.sqlite"))) {
                 downloader in
                 let task = try await downloader.download(
-                    Self.request(a.url("/f.bin"), hashes: try Self.hashes(of: good), into: temp)
+                    Self.request(a.url("/f.bin"), hashes: try Fixtures.pieceHashes(of: good), into: temp)
                 )
                 let error = try await #require(throws: HaulError.self) { try await task.result() }
                 #expect(error.code == .checksumMismatch)
@@ -117,7 +112,7 @@ struct PieceTests {
         try await TestServer.withServer { a in
             let temp = try TemporaryDirectory()
             a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
-            let hashes = try Self.hashes(of: a.content("/f.bin"))
+            let hashes = try Fixtures.pieceHashes(of: a.content("/f.bin"))
             try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("h.sqlite"))) {
                 downloader in
                 var request = Self.request(a.url("/f.bin"), hashes: hashes, into: temp)
@@ -166,7 +161,7 @@ struct PieceTests {
         try await TestServer.withServer { a in
             let temp = try TemporaryDirectory()
             a.set("/f.bin", .init(size: Self.size, bytesPerSecond: 1 << 20))
-            let hashes = try Self.hashes(of: a.content("/f.bin"))
+            let hashes = try Fixtures.pieceHashes(of: a.content("/f.bin"))
             let resumeData = try await Downloader.withDownloader(
                 configuration: testConfiguration(store: temp.file("first.sqlite"))
             ) { downloader in
@@ -228,7 +223,7 @@ struct PieceTests {
         try await TestServer.withServer { a in
             let temp = try TemporaryDirectory()
             a.set("/f.bin", .init(size: 4 << 20))
-            let hashes = try Self.hashes(of: TestContent.bytes(count: Self.size, seed: 1))
+            let hashes = try Fixtures.pieceHashes(of: TestContent.bytes(count: Self.size, seed: 1))
             try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("h.sqlite"))) {
                 downloader in
                 let task = try await downloader.download(Self.request(a.url("/f.bin"), hashes: hashes, into: temp))
