@@ -58,17 +58,22 @@ final class RunRecorder {
     /// Records what the server said of the file (its validators, length, final URL and name)
     /// with `segments`, in one transaction.
     func saveResponse(segments newSegments: [SegmentRecord]? = nil) async throws {
-        let segments = newSegments ?? segments
-        try await store.saveResponse(task, segments: segments)
+        try await save(task, segments: newSegments ?? segments)
+    }
+
+    /// Records `next` with `segments`, then takes both as the run's.
+    private func save(_ next: TaskRecord, segments: [SegmentRecord]) async throws {
+        try await store.saveResponse(next, segments: segments)
+        task = next
         self.segments = segments
     }
 
     /// Records a length learnt at the end of a stream (or with a range), as the file's.
     func settleLength(_ length: Int64) async throws {
-        task.totalLength = length
-        var segments = segments
+        var (next, segments) = (task, segments)
+        next.totalLength = length
         segments[0].end = length
-        try await saveResponse(segments: segments)
+        try await save(next, segments: segments)
     }
 
     /// Records a start from byte 0 of the file `validators` describe: one segment, nothing
@@ -80,16 +85,17 @@ final class RunRecorder {
         sources: [DownloadSource]?,
         claiming made: PartFile?
     ) async throws -> Bool {
-        task.validators = validators
-        if let sources { task.sources = sources }
+        var next = task
+        next.validators = validators
+        if let sources { next.sources = sources }
         let zero = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: 0)]
         let claimed = try await store.saveResponse(
-            task,
+            next,
             segments: zero,
             claimingPart: made.map { ($0.path, $0.identity) },
             recordingRunning: runningUnrecorded
         )
-        segments = zero
+        (task, segments) = (next, zero)
         if runningUnrecorded {
             runningUnrecorded = false
             completed(.running)
@@ -100,11 +106,15 @@ final class RunRecorder {
 
     /// Records a file found complete and up to date at the destination (`-N`) as the task's.
     func keepExisting(size: Int64, modified: Date) async throws {
-        task.totalLength = size
-        task.validators = Validators(lastModified: HTTPDate.format(modified), totalLength: size)
-        try await saveResponse(segments: [
-            SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: size, committed: size)
-        ])
+        var next = task
+        next.totalLength = size
+        next.validators = Validators(lastModified: HTTPDate.format(modified), totalLength: size)
+        try await save(
+            next,
+            segments: [
+                SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: size, committed: size)
+            ]
+        )
     }
 
     /// Records a file Haul did not download as the beginning of this one (`--continue`):
@@ -112,10 +122,14 @@ final class RunRecorder {
     func continueFrom(_ file: PartFile, validators: Validators, committed: Int64) async throws {
         try await store.setPart(task.id, path: file.path, identity: file.identity)
         notePart(file)
-        task.validators = validators
-        try await saveResponse(segments: [
-            SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: committed)
-        ])
+        var next = task
+        next.validators = validators
+        try await save(
+            next,
+            segments: [
+                SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: validators.totalLength, committed: committed)
+            ]
+        )
     }
 
     /// Checks `file`'s name is no other task's and records it as this task's, in one transaction.
