@@ -48,16 +48,19 @@ extension DownloadManager {
         var infos: [DownloadInfo] = []
         infos.reserveCapacity(prepared.count)
         for item in prepared {
-            if item.isNew {
+            guard !item.isNew else {
                 infos.append(enqueueNew(item.record))
-            } else {
-                var info = try await reAdded(item.record, priority: priority)
-                if paused, [.queued, .running, .retrying, .waitingForNetwork].contains(info.state) {
-                    try await pause(info.id)
-                    info = try await self.info(info.id)
-                }
-                infos.append(info)
+                continue
             }
+            let info = try await inTurn(item.record.id) {
+                let info = try await reAdded(item.record, priority: priority)
+                guard paused, [.queued, .running, .retrying, .waitingForNetwork].contains(info.state) else {
+                    return info
+                }
+                try await stop(info.id, .pause)
+                return try await self.info(info.id)
+            }
+            infos.append(info)
         }
         admitAndStart()
         return infos
@@ -79,7 +82,8 @@ extension DownloadManager {
     }
 
     /// A download that was already in the store: it goes on, runs again, or stays completed.
-    func reAdded(_ record: TaskRecord, priority: Int) async throws -> DownloadInfo {
+    /// In the task's turn.
+    private func reAdded(_ record: TaskRecord, priority: Int) async throws -> DownloadInfo {
         var record = record
         let id = record.id
         if let state = machine.state(of: id) {
@@ -87,7 +91,7 @@ extension DownloadManager {
             if record.hooks != .none { runs[id]?.hooksAdded = true }
             switch state {
             case .queued, .running: return try await info(id)
-            case .paused, .failed, .retrying, .waitingForNetwork: return try await resume(id, priority: priority)
+            case .paused, .failed, .retrying, .waitingForNetwork: return try await resumeInTurn(id, priority: priority)
             case .completed, .cancelled: break
             }
         }
@@ -110,16 +114,18 @@ extension DownloadManager {
     /// - Throws: ``HaulError`` when the task is already queued or running here, or the
     ///   resume data does not describe a usable download.
     public func download(resumingFrom resumeData: ResumeData, priority: Int = 0) async throws -> DownloadInfo {
-        if let state = machine.state(of: resumeData.taskID), state == .queued || state == .running {
-            throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
+        try await inTurn(resumeData.taskID) {
+            if let state = machine.state(of: resumeData.taskID), state == .queued || state == .running {
+                throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
+            }
+            var record = try await downloader.prepare(resumingFrom: resumeData, background: background).record
+            record.queueOrder = try await store.requeue(record.id, state: .queued)
+            if record.priority != priority {
+                try await store.setPriority(record.id, priority)
+                record.priority = priority
+            }
+            return try await enqueueAdded(record, isNew: false)
         }
-        var record = try await downloader.prepare(resumingFrom: resumeData, background: background).record
-        record.queueOrder = try await store.requeue(record.id, state: .queued)
-        if record.priority != priority {
-            try await store.setPriority(record.id, priority)
-            record.priority = priority
-        }
-        return try await enqueueAdded(record, isNew: false)
     }
 
     /// Makes a freshly added (or re-added) task wait for its turn and announces it.
@@ -141,14 +147,20 @@ extension DownloadManager {
     /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or one that is not queued or running.
     @discardableResult
     public func pause(_ id: UUID) async throws -> ResumeData {
-        try await stop(id, .pause)
-        return try await resumeData(id)
+        try await inTurn(id) {
+            try await stop(id, .pause)
+            return try await resumeData(id)
+        }
     }
 
     /// Resumes a paused or failed task: it queues anew at the back, unless given a priority.
     @discardableResult
     public func resume(_ id: UUID, priority: Int? = nil) async throws -> DownloadInfo {
         if let priority { try DownloadManager.validatePriority(priority) }
+        return try await inTurn(id) { try await resumeInTurn(id, priority: priority) }
+    }
+
+    private func resumeInTurn(_ id: UUID, priority: Int?) async throws -> DownloadInfo {
         await refreshFromSharedStore(id)
         let state = try currentState(id)
         guard TaskStateMachine.next(from: state, on: .resume) != nil else {
@@ -174,12 +186,13 @@ extension DownloadManager {
 
     /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
     public func cancel(_ id: UUID) async throws {
-        try await stop(id, .cancel)
+        try await inTurn(id) { try await stop(id, .cancel) }
     }
 
     /// Pauses or cancels a task, as the state machine allows from its state. A running one
     /// is asked to stop and concludes by it; one whose run had already concluded by an
     /// earlier stop (a limit lowered, its route gone) is stopped as a waiting task then.
+    /// In the task's turn.
     private func stop(_ id: UUID, _ reason: StopReason) async throws {
         let (event, target): (TaskStateMachine.Event, TaskState) =
             reason == .cancel ? (.cancel, .cancelled) : (.pause, .paused)
@@ -231,9 +244,13 @@ extension DownloadManager {
     /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also
     /// deletes its finished file.
     public func remove(_ id: UUID, deleteFile: Bool = false) async throws {
+        try await inTurn(id) { try await removeInTurn(id, deleteFile: deleteFile) }
+    }
+
+    private func removeInTurn(_ id: UUID, deleteFile: Bool) async throws {
         await refreshFromSharedStore(id)
         let state = try currentState(id)
-        if TaskOperation.cancel.applies(to: state) { try await cancel(id) }
+        if TaskOperation.cancel.applies(to: state) { try await stop(id, .cancel) }
         let record = try await store.task(id: id)
         if deleteFile, state == .completed, let path = record?.destinationPath {
             _ = try? await uncancellable { try await FileIO.run { FileOps.remove(path) } }
@@ -306,14 +323,17 @@ extension DownloadManager {
         var done: [UUID] = []
         // States change while earlier tasks stop: look each one up when its turn comes.
         for id in ids {
-            guard let state = await operableState(id), operation.applies(to: state) else { continue }
-            switch operation {
-            case .pause: try await pause(id)
-            case .resume: try await resume(id)
-            case .cancel: try await cancel(id)
-            case .remove: try await remove(id, deleteFile: deleteFiles)
+            let applied = try await inTurn(id) {
+                guard let state = await operableState(id), operation.applies(to: state) else { return false }
+                switch operation {
+                case .pause: try await stop(id, .pause)
+                case .resume: _ = try await resumeInTurn(id, priority: nil)
+                case .cancel: try await stop(id, .cancel)
+                case .remove: try await removeInTurn(id, deleteFile: deleteFiles)
+                }
+                return true
             }
-            done.append(id)
+            if applied { done.append(id) }
         }
         return done
     }
@@ -334,63 +354,5 @@ extension DownloadManager {
     public func cancelAll() async throws {
         try await cancel(machine.waitingIDs)
         try await cancel(machine.knownIDs)
-    }
-
-    /// Changes how many downloads run at once. Lowering it sends the most recently started
-    /// back to waiting (keeping their data and their place); raising it starts the oldest waiting.
-    public func setMaxConcurrentDownloads(_ limit: Int) throws {
-        try DownloadManager.validateLimit(limit, "maxConcurrentDownloads")
-        perform(machine.setMaxConcurrent(limit))
-        admitAndStart()
-    }
-
-    /// Changes how many downloads run at once against one host, like ``setMaxConcurrentDownloads(_:)``.
-    public func setMaxDownloadsPerHost(_ limit: Int) throws {
-        try DownloadManager.validateLimit(limit, "maxDownloadsPerHost")
-        perform(machine.setPerHostLimit(limit))
-        admitAndStart()
-    }
-
-    /// Changes how many connections the downloads to one host hold at once, together: at
-    /// once for new connections; lowered, the widest downloads give connections back at
-    /// their next segment boundaries.
-    public func setMaxConnectionsPerHost(_ limit: Int) throws {
-        try DownloadManager.validateLimit(limit, "maxConnectionsPerHost")
-        hostConnections.setCap(limit)
-    }
-
-    /// Changes the rate limit of tasks (bytes per second; nil for none): recorded for their
-    /// next runs and applied at once to those running.
-    /// - Throws: ``HaulError/Code/invalidArgument`` for an unknown task or a rate below 1.
-    public func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
-        try DownloadRequest.validateRateLimit(bytesPerSecond)
-        for id in ids where machine[id] == nil {
-            throw HaulError(.notFound, "No task \(id)")
-        }
-        try await store.setRateLimit(bytesPerSecond, for: ids)
-        for id in ids { runs[id]?.handles.limiter.setRate(bytesPerSecond) }
-    }
-
-    /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
-    public func setOverallRateLimit(_ bytesPerSecond: Int64?) throws {
-        try DownloadRequest.validateRateLimit(bytesPerSecond)
-        downloader.setOverallRateLimit(bytesPerSecond)
-    }
-
-    /// The limit on all downloads together now; nil for none.
-    public nonisolated var overallRateLimit: Int64? { downloader.overallRateLimit }
-
-    /// Changes the speed each connection must keep (``LowestSpeed``; nil for none), for the
-    /// runs that start from now on.
-    public nonisolated func setLowestSpeed(_ floor: LowestSpeed?) {
-        downloader.setLowestSpeed(floor)
-    }
-
-    /// The speed each connection of a run starting now must keep; nil for none.
-    public nonisolated var lowestSpeed: LowestSpeed? { downloader.lowestSpeed }
-
-    /// The limits in force.
-    public var limits: (maxConcurrentDownloads: Int, maxDownloadsPerHost: Int, maxConnectionsPerHost: Int) {
-        (machine.maxConcurrent, machine.perHostLimit, hostConnections.cap)
     }
 }

@@ -111,6 +111,8 @@ public actor DownloadManager {
     /// The waits of retrying tasks (their next try) and of tasks waiting for the network
     /// (their limit).
     var timers: [UUID: Task<Void, Never>] = [:]
+    /// Whose turn it is to operate on each task (OperationTurns.swift).
+    var turns = OperationTurns()
     var shuttingDown: Bool { machine.shuttingDown }
     /// What the last ``DownloadEvent/networkChanged(_:)`` said (or the network when watching began).
     var lastNetworkStatus: NetworkStatus?
@@ -307,6 +309,16 @@ public actor DownloadManager {
     /// event gives.
     func move(_ id: UUID, _ event: TaskStateMachine.Event, reason: StateChangeReason? = nil) {
         perform(machine.move(id, event, reason: reason))
+    }
+
+    /// Runs `body` as the one user's operation on task `id` under way, after those that
+    /// came first (``OperationTurns``).
+    func inTurn<T>(_ id: UUID, _ body: () async throws -> T) async throws -> T {
+        if !turns.take(id) {
+            await withCheckedContinuation { turns.wait(id, $0) }
+        }
+        defer { turns.pass(id) }
+        return try await body()
     }
 
     /// Waits until the running transfer of a task has ended and its end was handled.
