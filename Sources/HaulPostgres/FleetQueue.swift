@@ -118,14 +118,14 @@ public final class FleetQueue: Sendable {
                 // A task waiting to be tried again has its timer on the node that set it; if
                 // that node died, nobody else would try it. Two leases' time past its next try,
                 // it waits in the queue again, at its place.
-                let overdue = StoreDate.text(Date().addingTimeInterval(-2 * Double(seconds)))
+                let overdue = Date().addingTimeInterval(-2 * Double(seconds))
                 _ = try await connection.checkedQuery(
                     """
                     UPDATE haul_task SET state = 'queued'
                     WHERE id IN (
                         SELECT id FROM haul_task
                         WHERE state = 'retrying' AND background AND "nextTryAt" IS NOT NULL
-                            AND "nextTryAt" COLLATE "C" < \(overdue)
+                            AND "nextTryAt" < \(overdue)
                         ORDER BY id FOR UPDATE SKIP LOCKED
                     )
                     """,

@@ -158,6 +158,35 @@ enum PostgresSchema {
             // started tasks back first.
             "ALTER TABLE haul_task ADD COLUMN leased_at timestamptz"
         ],
+        [
+            // PostgreSQL's own types for what SQLite keeps as text: times as timestamptz
+            // (the text was UTC, to the millisecond), the structured columns as jsonb (the
+            // server checks each is JSON), and the states a task can be in, checked.
+            """
+            ALTER TABLE haul_task
+                ALTER COLUMN "createdAt" TYPE timestamptz USING ("createdAt"::timestamp AT TIME ZONE 'UTC'),
+                ALTER COLUMN "queuedAt" TYPE timestamptz USING ("queuedAt"::timestamp AT TIME ZONE 'UTC'),
+                ALTER COLUMN "updatedAt" TYPE timestamptz USING ("updatedAt"::timestamp AT TIME ZONE 'UTC'),
+                ALTER COLUMN "nextTryAt" TYPE timestamptz USING ("nextTryAt"::timestamp AT TIME ZONE 'UTC'),
+                ALTER COLUMN "retryingSince" TYPE timestamptz
+                    USING ("retryingSince"::timestamp AT TIME ZONE 'UTC'),
+                ALTER COLUMN "requestHeaders" TYPE jsonb USING "requestHeaders"::jsonb,
+                ALTER COLUMN tls TYPE jsonb USING tls::jsonb,
+                ALTER COLUMN proxy TYPE jsonb USING proxy::jsonb,
+                ALTER COLUMN credentials TYPE jsonb USING credentials::jsonb,
+                ALTER COLUMN cookies TYPE jsonb USING cookies::jsonb,
+                ALTER COLUMN hooks TYPE jsonb USING hooks::jsonb,
+                ALTER COLUMN sources TYPE jsonb USING sources::jsonb
+            """,
+            """
+            ALTER TABLE haul_task ADD CONSTRAINT haul_task_state CHECK (state IN
+                ('queued', 'running', 'paused', 'completed', 'failed', 'retrying', 'waitingForNetwork', 'cancelled'))
+            """,
+            """
+            ALTER TABLE haul_task ADD CONSTRAINT haul_task_announced_state CHECK ("announcedState" IN
+                ('queued', 'running', 'paused', 'completed', 'failed', 'retrying', 'waitingForNetwork', 'cancelled'))
+            """,
+        ],
     ]
 
     /// Creates or upgrades the schema. Several nodes may start at once: one migrates while

@@ -110,7 +110,7 @@ struct PostgresTables: Sendable {
     func setPart(_ db: some PostgresQueryable, _ id: UUID, path: String?, identity: String?) async throws {
         _ = try await db.rows(
             """
-            UPDATE haul_task SET "partPath" = \(path), "partIdentity" = \(identity), "updatedAt" = \(StoreDate.now)
+            UPDATE haul_task SET "partPath" = \(path), "partIdentity" = \(identity), "updatedAt" = \(Date())
             WHERE id = \(id)
             """,
             logger: logger
@@ -131,7 +131,7 @@ struct PostgresTables: Sendable {
             UPDATE haul_task SET state = \(state.rawValue), "errorMessage" = \(error),
                 "errorCode" = \(code?.description), "nextTryAt" = NULL,
                 "retryingSince" = CASE WHEN \(keepsStreak) THEN "retryingSince" ELSE NULL END,
-                "updatedAt" = \(StoreDate.now),
+                "updatedAt" = \(Date()),
                 "partPath" = CASE WHEN \(forgettingPart) THEN NULL ELSE "partPath" END,
                 "partIdentity" = CASE WHEN \(forgettingPart) THEN NULL ELSE "partIdentity" END,
                 owner = CASE WHEN \(state == .running) THEN owner ELSE NULL END,
@@ -295,12 +295,12 @@ struct PostgresTables: Sendable {
         }
         if let sources {
             _ = try await db.rows(
-                "UPDATE haul_task SET sources = \(sources), \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
+                "UPDATE haul_task SET sources = \(JSONB(sources)), \"updatedAt\" = \(Date()) WHERE id = \(id)",
                 logger: logger
             )
         } else {
             _ = try await db.rows(
-                "UPDATE haul_task SET \"updatedAt\" = \(StoreDate.now) WHERE id = \(id)",
+                "UPDATE haul_task SET \"updatedAt\" = \(Date()) WHERE id = \(id)",
                 logger: logger
             )
         }
@@ -313,8 +313,8 @@ struct PostgresTables: Sendable {
         _ = try await db.rows(
             """
             UPDATE haul_task SET state = 'retrying', "errorMessage" = \(error),
-                "nextTryAt" = \(StoreDate.text(nextTryAt)), "retryingSince" = \(StoreDate.text(since)),
-                "updatedAt" = \(StoreDate.now), owner = NULL, lease_expires = NULL
+                "nextTryAt" = \(nextTryAt), "retryingSince" = \(since),
+                "updatedAt" = \(Date()), owner = NULL, lease_expires = NULL
             WHERE id = \(id)
             """,
             logger: logger
@@ -328,8 +328,8 @@ struct PostgresTables: Sendable {
         _ = try await db.rows(
             """
             UPDATE haul_task SET state = \(state.rawValue), "queueOrder" = \(order),
-                "queuedAt" = \(StoreDate.now), "errorMessage" = NULL, "errorCode" = NULL,
-                "nextTryAt" = NULL, "retryingSince" = NULL, "updatedAt" = \(StoreDate.now),
+                "queuedAt" = \(Date()), "errorMessage" = NULL, "errorCode" = NULL,
+                "nextTryAt" = NULL, "retryingSince" = NULL, "updatedAt" = \(Date()),
                 owner = NULL, lease_expires = NULL
             WHERE id = \(id)
             """,

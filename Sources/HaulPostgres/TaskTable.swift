@@ -23,22 +23,23 @@ extension PostgresConnection: PostgresQueryable {
 }
 
 /// `haul_task`'s columns and their types: how a ``TaskRecord``'s values (as GRDB encodes
-/// them) become PostgreSQL values and back.
+/// them for SQLite) become PostgreSQL's own — `timestamptz` for times, `jsonb` for the
+/// structured columns — and back.
 enum TaskTable {
-    enum Kind { case uuid, text, bigint, boolean }
+    enum Kind { case uuid, text, bigint, boolean, timestamp, json }
 
     /// Every column a record writes, in the order statements list them.
     static let columns: [(name: String, kind: Kind)] = [
         ("id", .uuid), ("session", .text), ("url", .text), ("finalURL", .text), ("directory", .text),
-        ("fileName", .text), ("explicitName", .boolean), ("requestHeaders", .text), ("checksum", .text),
+        ("fileName", .text), ("explicitName", .boolean), ("requestHeaders", .json), ("checksum", .text),
         ("overwrite", .boolean), ("state", .text), ("priority", .bigint), ("etag", .text),
-        ("lastModified", .text), ("serverDate", .text), ("totalLength", .bigint), ("createdAt", .text),
-        ("queuedAt", .text), ("updatedAt", .text), ("errorMessage", .text), ("queueOrder", .bigint),
+        ("lastModified", .text), ("serverDate", .text), ("totalLength", .bigint), ("createdAt", .timestamp),
+        ("queuedAt", .timestamp), ("updatedAt", .timestamp), ("errorMessage", .text), ("queueOrder", .bigint),
         ("background", .boolean), ("connections", .bigint), ("minSplitSize", .bigint), ("rateLimit", .bigint),
-        ("partPath", .text), ("partIdentity", .text), ("tls", .text), ("proxy", .text), ("credentials", .text),
-        ("cookies", .text), ("nextTryAt", .text), ("allowsMetered", .boolean), ("checkNewer", .boolean),
-        ("continuesExisting", .boolean), ("hooks", .text), ("sources", .text),
-        ("maxConnectionsPerServer", .bigint), ("retryingSince", .text), ("followsMetalink", .boolean),
+        ("partPath", .text), ("partIdentity", .text), ("tls", .json), ("proxy", .json), ("credentials", .json),
+        ("cookies", .json), ("nextTryAt", .timestamp), ("allowsMetered", .boolean), ("checkNewer", .boolean),
+        ("continuesExisting", .boolean), ("hooks", .json), ("sources", .json),
+        ("maxConnectionsPerServer", .bigint), ("retryingSince", .timestamp), ("followsMetalink", .boolean),
     ]
     static let kinds = Dictionary(uniqueKeysWithValues: columns.map { ($0.name, $0.kind) })
     /// The request group's columns (a re-add writes these and no others).
@@ -63,7 +64,8 @@ enum TaskTable {
             let cell = cells[index]
             switch column.kind {
             case .uuid: values[column.name] = try cell.decode(UUID?.self)
-            case .text: values[column.name] = try cell.decode(String?.self)
+            case .text, .json: values[column.name] = try cell.decode(String?.self)
+            case .timestamp: values[column.name] = try cell.decode(Date?.self).map(StoreDate.text)
             case .bigint: values[column.name] = try cell.decode(Int64?.self)
             case .boolean: values[column.name] = try cell.decode(Bool?.self)
             }
@@ -97,6 +99,12 @@ enum TaskTable {
         case .boolean:
             guard let flag = Bool.fromDatabaseValue(value) else { throw unwritable() }
             binds.append(flag)
+        case .timestamp:
+            guard let date = StoreDate.date(value) else { throw unwritable() }
+            binds.append(date)
+        case .json:
+            guard let text = String.fromDatabaseValue(value) else { throw unwritable() }
+            binds.append(JSONB(text))
         }
     }
 
@@ -146,7 +154,7 @@ enum TaskTable {
                     session: try cells[9].decode(String.self),
                     rateLimit: try cells[10].decode(Int64?.self),
                     connections: try cells[11].decode(Int64?.self).map(Self.int),
-                    nextTryAt: try cells[12].decode(String?.self).flatMap(StoreDate.date),
+                    nextTryAt: try cells[12].decode(Date?.self),
                     errorCode: try cells[13].decode(String?.self),
                     sources: try cells[14].decode(String?.self),
                     node: try cells[15].decode(String?.self)
@@ -157,4 +165,23 @@ enum TaskTable {
     }
 
     static func int(_ value: Int64) -> Int { Int(clamping: value) }
+}
+
+/// A JSON document bound for a `jsonb` column (a record's JSON text, as SQLite keeps it).
+/// PostgreSQL checks it is JSON; reading one back, `String` takes `jsonb`.
+struct JSONB: PostgresNonThrowingEncodable {
+    let text: String
+
+    init(_ text: String) { self.text = text }
+
+    static var psqlType: PostgresDataType { .jsonb }
+    static var psqlFormat: PostgresFormat { .binary }
+
+    func encode<JSONEncoder: PostgresJSONEncoder>(
+        into byteBuffer: inout ByteBuffer,
+        context: PostgresEncodingContext<JSONEncoder>
+    ) {
+        byteBuffer.writeInteger(UInt8(1))  // jsonb's binary format: a version byte, then the text.
+        byteBuffer.writeString(text)
+    }
 }

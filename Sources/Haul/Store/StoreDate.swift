@@ -34,7 +34,7 @@ package enum StoreDate {
 
     /// Reads a stored date: the text above (seconds and milliseconds optional), or a number
     /// of seconds since 1970, as GRDB writes and reads them.
-    static func date(_ value: DatabaseValue) -> Date? {
+    package static func date(_ value: DatabaseValue) -> Date? {
         switch value.storage {
         case .double(let seconds): return Date(timeIntervalSince1970: seconds)
         case .int64(let seconds): return Date(timeIntervalSince1970: Double(seconds))

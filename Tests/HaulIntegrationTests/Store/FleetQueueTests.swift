@@ -102,6 +102,21 @@ struct FleetQueueTests {
             #expect(try await queue.report.entries().map(\.id) == [id])
             _ = try await queue.heartbeat(bytesPerSecond: 5, duration: .seconds(10), renewing: [])
             #expect(try await queue.report.nodes().map(\.bytesPerSecond) == [5])
+            // Times and JSON in PostgreSQL's own types, read back as they were written.
+            let types = try await client.query(
+                """
+                SELECT column_name, data_type FROM information_schema.columns
+                WHERE table_name = 'haul_task' AND column_name IN ('createdAt', 'nextTryAt', 'requestHeaders', 'sources')
+                ORDER BY column_name
+                """
+            ).decode((String, String).self).collected()
+            #expect(types.map(\.1) == ["timestamp with time zone", "timestamp with time zone", "jsonb", "jsonb"])
+            let record = try await Self.node(client, "b").task(id: id)
+            #expect(record?.createdAt == StoreDate.date("2026-11-25 00:00:00.000"))
+            #expect(record?.requestHeaders.isEmpty == true)
+            await #expect(throws: (any Error).self, "a state no Haul knows is refused") {
+                try await client.query("UPDATE haul_task SET state = 'bogus' WHERE id = \(id)")
+            }
         }
     }
 
