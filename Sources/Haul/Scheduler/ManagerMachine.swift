@@ -80,10 +80,14 @@ struct ManagerMachine: Sendable {
 
     /// Starts what the scheduler admits, unless stopping or the store refuses writes.
     /// - Parameter mayRun: false for a waiting task that may not run here now (with a shared
-    ///   queue, one this manager holds no claim on): it leaves the line.
-    mutating func admit(mayRun: (UUID) -> Bool = { _ in true }) -> [ManagerAction] {
+    ///   queue, one this manager holds no claim on): it leaves the line. Nil (every task may
+    ///   run) looks at none of the line but its head: this runs after every run's end, with
+    ///   thousands waiting.
+    mutating func admit(mayRun: ((UUID) -> Bool)? = nil) -> [ManagerAction] {
         guard !shuttingDown, !storeRefusing else { return [] }
-        for id in scheduler.waitingIDs where !mayRun(id) { scheduler.remove(id) }
+        if let mayRun {
+            for id in scheduler.waitingIDs where !mayRun(id) { scheduler.remove(id) }
+        }
         return scheduler.admit().filter { !running.contains($0) }.flatMap { start($0) }
     }
 
