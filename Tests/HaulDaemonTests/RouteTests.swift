@@ -37,6 +37,7 @@ struct RouteTests {
         var logger = Logger(label: "haul.routes.test")
         logger.logLevel = .warning
         let store = try await Store.opened(at: home.storePath)
+        try await store.migrateEventLog()  // As the daemon does, for its event log's tables.
         let configuration = DownloadManager.Configuration(
             store: .store(store),
             recoversTasks: false,

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulDaemon
 import HaulPostgres
 import Logging
 import PostgresNIO
@@ -20,6 +21,7 @@ package enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sen
         switch self {
         case .sqlite:
             let store = try await Store.opened(at: temp.file("store-\(UUID().uuidString.prefix(8)).sqlite"))
+            try await store.migrateEventLog()  // The daemon's tables, as a daemon's store has them.
             try await body(store)
             try store.closeDatabase()
         case .postgres:
@@ -67,6 +69,7 @@ package enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sen
         switch self {
         case .sqlite:
             let store = try await Store.opened(at: home + "/haul.sqlite")
+            try await store.migrateEventLog()
             try await body(store)
             try store.closeDatabase()
         case .postgres:

@@ -53,19 +53,9 @@ extension Store {
                 // state change and its event is repaired on the next start.
                 t.add(column: "announcedState", .text)
             }
-            // AUTOINCREMENT: ids never repeat, even after acknowledged events are deleted.
-            try db.create(table: "event") { t in
-                t.autoIncrementedPrimaryKey("id")
-                t.column("session", .text).notNull()
-                t.column("taskID", .text).notNull()
-                t.column("payload", .text).notNull()
-                t.column("createdAt", .datetime).notNull()
-            }
-            try db.create(index: "event_on_session_id", on: "event", columns: ["session", "id"])
-            try db.create(table: "session") { t in
-                t.primaryKey("name", .text)
-                t.column("acknowledged", .integer).notNull().defaults(to: 0)
-            }
+            // This migration once also created the daemon's `event` and `session` tables; the
+            // daemon's own migrations do now (HaulDaemon's EventLogSchema), and find those of
+            // a store migrated before already there.
         }
         migrator.registerMigration("v4: segmented downloads and rate limits") { db in
             try db.alter(table: "task") { t in
@@ -156,7 +146,10 @@ extension Store {
         migrator.registerMigration("v14: events about no task") { db in
             // The daemon's log keeps events about the network, which concern no task; the
             // task of the others is in their payload, and this column was never read.
-            try db.alter(table: "event") { t in t.drop(column: "taskID") }
+            // (A store made since v3 left the daemon's tables to it has no `event` table here.)
+            if try db.tableExists("event"), try db.columns(in: "event").contains(where: { $0.name == "taskID" }) {
+                try db.alter(table: "event") { t in t.drop(column: "taskID") }
+            }
         }
         migrator.registerMigration("v15: checking for a newer version, continuing a file, hooks, error codes") { db in
             try db.alter(table: "task") { t in
@@ -189,5 +182,43 @@ extension Store {
             }
         }
         return migrator
+    }
+
+    /// The prefix of the names of migrations another module runs on this store — the
+    /// daemon's event log (HaulDaemon's `EventLogSchema`) — after the store's own
+    /// (``migrate(module:)``); the store's check for a newer Haul leaves those to that module.
+    package static let moduleMigrationPrefix = "daemon "
+
+    /// Whether a newer Haul migrated the store: it has a migration this `migrator` does not
+    /// know, among the store's own (no ``moduleMigrationPrefix``), or among the module's.
+    static func isSuperseded(_ db: Database, by migrator: DatabaseMigrator, module: Bool = false) throws -> Bool {
+        let known = Set(migrator.migrations)
+        return try migrator.appliedIdentifiers(db).contains { identifier in
+            identifier.hasPrefix(moduleMigrationPrefix) == module && !known.contains(identifier)
+        }
+    }
+
+    /// Runs another module's migrations on this store (each named with
+    /// ``moduleMigrationPrefix``), once each, after the store's own.
+    /// - Throws: ``HaulError/Code/store`` when a newer Haul ran one of that module's that
+    ///   `migrator` does not know, or the store cannot be migrated.
+    package func migrate(module migrator: DatabaseMigrator) async throws {
+        try await FileIO.run { [writer] in
+            let superseded = try writer.writeWithoutTransaction { db in
+                try Store.isSuperseded(db, by: migrator, module: true)
+            }
+            if superseded {
+                throw HaulError(
+                    .store,
+                    "The Haul store was written by a newer version of Haul",
+                    hint: "Use that version, or point HAUL_HOME at another directory"
+                )
+            }
+            do {
+                try migrator.migrate(writer)
+            } catch {
+                throw HaulError(.store, "Cannot migrate the Haul store", underlying: error)
+            }
+        }
     }
 }

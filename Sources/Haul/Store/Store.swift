@@ -17,7 +17,7 @@ public final class Store: TaskStore {
             // On the writer: a pool's reader opened before the migration would keep the old
             // columns of the tables it looked at (GRDB's per-connection schema cache), and
             // then not find columns the migration adds.
-            superseded = try writer.writeWithoutTransaction { db in try Store.migrator.hasBeenSuperseded(db) }
+            superseded = try writer.writeWithoutTransaction { db in try Store.isSuperseded(db, by: Store.migrator) }
         } catch {
             throw HaulError(.store, "Cannot read the Haul store", underlying: error)
         }

@@ -146,6 +146,7 @@ public final class DaemonService: Service, Sendable {
         defer { HomeFile.removeSocket(paths.socket) }
 
         let local = configuration.sharedStore == nil ? try await Store.opened(at: paths.home.storePath) : nil
+        try await local?.migrateEventLog()
         defer {
             // Before the lock goes: once another process sees it free, this one writes nothing.
             do { try local?.closeDatabase() } catch {
