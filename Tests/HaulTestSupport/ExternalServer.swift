@@ -99,7 +99,7 @@ package final class ExternalServer: Sendable {
         let directory = try TemporaryDirectory()
         let root = try directory.directory("www")
         _ = try directory.directory("temp")
-        let port = try freePort()
+        let port = try LoopbackPort.free()
         let user = getuid() == 0 ? "user root;" : ""
         var tlsDirectives = ""
         var mutualLocation = ""
@@ -185,7 +185,7 @@ package final class ExternalServer: Sendable {
         let root = try directory.directory("www")
         chmod(directory.path, 0o755)
         chmod(root, 0o755)
-        let port = try freePort()
+        let port = try LoopbackPort.free()
         let user = getuid() == 0 ? "User www-data\nGroup www-data" : ""
         let modules = ["mpm_event", "authz_core", "alias", "env", "ratelimit", "mime"].map {
             "LoadModule \($0)_module \(apacheModules)/mod_\($0).so"
@@ -230,7 +230,7 @@ package final class ExternalServer: Sendable {
         let lighttpd = try #require(ExternalServer.lighttpd, "lighttpd is not installed (apt-get install lighttpd)")
         let directory = try TemporaryDirectory()
         let root = try directory.directory("www")
-        let port = try freePort()
+        let port = try LoopbackPort.free()
         let config = """
             server.document-root = "\(root)"
             server.bind = "127.0.0.1"
@@ -259,7 +259,7 @@ package final class ExternalServer: Sendable {
         let python = try #require(ExternalServer.python, "python3 is not installed")
         let directory = try TemporaryDirectory()
         let root = try directory.directory("www")
-        let port = try freePort()
+        let port = try LoopbackPort.free()
         guard let bytesPerSecond else {
             return try await launch(
                 python,
@@ -299,7 +299,7 @@ package final class ExternalServer: Sendable {
     package static func startAria2RPC(secret: String) async throws -> ExternalServer {
         guard let aria2c else { throw POSIXError(.ENOENT, userInfo: [NSLocalizedDescriptionKey: "aria2c not found"]) }
         let directory = try TemporaryDirectory()
-        let port = try freePort()
+        let port = try LoopbackPort.free()
         return try await launch(
             aria2c,
             [
@@ -378,49 +378,4 @@ package final class ExternalServer: Sendable {
             }
         }
     }
-
-    /// A loopback port that was free a moment ago.
-    package static func freePort() throws -> Int {
-        let (fd, port) = try boundLoopbackSocket()
-        close(fd)
-        return port
-    }
-
-    /// A TCP socket bound to a free loopback port, not listening, and its port.
-    /// A loopback socket bound, not listening, to a port below the kernel's ephemeral range
-    /// (32768 and up on Linux): once closed, its port cannot have been taken meanwhile as
-    /// the source port of some other test's outgoing connection, as an ephemeral one could
-    /// (a server started on it afterwards would then fail with "Address already in use").
-    package static func boundLoopbackSocket() throws -> (fd: Int32, port: Int) {
-        for _ in 0..<500 {
-            let port = Int.random(in: 12_000..<32_000)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            guard fd >= 0 else { break }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = UInt16(port).bigEndian
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                    bind(fd, pointer, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-                }
-            }
-            if bound { return (fd, port) }
-            close(fd)
-        }
-        throw POSIXError(.EADDRINUSE)
-    }
-}
-
-/// A loopback port where nothing listens for as long as this lives: it is bound (so no other
-/// test's server can take it meanwhile) and never listens, so every connection is refused.
-package final class RefusingPort: Sendable {
-    package let port: Int
-    private let fd: Int32
-
-    package init() throws {
-        (fd, port) = try ExternalServer.boundLoopbackSocket()
-    }
-
-    deinit { close(fd) }
 }

@@ -66,7 +66,7 @@ package final class PostgresServer: Sendable {
         // A free port can be taken by another test between the check and the bind: then
         // the server exits at once, and another port is tried.
         for _ in 1...3 {
-            let port = try ExternalServer.freePort()
+            let port = try LoopbackPort.free()
             if let process = try await launch(bin: bin, prefix: prefix, directory: directory, port: port) {
                 return PostgresServer(port: port, directory: directory, process: process, bin: bin, prefix: prefix)
             }

@@ -18,7 +18,7 @@ package final class SOCKSProxy: Sendable {
     package static func start() async throws -> SOCKSProxy {
         let python = try #require(ExternalServer.python, "python3 is not installed")
         let directory = try TemporaryDirectory()
-        let port = try ExternalServer.freePort()
+        let port = try LoopbackPort.free()
         let script = """
             import socket, socketserver, struct, sys, threading
             log = open(sys.argv[2], "a")

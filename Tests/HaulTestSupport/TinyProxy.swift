@@ -30,7 +30,7 @@ package final class TinyProxy: Sendable {
         let executable = try #require(TinyProxy.executable, "tinyproxy is not installed (apt-get install tinyproxy)")
         let directory = try TemporaryDirectory()
         chmod(directory.path, 0o755)
-        let port = try ExternalServer.freePort()
+        let port = try LoopbackPort.free()
         var config = """
             Port \(port)
             Listen 127.0.0.1

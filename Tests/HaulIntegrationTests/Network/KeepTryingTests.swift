@@ -31,7 +31,7 @@ struct KeepTryingTests {
         let out = try temp.directory("out")
         // Held (bound, not listening: connections are refused) until the server comes back,
         // so no other test's socket takes the port meanwhile.
-        let (reserved, port) = try ExternalServer.boundLoopbackSocket()
+        let (reserved, port) = try LoopbackPort.bound()
         var reservation: Int32? = reserved
         defer { if let reservation { close(reservation) } }
         try await Self.startDaemon(home: home)
@@ -127,7 +127,7 @@ struct KeepTryingTests {
         let home = temp.file("home")
         let out = try temp.directory("out")
         // Held (bound, not listening: connections are refused), so no other test takes it.
-        let (reserved, port) = try ExternalServer.boundLoopbackSocket()
+        let (reserved, port) = try LoopbackPort.bound()
         defer { close(reserved) }
         try await Self.startDaemon(home: home)
         let set = try await HaulProcess.run(["set", "--give-up-after", "3s"], home: home)

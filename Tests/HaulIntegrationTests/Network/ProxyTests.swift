@@ -181,7 +181,7 @@ struct ProxyTests {
     @Test("a proxy that is not running: the message says the proxy failed, and it is retried", .enabled(if: usable))
     func proxyDown() async throws {
         let temp = try TemporaryDirectory()
-        let port = try ExternalServer.freePort()
+        let port = try LoopbackPort.free()
         let result = try await HaulProcess.get(
             ["--retries", "1", "--proxy", "http://127.0.0.1:\(port)", "http://files.example.test/f.bin"],
             in: temp
