@@ -139,7 +139,7 @@ final class RunPart {
     }
 
     /// Gives up the handle without closing it: the file was moved into place.
-    func release() { file = nil }
+    func relinquish() { file = nil }
 
     /// Closes the part file, deleting it first when `deleting` (a cancelled run's partial
     /// data goes through its own locked handle: a sync still in flight elsewhere would keep a

@@ -114,7 +114,7 @@ extension Transfer {
             try await recordCheckpoint()
             throw error
         }
-        partFile.release()
+        partFile.relinquish()
         part.close()
         // A crash right here leaves the file in place and the task not yet completed; the
         // next run recognises it (see alreadyComplete) instead of calling it a stranger's file.
