@@ -119,7 +119,10 @@ struct DownloadOptions: ParsableArguments {
     @Option(name: .customLong("min-split"), help: "Never split a file into pieces smaller than this (default 4M).")
     var minSplit: ByteCount?
 
-    @Option(name: .customLong("limit-rate"), help: "Limit each file's speed, e.g. 500K or 10M (bytes per second).")
+    @Option(
+        name: .customLong("limit-rate"),
+        help: "Limit each file's speed, e.g. 500K or 10M (bytes per second); 0 for none."
+    )
     var limitRate: ByteCount?
 
     @OptionGroup(title: "Connections") var connection: ConnectionOptions
@@ -133,9 +136,6 @@ struct DownloadOptions: ParsableArguments {
         }
         if let minSplit, minSplit.bytes < DownloadRequest.smallestSplit {
             throw ValidationError("--min-split must be at least 64K")
-        }
-        if let limitRate, limitRate.bytes < 1 {
-            throw ValidationError("--limit-rate must be at least 1 byte per second")
         }
         guard !urls.isEmpty || inputFile != nil || metalink != nil else {
             throw ValidationError("Give a URL, -i FILE or -M FILE")
@@ -199,7 +199,7 @@ struct DownloadOptions: ParsableArguments {
                 session: session,
                 connections: connections,
                 minSplitSize: minSplit?.bytes,
-                rateLimit: limitRate?.bytes,
+                rateLimit: limitRate.flatMap { $0.bytes > 0 ? $0.bytes : nil },
                 tls: tls,
                 proxy: proxy,
                 credentials: credentials,

@@ -52,7 +52,7 @@ extension HaulCommand {
 
         @Option(
             name: .customLong("total-limit-rate"),
-            help: "Limit the speed of all files together, e.g. 20M (bytes per second)."
+            help: "Limit the speed of all files together, e.g. 20M (bytes per second); 0 for none."
         )
         var totalLimitRate: ByteCount?
 
@@ -94,9 +94,6 @@ extension HaulCommand {
                     "--max-connections-per-host must be from \(DownloadManager.limits.lowerBound) to \(DownloadManager.limits.upperBound)"
                 )
             }
-            if let totalLimitRate, totalLimitRate.bytes < 1 {
-                throw ValidationError("--total-limit-rate must be at least 1 byte per second")
-            }
             guard retries >= 0 else { throw ValidationError("--retries must be 0 or more") }
             if let checkpointInterval, !(checkpointInterval > 0 && checkpointInterval <= 3600) {
                 throw ValidationError("--checkpoint-interval must be positive")
@@ -124,7 +121,7 @@ extension HaulCommand {
                 var downloader = Downloader.Configuration(
                     store: .sqlite(at: HaulHome.resolve().storePath),
                     retry: RetryPolicy(maxRetries: retries),
-                    overallRateLimit: totalLimitRate?.bytes
+                    overallRateLimit: totalLimitRate.flatMap { $0.bytes > 0 ? $0.bytes : nil }
                 )
                 timing.apply(to: &downloader)
                 downloader.setsRemoteTime = !noRemoteTime

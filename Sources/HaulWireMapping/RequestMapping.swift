@@ -55,7 +55,7 @@ extension API.AddRequest.Download {
             session: session,
             connections: connections,
             minSplitSize: minSplitSize,
-            rateLimit: rateLimit,
+            rateLimit: rateLimit == 0 ? nil : rateLimit,  // 0: none, as everywhere a rate is given.
             tls: tls.map(TLSOptions.init) ?? TLSOptions(),
             proxy: proxy.map(ProxySettings.init) ?? .direct,
             credentials: credentials.map(Credentials.init) ?? .none,

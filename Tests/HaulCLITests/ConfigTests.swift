@@ -17,6 +17,24 @@ struct ConfigTests {
         try text.write(toFile: path, atomically: true, encoding: .utf8)
     }
 
+    @Test("a rate limit in the file is lifted for one command by 0: --limit-rate 0 and --total-limit-rate 0 mean none")
+    func zeroLiftsALimit() async throws {
+        let temp = try TemporaryDirectory()
+        let config = temp.file("haul.toml")
+        // One byte per second: with either limit left in force the download would not end.
+        try Self.write("limit-rate = \"1\"\n\n[get]\ntotal-limit-rate = \"1\"\n", to: config)
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 200_000, seed: 5))
+            let result = try await HaulProcess.get(
+                ["--limit-rate", "0", "--total-limit-rate", "0", "-d", temp.path, server.url("/f.bin").absoluteString],
+                in: temp,
+                environment: ["HAUL_CONFIG": config]
+            )
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"))
+        }
+    }
+
     @Test("the file's defaults apply; an option on the command line wins over them")
     func precedence() async throws {
         let temp = try TemporaryDirectory()

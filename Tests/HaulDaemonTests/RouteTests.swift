@@ -141,6 +141,25 @@ struct RouteTests {
         }
     }
 
+    @Test("a download added with a rate limit of 0 has none, as 0 means everywhere a rate is given")
+    func zeroRateIsNone() async throws {
+        try await withAPI { client in
+            let temp = try TemporaryDirectory()
+            let body =
+                #"{"downloads": [{"url": "http://127.0.0.1:9/x", "directory": "\#(temp.path)", "rateLimit": 0}]}"#
+            try await client.execute(
+                uri: "/v1/tasks",
+                method: .post,
+                headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: body)
+            ) { response in
+                #expect(response.status == .ok, "\(String(buffer: response.body))")
+                let tasks = try HaulJSON.decoder.decode([API.Task].self, from: Data(buffer: response.body))
+                #expect(tasks.count == 1 && tasks.first?.rateLimit == nil)
+            }
+        }
+    }
+
     @Test("sessions list as JSON; a session name that is not one is 400")
     func sessions() async throws {
         try await withAPI { client in
