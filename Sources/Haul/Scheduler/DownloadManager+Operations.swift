@@ -290,7 +290,8 @@ extension DownloadManager {
     /// - Parameters:
     ///   - operation: what to do to each.
     ///   - ids: the tasks, in the order to apply it.
-    ///   - strict: every id must name a task the operation applies to; checked for all of
+    ///   - strict: every id must name a task the operation applies to, or one already where
+    ///     it takes tasks (``TaskOperation/isDone(in:)``: left as it is); checked for all of
     ///     them before any is touched, so a bad id changes nothing. Otherwise tasks it does
     ///     not apply to (or that are gone) are skipped.
     ///   - deleteFiles: for ``TaskOperation/remove``, also delete finished files.
@@ -312,7 +313,8 @@ extension DownloadManager {
                 states.append(await operableState(id) ?? .cancelled)
             }
             for (id, state) in zip(ids, states) {
-                guard operation.applies(to: state) else {
+                // One already where the operation takes it is left as it is (a second pause).
+                guard operation.applies(to: state) || operation.isDone(in: state) else {
                     throw HaulError(
                         .invalidArgument,
                         "Cannot \(operation.rawValue) task \(id): it is \(state.rawValue)"

@@ -18,4 +18,15 @@ public enum TaskOperation: String, Sendable, CaseIterable {
         case .remove: return true
         }
     }
+
+    /// Whether a task in `state` already is where the operation would take it — paused,
+    /// queued or running, cancelled — so asking for it again changes nothing and is no error.
+    public func isDone(in state: TaskState) -> Bool {
+        switch self {
+        case .pause: return state == .paused
+        case .resume: return state == .queued || state == .running
+        case .cancel: return state == .cancelled
+        case .remove: return false
+        }
+    }
 }

@@ -35,7 +35,23 @@ struct TaskSelection: ParsableArguments {
             }
             selector.deleteFiles = deleteFiles ? true : nil
             let done = try await client.perform(operation, selector)
-            CLIError.note("\(verb) \(DaemonOutput.count(done.count)).")
+            // Named tasks the daemon left as they were: already where the operation takes them.
+            let already = (selector.ids ?? []).filter { id in !done.contains { $0.id == id } }
+            guard !already.isEmpty else {
+                CLIError.note("\(verb) \(DaemonOutput.count(done.count)).")
+                return
+            }
+            let state: String
+            switch operation {
+            case .pause: state = "paused"
+            case .resume: state = "queued or running"
+            case .cancel: state = "cancelled"
+            case .remove: state = "removed"
+            }
+            let named = already.map(DaemonOutput.shortID).joined(separator: ", ")
+            CLIError.note(
+                (done.isEmpty ? "" : "\(verb) \(DaemonOutput.count(done.count)). ") + "Already \(state): \(named)."
+            )
         }
     }
 
@@ -252,6 +268,9 @@ enum DaemonOutput {
     }
 
     static func count(_ n: Int) -> String { n == 1 ? "1 task" : "\(n) tasks" }
+
+    /// A task's id as `haul list` shows it: its first 8 hex digits, lower-case.
+    static func shortID(_ id: UUID) -> String { id.uuidString.prefix(8).lowercased() }
 
     static func json(_ value: some Encodable) throws -> String {
         String(decoding: try HaulJSON.encoder(pretty: true).encode(value), as: UTF8.self)
