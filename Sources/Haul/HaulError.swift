@@ -231,6 +231,8 @@ extension HaulError {
     /// How a download that stopped is continued, as hints say it to a foreground command's
     /// user; a daemon's manager says `haul resume ID` instead (``DownloadManager``).
     package static let rerunToResume = "run the same command again to resume"
+    /// The same, for a download that kept nothing: there is nothing to resume, only to try again.
+    package static let rerunToRetry = "run the same command again to try again"
 
     package static func fileSystem(_ operation: String, path: String, errno code: Int32) -> HaulError {
         if code == ENOSPC || code == EDQUOT {

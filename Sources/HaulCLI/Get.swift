@@ -200,7 +200,10 @@ extension HaulCommand {
                 if unfinished > 0 { CLIError.note("Run the same command again to continue the unfinished files.") }
             }
             for (url, error) in failures {
-                Output.error("haul: failed: \(url): \(error.description)\n")
+                // The URL once: most errors name it already.
+                let shown = Redaction.text(url)
+                let text = error.description
+                Output.error(text.contains(shown) ? "haul: failed: \(text)\n" : "haul: failed: \(shown): \(text)\n")
             }
             if let signal = summary.signal { throw ExitCode(128 + signal) }
             if !failures.isEmpty { throw ExitStatus(failures.map(\.1)).exit }

@@ -155,6 +155,7 @@ struct CLITests {
                 directory: temp.path
             )
             #expect(refused.status == 4, "\(refused.stderr)")
+            #expect(!refused.stderr.contains("resume"), "nothing fetched, nothing to resume: \(refused.stderr)")
             let left = try FileManager.default.contentsOfDirectory(atPath: temp.path).filter { $0 != "home" }
             #expect(left.isEmpty, "\(left)")
             // The same command works once the file is there, from byte 0.

@@ -59,10 +59,31 @@ struct MultiFileTests {
             )
             #expect(result.status == 7)
             #expect(result.stderr.contains("Done: 2 ok, 1 failed"))
-            #expect(result.stderr.contains("haul: failed: \(server.url("/b")): Checksum mismatch"))
+            let failed = result.stderr.split(separator: "\n").filter { $0.hasPrefix("haul: failed: ") }
+            #expect(failed.count == 1 && failed[0].contains("Checksum mismatch"), "\(result.stderr)")
+            #expect(failed.first?.components(separatedBy: server.url("/b").absoluteString).count == 2, "the URL once")
             #expect(sha256(file: downloads + "/first.bin") == server.sha256("/a"))
             #expect(sha256(file: downloads + "/c") == server.sha256("/c"))
             #expect(!FileManager.default.fileExists(atPath: downloads + "/b"))
+        }
+    }
+
+    @Test("a file that fails is named once in the summary's failure line, and a 404 says nothing of resuming")
+    func failureNamesTheURLOnce() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a", .init(size: 1_000, seed: 1))
+            let missing = server.url("/missing.bin").absoluteString
+            let result = try await HaulProcess.get(
+                ["-d", temp.path, missing, server.url("/a").absoluteString],
+                in: temp
+            )
+            #expect(result.status == 6, "\(result.stderr)")
+            let failed = result.stderr.split(separator: "\n").filter { $0.hasPrefix("haul: failed: ") }
+            #expect(failed.count == 1, "\(result.stderr)")
+            #expect(failed.first?.components(separatedBy: missing).count == 2, "the URL twice: \(failed)")
+            #expect(failed.first?.contains("404") == true)
+            #expect(!result.stderr.contains("resume"), "nothing fetched, nothing to resume: \(result.stderr)")
         }
     }
 

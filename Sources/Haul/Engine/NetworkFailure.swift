@@ -219,10 +219,10 @@ extension NetworkFailure {
     /// One sentence naming the server and what happened.
     func message(connectTimeout: Duration, readTimeout: Duration) -> String {
         switch kind {
-        case .hostNotFound: "The host \(host) does not exist (the name server has no address for it)"
+        case .hostNotFound: "The host \(host) does not exist: the name server has no address for it"
         case .nameServerUnavailable: "Cannot look up \(host): no name server answered"
         case .connectionRefused: "Connection refused by \(endpoint)"
-        case .unreachable: "No route to \(endpoint)" + (detail.map { " (\($0.lowercased()))" } ?? "")
+        case .unreachable: "No route to \(endpoint)" + (detail.map { ": \($0.lowercased())" } ?? "")
         case .connectTimeout: "Timed out connecting to \(endpoint) after \(connectTimeout.spoken) (--connect-timeout)"
         case .readTimeout: "Timed out: \(endpoint) sent nothing for \(readTimeout.spoken) (--timeout)"
         case .connectionReset: "Connection reset by \(endpoint)"

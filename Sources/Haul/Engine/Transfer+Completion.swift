@@ -233,8 +233,13 @@ extension Transfer {
                 if failure.path == nil { failure.path = task.destinationPath }
                 if committedBytes == 0 {
                     // Nothing kept (a 404, a refused connection, an untrusted certificate
-                    // before the first byte): no empty part file is left behind.
+                    // before the first byte): no empty part file is left behind, and there is
+                    // nothing to resume, only to try again.
                     try await partFile.removeRecorded()
+                    failure.hint = failure.hint?.replacingOccurrences(
+                        of: HaulError.rerunToResume,
+                        with: HaulError.rerunToRetry
+                    )
                 }
                 if failure.code != .checksumMismatch, committedBytes > 0 { failure.resumeData = resumeData }
                 if !environment.defersFailureRecord {

@@ -106,12 +106,14 @@ extension DownloadManager {
     /// `error` as this manager's users are to read it: a daemon's task is continued with
     /// `haul resume ID`, not by running a command again.
     nonisolated func told(_ error: HaulError, about id: UUID) -> HaulError {
-        guard background, let hint = error.hint, hint.contains(HaulError.rerunToResume) else { return error }
+        guard background, var hint = error.hint else { return error }
+        // A failed task's next try, with or without bytes kept, is `haul resume`.
+        let resume = "resume it with 'haul resume \(id.uuidString.prefix(8).lowercased())'"
+        for phrase in [HaulError.rerunToResume, HaulError.rerunToRetry] {
+            hint = hint.replacingOccurrences(of: phrase, with: resume)
+        }
         var error = error
-        error.hint = hint.replacingOccurrences(
-            of: HaulError.rerunToResume,
-            with: "resume it with 'haul resume \(id.uuidString.prefix(8).lowercased())'"
-        )
+        error.hint = hint
         return error
     }
 

@@ -123,7 +123,7 @@ struct NameLookupTests {
         #expect(!stderr.contains("retrying"), "\(stderr)")
         #expect(
             stderr.contains(
-                "haul: error: The host files.haul-test.invalid does not exist (the name server has no address for it)"
+                "haul: error: The host files.haul-test.invalid does not exist: the name server has no address for it (http://files.haul-test.invalid"
             ),
             "\(stderr)"
         )
