@@ -21,17 +21,30 @@ struct ConfigTests {
     func zeroLiftsALimit() async throws {
         let temp = try TemporaryDirectory()
         let config = temp.file("haul.toml")
-        // One byte per second: with either limit left in force the download would not end.
-        try Self.write("limit-rate = \"1\"\n\n[get]\ntotal-limit-rate = \"1\"\n", to: config)
+        // Limits the file sets, high enough that the download ends whatever happens to them:
+        // what shows the per-file one lifted is the task's record, not a speed.
+        try Self.write("limit-rate = \"1G\"\n\n[get]\ntotal-limit-rate = \"1G\"\n", to: config)
         try await TestServer.withServer { server in
             server.set("/f.bin", .init(size: 200_000, seed: 5))
-            let result = try await HaulProcess.get(
+            server.set("/g.bin", .init(size: 200_000, seed: 6))
+            let lifted = try await HaulProcess.get(
                 ["--limit-rate", "0", "--total-limit-rate", "0", "-d", temp.path, server.url("/f.bin").absoluteString],
                 in: temp,
                 environment: ["HAUL_CONFIG": config]
             )
-            #expect(result.status == 0, "\(result.stderr)")
+            #expect(lifted.status == 0, "\(lifted.stderr)")
             #expect(sha256(file: temp.file("f.bin")) == server.sha256("/f.bin"))
+            // The file's limit without the override, for comparison: recorded with the task.
+            let kept = try await HaulProcess.get(
+                ["-d", temp.path, server.url("/g.bin").absoluteString],
+                in: temp,
+                environment: ["HAUL_CONFIG": config]
+            )
+            #expect(kept.status == 0, "\(kept.stderr)")
+            let tasks = try await Store(path: temp.file("home/haul.sqlite")).allTasks()
+            let limits = Dictionary(uniqueKeysWithValues: tasks.map { ($0.url.lastPathComponent, $0.rateLimit) })
+            #expect(limits["f.bin"] == .some(nil), "--limit-rate 0 leaves the task without a limit: \(limits)")
+            #expect(limits["g.bin"] == .some(1 << 30), "the file's limit applies without it: \(limits)")
         }
     }
 

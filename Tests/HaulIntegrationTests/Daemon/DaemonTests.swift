@@ -69,8 +69,12 @@ import Testing
                 #expect(try await client.info(slow[0].id).state == .paused)
                 let resumed = try await client.resume(.session("two"))
                 #expect(resumed.map(\.id) == [slow[0].id])
+                // Resuming a queued or running task, and cancelling a cancelled one, change nothing.
+                #expect(try await client.resume(.tasks([slow[0].id])).isEmpty)
                 let cancelled = try await client.cancel(.session("two"))
                 #expect(Set(cancelled.map(\.id)) == Set(slow.map(\.id)))
+                #expect(try await client.cancel(.tasks([slow[0].id])).isEmpty)
+                #expect(try await client.info(slow[0].id).state == .cancelled)
                 server.release()
                 #expect(!FileManager.default.fileExists(atPath: out + "/s1.part"))
                 let removed = try await client.remove(.session("two"))
