@@ -11,7 +11,7 @@ enum ExitStatus: Int32, CaseIterable {
     case failure = 1
     /// The request: an unknown or malformed option or value (a URL that is not http(s), a CA
     /// file that is not PEM, a task id not known), or an operation the task's state does not
-    /// allow (pausing a paused task).
+    /// allow (resuming a finished task).
     case usage = 2
     /// The local files: the destination exists, cannot be written, the disk is full, the store.
     case fileSystem = 3
@@ -55,6 +55,33 @@ enum ExitStatus: Int32, CaseIterable {
 
     /// The exit that ends the command with this status.
     var exit: ExitCode { ExitCode(rawValue) }
+
+    /// What the status says, as the manual's EXIT STATUS section lists it (`scripts/man`
+    /// writes that section; CommandDocsTests checks it says this).
+    var meaning: String {
+        switch self {
+        case .ok: "Everything asked for was done."
+        case .failure:
+            "Any other failure: a task that failed in the daemon (haul wait), a download the daemon already has (haul get), resume data that cannot be read."
+        case .usage:
+            "The request: an unknown or malformed option or value (a URL that is not http or https, a CA file that is not PEM), an unknown task, an operation its state does not allow (resuming a finished task)."
+        case .fileSystem:
+            "Local files: the destination exists or cannot be written, the disk is full, the store cannot be used."
+        case .network:
+            "The network or the protocol: no such host; refused, unreachable, timed out or reset; a proxy; a malformed or changed response; too many redirects."
+        case .tls: "TLS: an untrusted certificate, one for another name, a failed handshake."
+        case .httpStatus: "The server answered with an HTTP error status (404, 403, or 500 after the retries)."
+        case .checksum: "The file did not match --checksum."
+        case .daemon: "The daemon could not be reached or started."
+        }
+    }
+
+    /// The statuses a signal ends `haul` with, and what they say, after ``meaning``'s in the manual.
+    static let signalMeanings: [(status: Int32, meaning: String)] = [
+        (130, "Interrupted by Ctrl-C (SIGINT): the downloads are paused; the same command continues them."),
+        (141, "The reader of the output went away (SIGPIPE)."),
+        (143, "Stopped by SIGTERM: the downloads are paused; the same command continues them."),
+    ]
 
     /// The table `--help` and the README show.
     static let summary = """

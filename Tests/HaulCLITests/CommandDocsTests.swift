@@ -90,6 +90,26 @@ struct CommandDocsTests {
         #expect(checked > 50)
     }
 
+    @Test(
+        "man renders docs/man/haul.1 without a warning, and its EXIT STATUS lists every status as ExitStatus says",
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/man") || ExternalServer.isCI)
+    )
+    func manualRendersWithHaulsExitStatus() async throws {
+        let page = TestPaths.repository.appendingPathComponent("docs/man/haul.1").path
+        let warnings = try await Command.run("/bin/sh", ["-c", "man --warnings -l \"$0\" >/dev/null", page])
+        #expect(warnings.status == 0)
+        #expect(warnings.output.isEmpty, "man warns: \(warnings.output)")
+        let source = try String(contentsOfFile: page, encoding: .utf8)
+        let section = try #require(source.components(separatedBy: ".Sh \"EXIT STATUS\"\n").dropFirst().first)
+            .components(separatedBy: "\n.Sh ")[0]
+        #expect(!source.contains(".Ex -std"))
+        let listed = HaulCLI.ExitStatus.allCases.map { ($0.rawValue, $0.meaning) } + HaulCLI.ExitStatus.signalMeanings
+        for (status, meaning) in listed {
+            #expect(section.contains(".It \(status)\n\(meaning)\n"), "EXIT STATUS lacks \(status): \(meaning)")
+        }
+        #expect(section.components(separatedBy: "\n.It ").count - 1 == listed.count)
+    }
+
     @Test("every command's --help ends with examples, and every example parses")
     func examples() throws {
         for (path, type) in Self.commands() {
