@@ -224,6 +224,7 @@ public final class DaemonService: Service, Sendable {
                 // The directory is 0700 already; the socket itself is for its owner only too.
                 chmod(socketPath, 0o600)
                 logger.info("listening", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())"])
+                SystemdNotification.ready()
             },
             logger: serverLogger
         )

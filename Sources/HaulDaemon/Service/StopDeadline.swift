@@ -38,6 +38,7 @@ final class StopDeadline: Sendable {
             return !armed
         }
         guard first else { return }
+        SystemdNotification.stopping()
         let (limit, logger) = (self.limit, self.logger)
         let seconds = Double(limit.components.seconds) + Double(limit.components.attoseconds) / 1e18
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
