@@ -78,6 +78,48 @@ struct UICommandTests {
         }
     }
 
+    @Test(
+        "the advice works: haul daemon --listen on a daemon without a listener says to restart it, and that gives haul ui its link"
+    )
+    func listenerAdviceWorks() async throws {
+        let temp = try TemporaryDirectory()
+        let home = temp.file("home")
+        #expect(try await HaulProcess.run(["daemon"], home: home).status == 0)
+        defer { Task { _ = try? await HaulProcess.run(["daemon", "stop"], home: home) } }
+        // Once ignored --listen and said "already running", exit 0, so haul ui failed again.
+        let ignored = try await HaulProcess.run(["daemon", "--listen", "127.0.0.1:0"], home: home)
+        #expect(ignored.status == 8, "\(ignored.stderr)")
+        #expect(ignored.stderr.contains("without a TCP listener; --listen applies when it starts"), "\(ignored.stderr)")
+        let advice = "haul daemon stop && haul daemon --listen 127.0.0.1:0"
+        #expect(ignored.stderr.contains(advice), "\(ignored.stderr)")
+        // Doing what it says.
+        #expect(try await HaulProcess.run(["daemon", "stop"], home: home).status == 0)
+        let restarted = try await HaulProcess.run(["daemon", "--listen", "127.0.0.1:0"], home: home)
+        #expect(restarted.status == 0, "\(restarted.stderr)")
+        let link = try await HaulProcess.run(["ui", "--no-open"], home: home)
+        #expect(link.status == 0, "\(link.stderr)")
+        #expect(link.stdout.hasPrefix("http://127.0.0.1:"))
+        // The same --listen again: already running as asked, which is no error.
+        let again = try await HaulProcess.run(["daemon", "--listen", "127.0.0.1:0"], home: home)
+        #expect(again.status == 0)
+        #expect(again.stderr.contains("already running") && again.stderr.contains("listening on 127.0.0.1:"))
+    }
+
+    @Test("a --listen address that is taken fails the start with the reason, instead of saying it started")
+    func listenAddressTaken() async throws {
+        let temp = try TemporaryDirectory()
+        let taken = try RefusingPort()
+        let started = try await HaulProcess.run(
+            ["daemon", "--listen", "127.0.0.1:\(taken.port)"],
+            home: temp.file("home")
+        )
+        defer { Task { _ = try? await HaulProcess.run(["daemon", "stop"], home: temp.file("home")) } }
+        #expect(started.status == 8, "\(started.stderr)")
+        #expect(started.stderr.contains("Address already in use"), "\(started.stderr)")
+        #expect(!started.stderr.contains("Started"))
+        withExtendedLifetime(taken) {}
+    }
+
     @Test("the browser: $BROWSER's program, else xdg-open with a display, else none; %s takes the link")
     func browserChoice() throws {
         let temp = try TemporaryDirectory()

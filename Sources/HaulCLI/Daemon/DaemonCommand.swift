@@ -322,11 +322,20 @@ extension HaulCommand {
             }
 
             private func startInBackground(_ home: HaulHome) async throws {
-                let paths = DaemonPaths(home: home)
-                if let pid = DaemonLock.holder(paths.lock) {
-                    CLIError.note("The Haul daemon is already running (pid \(pid)).")
-                    return
-                }
+                // The secret through the environment: arguments are visible to every user.
+                let secret = try givenRPCSecret()
+                // And the fleet's database URL, which may hold a password.
+                var environment = secret.map { ["HAUL_RPC_SECRET": $0] } ?? [:]
+                if let storeURL { environment["HAUL_STORE"] = storeURL }
+                try await BackgroundDaemon(home: home, listen: listen).start(
+                    arguments: try forwardedArguments(),
+                    environment: environment
+                )
+            }
+
+            /// The options the daemon started in the background is given (the secret and the
+            /// store's URL go through its environment).
+            private func forwardedArguments() throws -> [String] {
                 var arguments: [String] = []
                 if let maxConcurrent { arguments += ["--max-concurrent", "\(maxConcurrent)"] }
                 if let maxPerHost { arguments += ["--max-per-host", "\(maxPerHost)"] }
@@ -351,33 +360,7 @@ extension HaulCommand {
                 if rpcAllowOriginAll { arguments.append("--rpc-allow-origin-all") }
                 if let node { arguments += ["--node", node] }
                 if let lease { arguments += ["--lease", "\(lease)"] }
-                let client = HaulClient(home: home)
-                do {
-                    // The secret through the environment: arguments are visible to every user.
-                    let secret = try givenRPCSecret()
-                    // And the fleet's database URL, which may hold a password.
-                    var environment = secret.map { ["HAUL_RPC_SECRET": $0] } ?? [:]
-                    if let storeURL { environment["HAUL_STORE"] = storeURL }
-                    let started = try DaemonConnection.start(
-                        paths,
-                        arguments: arguments,
-                        environment: environment
-                    )
-                    let pid = started.pid
-                    try await DaemonConnection.waitUntilAnswering(client, paths, started: started)
-                    try? await client.shutdown()
-                    // Another start may have won the race: name the daemon that runs.
-                    if let holder = DaemonLock.holder(paths.lock), holder != pid {
-                        CLIError.note("The Haul daemon is already running (pid \(holder)).")
-                    } else {
-                        CLIError.note("Started the Haul daemon (pid \(pid); socket \(paths.socket); log \(paths.log)).")
-                    }
-                } catch {
-                    try? await client.shutdown()
-                    guard let error = error as? HaulError else { throw error }
-                    CLIError.print(error)
-                    throw ExitStatus.daemon.exit
-                }
+                return arguments
             }
         }
     }

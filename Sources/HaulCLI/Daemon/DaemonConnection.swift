@@ -50,12 +50,19 @@ enum DaemonConnection {
         let logOffset: UInt64
     }
 
-    /// Waits up to 15 s for the daemon to answer; gives up early when `started` (the daemon
-    /// just started) has exited.
-    static func waitUntilAnswering(_ client: HaulClient, _ paths: DaemonPaths, started: StartedDaemon?) async throws {
+    /// Waits up to 15 s for the daemon to answer (with `listening`, on its TCP listener too);
+    /// gives up early when `started` (the daemon just started) has exited.
+    static func waitUntilAnswering(
+        _ client: HaulClient,
+        _ paths: DaemonPaths,
+        started: StartedDaemon?,
+        listening: Bool = false
+    ) async throws {
         let deadline = ContinuousClock.now + .seconds(15)
         while ContinuousClock.now < deadline {
-            if (try? await client.status(timeout: .seconds(1))) != nil { return }
+            if let status = try? await client.status(timeout: .seconds(1)), !listening || status.listen != nil {
+                return
+            }
             if let started, !started.process.isRunning, DaemonLock.holder(paths.lock) == nil {
                 // It ended: its error line says why (it cannot listen, the store is not Haul's…).
                 if let reason = lastError(inLog: paths.log, from: started.logOffset) {

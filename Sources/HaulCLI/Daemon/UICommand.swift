@@ -14,7 +14,8 @@ extension HaulCommand {
             abstract: "Open the daemon's web dashboard (prints a one-time login link).",
             discussion: """
                 The daemon serves its dashboard on its TCP listener, so start it with one \
-                (haul daemon --listen 127.0.0.1:7800). The link logs one browser in; it works \
+                (haul daemon --listen 127.0.0.1:7800; one already running without it: \
+                haul daemon stop first, its downloads continue). The link logs one browser in; it works \
                 once, within five minutes, and logs in that browser tab only. It is opened with \
                 $BROWSER, or xdg-open when a display is there, through a private file in \
                 $HAUL_HOME (never on the browser's command line, which every user can read); \

@@ -247,7 +247,8 @@ struct DaemonRoutes {
                 throw HaulError(
                     .busy,
                     "The daemon has no TCP listener for a browser to reach",
-                    hint: "Start it with: haul daemon --listen 127.0.0.1:7800"
+                    hint:
+                        "Restart it with one: haul daemon stop && haul daemon --listen 127.0.0.1:7800 (its downloads continue where they were)"
                 )
             }
             let link = core.logins.issueLink()
