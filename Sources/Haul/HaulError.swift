@@ -234,6 +234,25 @@ extension HaulError {
     /// The same, for a download that kept nothing: there is nothing to resume, only to try again.
     package static let rerunToRetry = "run the same command again to try again"
 
+    /// This error as a task that tries again by itself tells it: what went wrong and what to
+    /// check, without the "Gave up after N retries" and the way to resume (a command to run
+    /// again, `haul resume ID`) that a failure for good ends with.
+    package var triesAgain: HaulError {
+        guard let hint else { return self }
+        let done = [HaulError.rerunToResume, HaulError.rerunToRetry]
+        var parts = hint.components(separatedBy: "; ").filter { part in
+            !part.hasPrefix("Gave up after") && !done.contains(part) && !part.hasPrefix("resume it with 'haul resume")
+        }
+        for phrase in done {
+            parts = parts.map { $0.replacingOccurrences(of: " and \(phrase)", with: "") }
+        }
+        var error = self
+        error.hint = parts.first.map { first in
+            ([first.prefix(1).uppercased() + first.dropFirst()] + parts.dropFirst()).joined(separator: "; ")
+        }
+        return error
+    }
+
     package static func fileSystem(_ operation: String, path: String, errno code: Int32) -> HaulError {
         if code == ENOSPC || code == EDQUOT {
             return HaulError(

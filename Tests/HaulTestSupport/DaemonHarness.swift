@@ -15,6 +15,7 @@ package func withDaemon(
     rpcSecret: String? = nil,
     rpcDirectory: String? = nil,
     rpcAllowsAllOrigins: Bool = false,
+    configure: (inout DaemonService.Configuration) -> Void = { _ in },
     _ body: (HaulClient, DaemonService) async throws -> Void
 ) async throws {
     var logger = Logger(label: "haul.daemon.test")
@@ -32,6 +33,7 @@ package func withDaemon(
     // The test process's one bootstrap of swift-metrics: every daemon here reports into it.
     DaemonMetrics.bootstrap()
     configuration.metrics = DaemonMetrics.registry
+    configure(&configuration)
     let shared = try await engine.daemonStore(home: home)
     configuration.sharedStore = shared
     let daemon = DaemonService(configuration: configuration)

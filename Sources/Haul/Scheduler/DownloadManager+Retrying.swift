@@ -64,7 +64,8 @@ extension DownloadManager {
         }
         let nextTryAt = now.addingTimeInterval(delay.seconds)
         do {
-            try await store.setRetrying(id, error: error.description, nextTryAt: nextTryAt, since: since)
+            // Not "gave up": when it tries again is the task's state (retrying, and its next try).
+            try await store.setRetrying(id, error: error.triesAgain.description, nextTryAt: nextTryAt, since: since)
         } catch {
             return false
         }

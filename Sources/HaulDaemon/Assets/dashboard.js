@@ -183,7 +183,9 @@ function renderTask(task) {
   const bar = element("progress");
   bar.max = 100;
   const percent = total ? Math.min(100, Math.floor((received / total) * 100)) : (task.state === "completed" ? 100 : 0);
-  if (total || task.state === "completed") bar.value = percent; else bar.removeAttribute("value");
+  // Moving without a value (indeterminate) only while bytes arrive of a size not known yet:
+  // a queued, paused, retrying or failed task shows where it stands, still.
+  if (task.state === "running" && !total) bar.removeAttribute("value"); else bar.value = percent;
   bar.setAttribute("aria-label", `${name}: ${total ? percent + " %" : bytes(received)}`);
   bar.dataset.percent = String(percent);
   item.append(bar);
@@ -205,9 +207,9 @@ function renderTask(task) {
 
   const sources = task.sources && task.sources.length ? task.sources.map((s) => s.url + (s.dropped ? ` (dropped: ${s.dropped})` : "")) : [task.url];
   item.append(element("p", "task-source", sources.join(" · ")));
-  if (task.errorMessage && (task.state === "failed" || task.state === "retrying")) {
-    item.append(element("p", "task-error", task.errorMessage));
-  }
+  // A failure for good in red; a task that tries again by itself says what its last try met.
+  if (task.errorMessage && task.state === "failed") item.append(element("p", "task-error", task.errorMessage));
+  if (task.errorMessage && task.state === "retrying") item.append(element("p", "task-note", "Last try: " + task.errorMessage));
 
   const actions = element("div", "task-actions");
   actions.setAttribute("role", "group");
@@ -317,10 +319,13 @@ function setLive(on, text) {
 
 // The daemon's event stream (server-sent events) read with fetch, since EventSource cannot
 // send the session header; after a break it reconnects with Last-Event-ID, so nothing is missed.
+// Returns a promise of its first connection's outcome (connected, refused or failed).
 function listen() {
   if (events) events.abort();
   const controller = new AbortController();
   events = controller;
+  let settled;
+  const first = new Promise((resolve) => { settled = resolve; });
   const handlers = { progress: onProgress };
   for (const kind of ["added", "state", "resumed", "completed", "failed"]) handlers[kind] = onChange;
   let lastId = null;
@@ -330,18 +335,21 @@ function listen() {
         const headers = authorised({ "Accept": "text/event-stream" });
         if (lastId !== null) headers["Last-Event-ID"] = lastId;
         const response = await fetch("/v1/events", { headers, credentials: "omit", signal: controller.signal });
-        if (response.status === 401) { showLogin(); return; }
+        if (response.status === 401) { showLogin(); settled(); return; }
         if (!response.ok || !response.body) throw new Error(`The daemon answered ${response.status}`);
         setLive(true, "Live");
+        settled();
         attempt(refreshAll);
         lastId = await readEvents(response.body, handlers, lastId);
       } catch (error) {
+        settled();
         if (controller.signal.aborted) return;
       }
       setLive(false, "Reconnecting…");
       await new Promise((resolve) => setTimeout(resolve, 2000));
     }
   })();
+  return first;
 }
 
 // Reads server-sent events until the stream ends; returns the last event's id.
@@ -505,9 +513,12 @@ async function start() {
     }
     if (error instanceof APIError && error.status === 401) return;
   }
-  $("app").hidden = false;
+  // Shown once what it shows is true: the live stream connected (or known not to be) and
+  // the tasks loaded, so the first paint never says "Connecting…" or "No downloads yet."
+  // beside counts of running downloads.
+  await listen();
   await attempt(refreshAll);
-  listen();
+  $("app").hidden = false;
   drawGraph();
   setInterval(sample, 1000);
   // A reconcile now and then: a task removed by another client sends no event.

@@ -116,4 +116,86 @@ struct DashboardBrowserTests {
             }
         }
     }
+
+    @Test(
+        "the first paint shows true states: every card, no empty note, the live stream, no busy bar on a card that does not move"
+    )
+    func firstPaint() async throws {
+        guard let python = TestPaths.python, let chromium = Self.chromium,
+            let chromedriver = Self.chromedriver, ExternalServer.nginx != nil
+        else {
+            if ExternalServer.isCI { Issue.record("Chromium, chromedriver, nginx and selenium are needed") }
+            return
+        }
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        let refusing = try RefusingPort()
+        try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: "64k")) { nginx in
+            try Data(TestContent.bytes(count: 4 << 20, seed: 63)).write(
+                to: URL(fileURLWithPath: nginx.root + "/big.bin")
+            )
+            try Data(TestContent.bytes(count: 1000, seed: 64)).write(
+                to: URL(fileURLWithPath: nginx.root + "/small.bin")
+            )
+            try await withDaemon(
+                home: temp.file("home"),
+                maxConcurrent: 2,
+                listen: ("127.0.0.1", 0),
+                configure: {
+                    // A refused connection goes straight to waiting for its next try.
+                    $0.retriesPerRun = 0
+                    $0.keepsTrying.firstDelay = .seconds(600)
+                }
+            ) { client, _ in
+                func add(_ url: URL, as name: String) async throws -> UUID {
+                    let request = DownloadRequest(url: url, destination: .file(out + "/" + name))
+                    return try await client.add([request])[0].id
+                }
+                func reaches(_ id: UUID, _ state: TaskState) async throws -> Bool {
+                    try await waitUntil(timeout: .seconds(60)) { (try? await client.info(id).state) == state }
+                }
+                let retrying = try await add(URL(string: "http://127.0.0.1:\(refusing.port)/gone.bin")!, as: "r.bin")
+                #expect(try await reaches(retrying, .retrying))
+                let failed = try await add(nginx.url("/missing.bin"), as: "f.bin")
+                #expect(try await reaches(failed, .failed))
+                for name in ["a.bin", "b.bin"] {
+                    #expect(try await reaches(try await add(nginx.url("/slow/big.bin"), as: name), .running))
+                }
+                _ = try await add(nginx.url("/small.bin"), as: "q.bin")
+                let paused = try await add(nginx.url("/small.bin"), as: "p.bin")
+                _ = try await client.pause(.tasks([paused]))
+                // What a client reads for the retrying task: what its try met, not "gave up".
+                let note = try await client.info(retrying).errorMessage ?? ""
+                #expect(!note.contains("Gave up") && !note.contains("haul resume"), "\(note)")
+
+                let link = try await client.loginLink()
+                let script = TestPaths.file("Tests/dashboard/first_paint.py")
+                let (status, output) = try await Command.run(python, [script, link.url, chromium, chromedriver])
+                #expect(status == 0, "\(output.suffix(4000))")
+                let line = try #require(output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(output)")
+                let seen = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                let paint = try #require(seen?["firstPaint"] as? [String: Any], "\(output)")
+                #expect(paint["emptyShown"] as? Bool == false, "\(paint)")
+                #expect(paint["live"] as? String == "Live", "\(paint)")
+                #expect((paint["counts"] as? String)?.hasPrefix("2 running · ") == true, "\(paint)")
+                let cards = paint["cards"] as? [[String: Any]] ?? []
+                let states = cards.compactMap { $0["state"] as? String }.sorted()
+                #expect(states == ["failed", "paused", "queued", "retrying", "running", "running"], "\(cards)")
+                // Sizes are known (nginx says them): no card's bar is the animated busy one.
+                #expect(cards.allSatisfy { $0["indeterminate"] as? Bool == false }, "\(cards)")
+                for card in cards {
+                    let error = card["error"] as? String
+                    let note = card["note"] as? String
+                    switch card["state"] as? String {
+                    case "failed": #expect(error?.contains("404") == true && note == nil, "\(card)")
+                    case "retrying":
+                        #expect(error == nil, "\(card)")
+                        #expect(note?.hasPrefix("Last try: ") == true && note?.contains("Gave up") == false, "\(card)")
+                    default: #expect(error == nil && note == nil, "\(card)")
+                    }
+                }
+            }
+        }
+        withExtendedLifetime(refusing) {}
+    }
 }
