@@ -288,3 +288,9 @@ extension String {
         return first.lowercased() + dropFirst()
     }
 }
+
+extension UUID {
+    /// A task's id as Haul shows it to people, in messages, hooks and `haul add`: lower case,
+    /// as `haul list` shows its first eight characters (commands take ids in any case).
+    package var shown: String { uuidString.lowercased() }
+}

@@ -173,7 +173,7 @@ struct GetSession {
         if files.contains(where: { $0.id != nil }) { await follow(events, on: board, received: received) }
         let (outcomes, followed, urls) = board.state.withLock { ($0.outcomes, $0.followed, $0.urls) }
         for id in followed {
-            files.append((urls[id].map(Redaction.url) ?? id.uuidString, id, nil))
+            files.append((urls[id].map(Redaction.url) ?? id.shown, id, nil))
         }
         var stopped: [UUID: DownloadInfo] = [:]
         for index in files.indices {

@@ -210,7 +210,7 @@ final class LeaseBook: Sendable {
     private func lost(_ id: UUID) -> HaulError {
         HaulError(
             .revoked,
-            "This node (\(node)) no longer holds task \(id): its lease ran out or the task was changed elsewhere; the transfer here stopped and wrote nothing more",
+            "This node (\(node)) no longer holds task \(id.shown): its lease ran out or the task was changed elsewhere; the transfer here stopped and wrote nothing more",
             hint: "Nothing to do: the node holding the task now continues it from its last checkpoint"
         )
     }

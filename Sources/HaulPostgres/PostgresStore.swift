@@ -339,12 +339,12 @@ public final class PostgresStore: TaskStore {
         }
     }
 
-    package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
+    package func requeue(_ id: UUID, state: TaskState, keepingPlace: Bool) async throws -> Int64 {
         let running = leases.isBooked(id)
         let order = try await leases.fenced(id, "queue a task again", final: true) { connection in
             if !running { try await FleetSignals.send(.task(id), on: connection, logger: self.logger) }
             if state == .queued { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
-            return try await self.tables.requeue(connection, id, state: state)
+            return try await self.tables.requeue(connection, id, state: state, keepingPlace: keepingPlace)
         }
         leases.end(id)
         return order

@@ -323,8 +323,19 @@ struct PostgresTables: Sendable {
 
     /// Puts `id` at the back of the queue in `state` (queued or paused), its error and
     /// lease gone; returns its new position.
-    func requeue(_ db: some PostgresQueryable, _ id: UUID, state: TaskState) async throws -> Int64 {
-        let order = try await nextQueueOrder(db)
+    func requeue(
+        _ db: some PostgresQueryable,
+        _ id: UUID,
+        state: TaskState,
+        keepingPlace: Bool
+    ) async throws -> Int64 {
+        var kept: Int64?
+        if keepingPlace {
+            let rows = try await db.rows("SELECT \"queueOrder\" FROM haul_task WHERE id = \(id)", logger: logger)
+            for try await order in rows.decode(Int64.self) { kept = order }
+        }
+        let order: Int64
+        if let kept { order = kept } else { order = try await nextQueueOrder(db) }
         _ = try await db.rows(
             """
             UPDATE haul_task SET state = \(state.rawValue), "queueOrder" = \(order),

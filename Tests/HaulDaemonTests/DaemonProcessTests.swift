@@ -150,11 +150,13 @@ import Testing
             let get = try await HaulProcess.run(["get", "-d", out, server.url("/mine").absoluteString], home: home)
             #expect(get.status == 1)
             #expect(
-                get.stderr.contains("The Haul daemon already has this download (task \(paused.id)"),
+                get.stderr.contains("The Haul daemon already has this download (task \(paused.id.shown)"),
                 "\(get.stderr)"
             )
             // The way out it names says what it costs.
-            #expect(get.stderr.contains("drop it with 'haul remove \(paused.id)' (its partial data is discarded)"))
+            #expect(
+                get.stderr.contains("drop it with 'haul remove \(paused.id.shown)' (its partial data is discarded)")
+            )
             _ = try await HaulProcess.run(["daemon", "stop"], home: home)
         }
     }
@@ -220,6 +222,8 @@ import Testing
             )
             #expect(added.status == 0, "\(added.stderr)")
             let id = try #require(UUID(uuidString: added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+            // The id as haul list shows its start: lower case (it printed it in upper case).
+            #expect(added.stdout == id.uuidString.lowercased() + "\n")
             let prefix = String(id.uuidString.prefix(8)).lowercased()
 
             let set = try await HaulProcess.run(["set", "-j", "2"], home: home)

@@ -191,10 +191,10 @@ public final class Downloader: Sendable {
             guard existing.background, !background, existing.state != .completed else { return }
             throw HaulError(
                 .busy,
-                "The Haul daemon already has this download (task \(existing.id), \(existing.state))",
+                "The Haul daemon already has this download (task \(existing.id.shown), \(existing.state))",
                 url: existing.url,
                 hint:
-                    "Follow it with 'haul wait \(existing.id)', or drop it with 'haul remove \(existing.id)' (its partial data is discarded) and run this again"
+                    "Follow it with 'haul wait \(existing.id.shown)', or drop it with 'haul remove \(existing.id.shown)' (its partial data is discarded) and run this again"
             )
         }
     }

@@ -10,7 +10,7 @@ extension DownloadManager {
         var task: TaskRecord?
         do {
             guard let (record, segments) = try await store.taskForRun(id) else {
-                throw HaulError(.store, "Task \(id) vanished from the store")
+                throw HaulError(.store, "Task \(id.shown) vanished from the store")
             }
             task = record
             HaulMetrics.queueWait(Date().timeIntervalSince(record.queuedAt))
@@ -108,7 +108,7 @@ extension DownloadManager {
     nonisolated func told(_ error: HaulError, about id: UUID) -> HaulError {
         guard background, var hint = error.hint else { return error }
         // A failed task's next try, with or without bytes kept, is `haul resume`.
-        let resume = "resume it with 'haul resume \(id.uuidString.prefix(8).lowercased())'"
+        let resume = "resume it with 'haul resume \(id.shown.prefix(8))'"
         for phrase in [HaulError.rerunToResume, HaulError.rerunToRetry] {
             hint = hint.replacingOccurrences(of: phrase, with: resume)
         }

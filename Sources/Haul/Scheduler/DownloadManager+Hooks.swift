@@ -48,7 +48,7 @@ extension DownloadManager {
         let url = Redaction.url(HTTPTransport.withoutCredentials(record.url))
         var path = record.destinationPath ?? ""
         var variables = [
-            "HAUL_EVENT": ending.moment.rawValue, "HAUL_TASK_ID": id.uuidString, "HAUL_URL": url,
+            "HAUL_EVENT": ending.moment.rawValue, "HAUL_TASK_ID": id.shown, "HAUL_URL": url,
             "HAUL_SESSION": record.session,
         ]
         switch ending {
@@ -63,7 +63,7 @@ extension DownloadManager {
         let run = await HookRunner.run(
             ending.moment,
             program: program,
-            arguments: [id.uuidString, path, url],
+            arguments: [id.shown, path, url],
             variables: variables,
             timeout: hookTimeout
         )

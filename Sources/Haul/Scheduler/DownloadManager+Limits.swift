@@ -32,7 +32,7 @@ extension DownloadManager {
     public func setRateLimit(_ bytesPerSecond: Int64?, for ids: [UUID]) async throws {
         try DownloadRequest.validateRateLimit(bytesPerSecond)
         for id in ids where machine[id] == nil {
-            throw HaulError(.notFound, "No task \(id)")
+            throw HaulError(.notFound, "No task \(id.shown)")
         }
         try await store.setRateLimit(bytesPerSecond, for: ids)
         for id in ids { runs[id]?.handles.limiter.setRate(bytesPerSecond) }

@@ -116,7 +116,7 @@ extension DownloadManager {
     public func download(resumingFrom resumeData: ResumeData, priority: Int = 0) async throws -> DownloadInfo {
         try await inTurn(resumeData.taskID) {
             if let state = machine.state(of: resumeData.taskID), state == .queued || state == .running {
-                throw HaulError(.invalidArgument, "Task \(resumeData.taskID) is already \(state.rawValue)")
+                throw HaulError(.invalidArgument, "Task \(resumeData.taskID.shown) is already \(state.rawValue)")
             }
             var record = try await downloader.prepare(resumingFrom: resumeData, background: background).record
             record.queueOrder = try await store.requeue(record.id, state: .queued)
@@ -164,10 +164,11 @@ extension DownloadManager {
         await refreshFromSharedStore(id)
         let state = try currentState(id)
         guard TaskStateMachine.next(from: state, on: .resume) != nil else {
-            throw HaulError(.invalidArgument, "Cannot resume task \(id): it is \(state.rawValue)")
+            throw HaulError(.invalidArgument, "Cannot resume task \(id.shown): it is \(state.rawValue)")
         }
         if let priority { try await store.setPriority(id, priority) }
-        let order = try await store.requeue(id, state: .queued)
+        // Back to its place: in the line, ahead of what was added after it, and in lists.
+        let order = try await store.requeue(id, state: .queued, keepingPlace: true)
         disarmRetry(id)
         perform(machine.resumed(id, order: order, priority: priority))
         admitAndStart()
@@ -199,7 +200,7 @@ extension DownloadManager {
         await refreshFromSharedStore(id)
         let state = try currentState(id)
         guard TaskStateMachine.next(from: state, on: event) != nil else {
-            throw HaulError(.invalidArgument, "Cannot \(event.rawValue) task \(id): it is \(state.rawValue)")
+            throw HaulError(.invalidArgument, "Cannot \(event.rawValue) task \(id.shown): it is \(state.rawValue)")
         }
         guard state != .running else {
             runs[id]?.handles.control.request(reason)
@@ -317,7 +318,7 @@ extension DownloadManager {
                 guard operation.applies(to: state) || operation.isDone(in: state) else {
                     throw HaulError(
                         .invalidArgument,
-                        "Cannot \(operation.rawValue) task \(id): it is \(state.rawValue)"
+                        "Cannot \(operation.rawValue) task \(id.shown): it is \(state.rawValue)"
                     )
                 }
             }

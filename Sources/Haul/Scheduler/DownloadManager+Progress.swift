@@ -61,7 +61,7 @@ extension DownloadManager {
     /// - Throws: ``HaulError/Code/notFound`` when there is no such task.
     public func info(_ id: UUID) async throws -> DownloadInfo {
         guard let info = try await store.infos(ids: [id], background: nil, session: nil).first else {
-            throw HaulError(.notFound, "No task \(id)")
+            throw HaulError(.notFound, "No task \(id.shown)")
         }
         return overlaid(info)
     }
@@ -97,7 +97,7 @@ extension DownloadManager {
     func resumeData(_ id: UUID) async throws -> ResumeData {
         // Read as a run reads it: with its piece hashes, which resume data carries.
         guard let (record, segments) = try await store.taskForRun(id) else {
-            throw HaulError(.notFound, "No task \(id)")
+            throw HaulError(.notFound, "No task \(id.shown)")
         }
         return ResumeData(record: record, segments: segments)
     }

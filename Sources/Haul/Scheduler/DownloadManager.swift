@@ -330,7 +330,7 @@ public actor DownloadManager {
     /// The state of a task this manager knows.
     /// - Throws: ``HaulError/Code/notFound`` for a task it does not know.
     func currentState(_ id: UUID) throws -> TaskState {
-        guard let state = machine.state(of: id) else { throw HaulError(.notFound, "No task \(id)") }
+        guard let state = machine.state(of: id) else { throw HaulError(.notFound, "No task \(id.shown)") }
         return state
     }
 

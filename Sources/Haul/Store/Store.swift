@@ -156,10 +156,14 @@ public final class Store: TaskStore {
         }
     }
 
-    /// Moves a task to the back of the waiting line in `state`; returns its new position.
-    package func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
+    /// Puts a task in the waiting line in `state`, at the back or, `keepingPlace`, where it
+    /// was; returns its position.
+    package func requeue(_ id: UUID, state: TaskState, keepingPlace: Bool) async throws -> Int64 {
         try await write { db in
-            let order = try TaskTables.nextQueueOrder(db)
+            let kept =
+                keepingPlace
+                ? try Int64.fetchOne(db, sql: "SELECT queueOrder FROM task WHERE id = ?", arguments: [id]) : nil
+            let order = try kept ?? TaskTables.nextQueueOrder(db)
             try db.execute(
                 sql:
                     """
@@ -181,7 +185,7 @@ public final class Store: TaskStore {
             for id in ids {
                 guard
                     let order = try Int64.fetchOne(db, sql: "SELECT queueOrder FROM task WHERE id = ?", arguments: [id])
-                else { throw HaulError(.notFound, "No task \(id)") }
+                else { throw HaulError(.notFound, "No task \(id.shown)") }
                 orders.append(order)
             }
             var result: [UUID: Int64] = [:]

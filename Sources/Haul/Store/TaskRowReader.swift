@@ -10,8 +10,8 @@ struct TaskRowReader {
     func unreadable(_ column: Column, _ what: String) -> HaulError {
         HaulError(
             .store,
-            "Task \(taskID) in the Haul store cannot be read: its \(column.name) \(what)",
-            hint: "Remove it with 'haul remove \(taskID)', or point HAUL_HOME at another directory"
+            "Task \(taskID.shown) in the Haul store cannot be read: its \(column.name) \(what)",
+            hint: "Remove it with 'haul remove \(taskID.shown)', or point HAUL_HOME at another directory"
         )
     }
 

@@ -77,8 +77,9 @@ package protocol TaskStore: AnyObject, Sendable {
     func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws
     /// Removes a task with its segments and pieces.
     func delete(_ id: UUID) async throws
-    /// Moves a task to the back of the waiting line in `state`; returns its new position.
-    func requeue(_ id: UUID, state: TaskState) async throws -> Int64
+    /// Puts a task in the waiting line in `state`; returns its position there. With `keepingPlace`, the task keeps its queue order (a resumed task goes back to where
+    /// it was in the line and in lists, as aria2's unpause does); else it goes to the back.
+    func requeue(_ id: UUID, state: TaskState, keepingPlace: Bool) async throws -> Int64
     /// Gives `ids` the places in the queue they hold between them, in the order given.
     func reorder(_ ids: [UUID]) async throws -> [UUID: Int64]
     func setPriority(_ id: UUID, _ priority: Int) async throws
@@ -102,6 +103,11 @@ package protocol TaskStore: AnyObject, Sendable {
 // MARK: - What does not depend on the engine
 
 extension TaskStore {
+    /// Moves a task to the back of the waiting line in `state`; returns its new position.
+    func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
+        try await requeue(id, state: state, keepingPlace: false)
+    }
+
     func setState(_ id: UUID, _ state: TaskState, error: String? = nil, code: HaulError.Code? = nil) async throws {
         try await setState(id, state, error: error, code: code, forgettingPart: false)
     }
@@ -211,8 +217,8 @@ package struct StoredPieces: Sendable, Equatable {
         else {
             throw HaulError(
                 .store,
-                "Task \(id) in the Haul store cannot be read: its piece hashes are not piece hashes",
-                hint: "Remove it with 'haul remove \(id)', or point HAUL_HOME at another directory"
+                "Task \(id.shown) in the Haul store cannot be read: its piece hashes are not piece hashes",
+                hint: "Remove it with 'haul remove \(id.shown)', or point HAUL_HOME at another directory"
             )
         }
         self.hashes = hashes
@@ -275,8 +281,8 @@ extension SegmentRecord {
         if let problem = layoutProblem(layout, totalLength: task.totalLength) {
             throw HaulError(
                 .store,
-                "Task \(task.id) in the Haul store cannot be read: its segments are unusable (\(problem))",
-                hint: "Remove it with 'haul remove \(task.id)', or point HAUL_HOME at another directory"
+                "Task \(task.id.shown) in the Haul store cannot be read: its segments are unusable (\(problem))",
+                hint: "Remove it with 'haul remove \(task.id.shown)', or point HAUL_HOME at another directory"
             )
         }
         return segments
@@ -305,10 +311,13 @@ extension DownloadInfo {
         node: String? = nil
     ) throws {
         guard let parsed = URL(string: url) else {
-            throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its url is not a URL")
+            throw HaulError(.store, "Task \(id.shown) in the Haul store cannot be read: its url is not a URL")
         }
         guard let taskState = TaskState(rawValue: state) else {
-            throw HaulError(.store, "Task \(id) in the Haul store cannot be read: its state '\(state)' is not a state")
+            throw HaulError(
+                .store,
+                "Task \(id.shown) in the Haul store cannot be read: its state '\(state)' is not a state"
+            )
         }
         var decodedSources: [DownloadSource] = []
         if let sources {
@@ -318,7 +327,7 @@ extension DownloadInfo {
             } catch {
                 throw HaulError(
                     .store,
-                    "Task \(id) in the Haul store cannot be read: its sources is not a list of sources"
+                    "Task \(id.shown) in the Haul store cannot be read: its sources is not a list of sources"
                 )
             }
         }

@@ -132,7 +132,7 @@ extension HaulCommand {
                     for task in unfinished where task.state == .paused && !toldPaused.contains(task.id) {
                         toldPaused.insert(task.id)
                         CLIError.note(
-                            "haul: waiting for paused task \(task.id.uuidString.prefix(8).lowercased()); 'haul resume' it to continue"
+                            "haul: waiting for paused task \(DaemonOutput.shortID(task.id)); 'haul resume' it to continue"
                         )
                     }
                     if unfinished.isEmpty {
@@ -201,7 +201,7 @@ extension HaulCommand {
                                 board.name(
                                     id,
                                     file ?? info.map { Redaction.url($0.url) }
-                                        ?? String(id.uuidString.prefix(8)).lowercased()
+                                        ?? DaemonOutput.shortID(id)
                                 )
                             }
                             let lines = board.lines(status: status, session: session)
@@ -254,7 +254,7 @@ final class WatchBoard: Sendable {
             switch record.kind {
             case .progress:
                 if lines[taskID] == nil {
-                    lines[taskID] = Line(name: String(taskID.uuidString.prefix(8)).lowercased(), record: record)
+                    lines[taskID] = Line(name: DaemonOutput.shortID(taskID), record: record)
                 } else {
                     lines[taskID]?.record = record
                 }
@@ -307,7 +307,7 @@ enum EventText {
         var parts: [String] = []
         if let id = record.eventID { parts.append("#\(id)") }
         if let time = record.time { parts.append(ISO8601DateFormatter().string(from: time)) }
-        if let taskID = record.taskID { parts.append(String(taskID.uuidString.prefix(8)).lowercased()) }
+        if let taskID = record.taskID { parts.append(DaemonOutput.shortID(taskID)) }
         switch record.kind {
         case .added: parts.append("added \(record.url ?? "")")
         case .state:

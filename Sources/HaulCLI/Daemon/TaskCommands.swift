@@ -147,7 +147,7 @@ extension HaulCommand {
                 if json {
                     print(try DaemonOutput.json(added))
                 } else {
-                    for info in added { print(info.id.uuidString) }
+                    for info in added { print(info.id.shown) }
                 }
             }
         }
@@ -270,7 +270,7 @@ enum DaemonOutput {
     static func count(_ n: Int) -> String { n == 1 ? "1 task" : "\(n) tasks" }
 
     /// A task's id as `haul list` shows it: its first 8 hex digits, lower-case.
-    static func shortID(_ id: UUID) -> String { id.uuidString.prefix(8).lowercased() }
+    static func shortID(_ id: UUID) -> String { String(id.shown.prefix(8)) }
 
     static func json(_ value: some Encodable) throws -> String {
         String(decoding: try HaulJSON.encoder(pretty: true).encode(value), as: UTF8.self)
@@ -287,7 +287,7 @@ enum DaemonOutput {
             let done = task.totalBytes.map { $0 > 0 ? "\(task.bytesCommitted * 100 / $0)%" : "100%" } ?? "-"
             let name = task.path.map { ($0 as NSString).lastPathComponent } ?? Redaction.url(task.url)
             var state = task.state == .waitingForNetwork ? "offline" : task.state.rawValue
-            let id = String(task.id.uuidString.prefix(8)).lowercased()
+            let id = DaemonOutput.shortID(task.id)
             if let error = task.errorMessage, task.state == .failed || task.state == .waitingForNetwork {
                 notes.append("\(id): \(task.state == .failed ? "failed: " : "")\(Redaction.text(error))")
             }
@@ -305,11 +305,11 @@ enum DaemonOutput {
                 let wait = Duration.milliseconds(Int64(max(0, next.timeIntervalSince(now)) * 1000))
                 state += " in \(Format.duration(wait))"
                 notes.append(
-                    "\(String(task.id.uuidString.prefix(8)).lowercased()): next try in \(Format.duration(wait)); last error: \(Redaction.text(task.errorMessage ?? "unknown"))"
+                    "\(DaemonOutput.shortID(task.id)): next try in \(Format.duration(wait)); last error: \(Redaction.text(task.errorMessage ?? "unknown"))"
                 )
             }
             lines.append([
-                String(task.id.uuidString.prefix(8)).lowercased(), state, done,
+                DaemonOutput.shortID(task.id), state, done,
                 task.totalBytes.map(Format.bytes) ?? "?", task.session, name,
             ])
         }

@@ -135,7 +135,7 @@ final class EventLog: Sendable {
     private func session(ofTask id: UUID) async -> SessionLookup {
         let found = await asked(
             "cannot read a task's session",
-            givingUp: "cannot read the session of task \(id); its final state is logged once the store answers",
+            givingUp: "cannot read the session of task \(id.shown); its final state is logged once the store answers",
             { try await self.store.session(ofTask: id) }
         )
         switch found {

@@ -218,6 +218,41 @@ struct DownloadManagerTests {
         }
     }
 
+    @Test(
+        "a paused task resumed keeps its place: in the list, and ahead of what was added after it",
+        arguments: StoreEngine.allCases
+    )
+    func resumedKeepsPlace(_ engine: StoreEngine) async throws {
+        let temp = try TemporaryDirectory()
+        try await engine.withLocation(temp, "s.sqlite") { location in
+            try await TestServer.withServer { server in
+                // A holds the one slot until B has been paused and resumed.
+                server.set("/A", .init(size: 500_000, holdAt: 100_000))
+                for name in ["B", "C"] { server.set("/\(name)", .init(size: 500_000)) }
+                var configuration = ManagerFixtures.configuration(location, limit: 1)
+                configuration.downloader.readTimeout = .seconds(3600)  // A is held on purpose.
+                try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+                    let recorder = ManagerFixtures.Recorder(manager.events(), state: .running)
+                    var ids: [String: UUID] = [:]
+                    for name in ["A", "B", "C"] {
+                        ids[name] = try await manager.download(
+                            DownloadRequest(url: server.url("/\(name)"), destination: .directory(temp.path))
+                        ).id
+                    }
+                    try await manager.pause(ids["B"]!)
+                    _ = try await manager.resume(ids["B"]!)
+                    // It was moved to the back of the line and of every list.
+                    #expect(try await manager.tasks().map(\.id) == ["A", "B", "C"].map { ids[$0]! })
+                    server.release()
+                    #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+                    #expect(try await recorder.waitUntilTold(ids["C"]!))
+                    #expect(recorder.ids == ["A", "B", "C"].map { ids[$0]! })
+                    recorder.task.cancel()
+                }
+            }
+        }
+    }
+
     @Test("limits below 1 or above 1,000 are refused", arguments: StoreEngine.allCases)
     func badLimits(_ engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()

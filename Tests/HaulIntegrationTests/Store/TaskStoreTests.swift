@@ -355,7 +355,7 @@ struct TaskStoreTests {
             let error = await #expect(throws: HaulError.self) { _ = try await store.taskForRun(task.id) }
             #expect(
                 error?.message
-                    == "Task \(task.id) in the Haul store cannot be read: its segments are unusable (two segments overlap)"
+                    == "Task \(task.id.shown) in the Haul store cannot be read: its segments are unusable (two segments overlap)"
             )
         }
     }

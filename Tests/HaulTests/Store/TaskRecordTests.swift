@@ -117,7 +117,7 @@ struct TaskRecordTests {
             ]
             for read in reads {
                 let error = await expectHaulError(.store) { _ = try await read() }
-                #expect(error?.message == "Task \(record.id) in the Haul store cannot be read: \(complaint)")
+                #expect(error?.message == "Task \(record.id.shown) in the Haul store cannot be read: \(complaint)")
             }
         }
     }
@@ -129,7 +129,7 @@ struct TaskRecordTests {
             let error = await expectHaulError(.store) { _ = try await store.infos() }
             #expect(
                 error?.message
-                    == "Task \(record.id) in the Haul store cannot be read: its state 'exploded' is not a state"
+                    == "Task \(record.id.shown) in the Haul store cannot be read: its state 'exploded' is not a state"
             )
         }
     }
@@ -183,7 +183,7 @@ struct TaskRecordTests {
         try await withStore { store, record, raw in
             try await raw.write { db in try db.execute(sql: sql) }
             let expected =
-                "Task \(record.id) in the Haul store cannot be read: its segments are unusable (\(problem))"
+                "Task \(record.id.shown) in the Haul store cannot be read: its segments are unusable (\(problem))"
             let viaTask = await expectHaulError(.store) { _ = try await store.taskWithSegments(record.id) }
             #expect(viaTask?.message == expected)
             let viaSegments = await expectHaulError(.store) { _ = try await store.segments(of: record.id) }
