@@ -71,7 +71,8 @@ struct MultiProgressRenderer {
             lastLine = now
             let line: String
             if single, let id = snapshot.order.first, let progress = snapshot.progress[id] {
-                line = ProgressRenderer.plainLine(progress, name: snapshot.names[id] ?? "")
+                guard let plain = ProgressRenderer.plainLine(progress, name: snapshot.names[id] ?? "") else { return }
+                line = plain
             } else if single {
                 return
             } else {
@@ -135,7 +136,9 @@ struct MultiProgressRenderer {
 
 /// Lines for one download's progress.
 enum ProgressRenderer {
-    static func plainLine(_ progress: DownloadProgress, name: String) -> String {
+    /// nil while the download waits to retry: its retry line (``retryLine``) said so, with when.
+    static func plainLine(_ progress: DownloadProgress, name: String) -> String? {
+        guard progress.waiting == nil else { return nil }
         var line = "\(name): "
         if let fraction = progress.fractionCompleted {
             line += String(format: "%.0f%% ", fraction * 100)
@@ -143,8 +146,6 @@ enum ProgressRenderer {
         } else {
             line += Format.bytes(progress.bytesReceived)
         }
-        // Each retry has its own line (``retryLine``); here only that one is pending.
-        if let waiting = progress.waiting { return line + ", retrying in \(Format.wait(waiting.delay))" }
         if progress.bytesPerSecond > 0 { line += " at \(Format.speed(progress.bytesPerSecond))" }
         if let eta = progress.estimatedTimeRemaining { line += ", ETA \(Format.duration(eta))" }
         return line

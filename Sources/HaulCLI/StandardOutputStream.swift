@@ -116,9 +116,11 @@ struct StandardOutputStream {
                 let line = ProgressRenderer.barLine(progress, name: name, width: ProgressRenderer.terminalWidth())
                 Output.error("\r\u{1B}[K" + line)
                 drawn = true
-            } else if ContinuousClock.now - lastLine >= MultiProgressRenderer.lineInterval {
+            } else if ContinuousClock.now - lastLine >= MultiProgressRenderer.lineInterval,
+                let line = ProgressRenderer.plainLine(progress, name: name)
+            {
                 lastLine = .now
-                Output.error(ProgressRenderer.plainLine(progress, name: name) + "\n")
+                Output.error(line + "\n")
             }
         }
 

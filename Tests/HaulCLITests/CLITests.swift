@@ -52,6 +52,48 @@ struct CLITests {
         }
     }
 
+    @Test("-v logs Haul's requests and decisions, not the HTTP library's internals")
+    func verboseShowsHaulsOwnLines() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/a.bin", .init(size: 10_000))
+            let result = try await HaulProcess.run(
+                ["get", "-v", "-o", "a.bin", server.url("/a.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stderr.contains("[Haul] GET"), "\(result.stderr)")
+            #expect(result.stderr.contains("[Haul] completed"), "\(result.stderr)")
+            #expect(!result.stderr.contains("ahc-"), "\(result.stderr)")
+        }
+    }
+
+    @Test("off a terminal a retry is said once: no progress line repeats 'retrying in' while it waits")
+    func retrySaidOnceOffATerminal() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            // Six seconds of waiting: longer than the five between plain progress lines.
+            var resource = TestServer.Resource(size: 10_000)
+            resource.failFirst = 1
+            resource.failStatus = 503
+            resource.retryAfter = "6"
+            server.set("/a.bin", resource)
+            let result = try await HaulProcess.run(
+                ["get", "-o", "a.bin", server.url("/a.bin").absoluteString],
+                home: temp.file("home"),
+                directory: temp.path
+            )
+            #expect(result.status == 0, "\(result.stderr)")
+            let retrying = result.stderr.split(separator: "\n").filter { $0.contains("retrying in") }
+            #expect(retrying.count == 1, "\(result.stderr)")
+            #expect(
+                retrying.first?.hasPrefix("haul: retrying in 6.0 s (1 of 5, the server asked): HTTP 503") == true,
+                "\(result.stderr)"
+            )
+        }
+    }
+
     @Test(arguments: [
         (["get", "ftp://example.org/x"], "Unsupported URL scheme 'ftp'", Int32(2)),
         (["get", "http://"], "Invalid URL", 2),

@@ -156,10 +156,23 @@ struct HTTPTransport: Sendable {
                     readTimeout: readTimeout
                 )
             }
-            return try await clients.client(through: proxy).execute(request, deadline: .distantFuture, logger: logger)
+            return try await clients.client(through: proxy).execute(
+                request,
+                deadline: .distantFuture,
+                logger: HTTPTransport.clientLogger(logger)
+            )
         } catch {
             throw connectionError(error, url: url, proxy: proxy)
         }
+    }
+
+    /// The logger AsyncHTTPClient is given: Haul's own, but the client's debug lines (its
+    /// connections and event loops, `ahc-el=SelectableEventLoop {…}`) only at `trace`, so
+    /// `-v` and `--log-level debug` show Haul's requests and decisions, not a library's internals.
+    static func clientLogger(_ logger: Logger) -> Logger {
+        var quieter = logger
+        if logger.logLevel > .trace { quieter.logLevel = max(logger.logLevel, .info) }
+        return quieter
     }
 
     /// Where the redirect from `current` to `location` leads, when it may be followed: the
