@@ -277,6 +277,13 @@ public final class PostgresStore: TaskStore {
         }
     }
 
+    package func setSources(_ id: UUID, url: URL, sources: [DownloadSource]) async throws {
+        let sources = sources.isEmpty ? nil : JSONB(try TaskRecord.json(sources))
+        try await execute("record a task's sources") {
+            "UPDATE haul_task SET url = \(url.absoluteString), sources = \(sources), \"updatedAt\" = \(Date()) WHERE id = \(id)"
+        }
+    }
+
     package func setState(
         _ id: UUID,
         _ state: TaskState,
@@ -372,28 +379,21 @@ public final class PostgresStore: TaskStore {
 
     // MARK: Settings
 
-    package func numericSettings() async throws -> [(name: String, value: Int64?)] {
-        try await PostgresSettings(client: client, logger: logger).numeric()
-    }
+    private var settings: PostgresSettings { PostgresSettings(client: client, logger: logger) }
 
+    package func numericSettings() async throws -> [(name: String, value: Int64?)] { try await settings.numeric() }
     package func saveNumericSettings(_ values: [(name: String, value: Int64)]) async throws {
-        try await PostgresSettings(client: client, logger: logger).saveNumeric(values)
+        try await settings.saveNumeric(values)
     }
 
-    package func textSetting(_ name: String) async throws -> String? {
-        try await PostgresSettings(client: client, logger: logger).text(name)
-    }
-
+    package func textSetting(_ name: String) async throws -> String? { try await settings.text(name) }
     package func saveTextSetting(_ name: String, _ value: String) async throws {
-        try await PostgresSettings(client: client, logger: logger).saveText(name, value)
+        try await settings.saveText(name, value)
     }
-
-    // MARK: Support
 
     /// Runs one statement.
     private func execute(_ what: String, _ query: () throws -> PostgresQuery) async throws {
         let query = try query()
         try await Postgres.run(what) { _ = try await client.query(query, logger: logger) }
     }
-
 }

@@ -321,32 +321,22 @@ struct PostgresTables: Sendable {
         )
     }
 
-    /// Puts `id` at the back of the queue in `state` (queued or paused), its error and
-    /// lease gone; returns its new position.
-    func requeue(
-        _ db: some PostgresQueryable,
-        _ id: UUID,
-        state: TaskState,
-        keepingPlace: Bool
-    ) async throws -> Int64 {
-        var kept: Int64?
-        if keepingPlace {
-            let rows = try await db.rows("SELECT \"queueOrder\" FROM haul_task WHERE id = \(id)", logger: logger)
-            for try await order in rows.decode(Int64.self) { kept = order }
-        }
-        let order: Int64
-        if let kept { order = kept } else { order = try await nextQueueOrder(db) }
-        _ = try await db.rows(
+    /// Puts `id` at the back of the queue (or, `keepingPlace`, where it was) in `state`
+    /// (queued or paused), its error and lease gone; returns its position.
+    func requeue(_ db: some PostgresQueryable, _ id: UUID, state: TaskState, keepingPlace: Bool) async throws -> Int64 {
+        let rows = try await db.rows(
             """
-            UPDATE haul_task SET state = \(state.rawValue), "queueOrder" = \(order),
+            UPDATE haul_task SET state = \(state.rawValue),
+                "queueOrder" = CASE WHEN \(keepingPlace) THEN "queueOrder" ELSE nextval('haul_queue_order') END,
                 "queuedAt" = \(Date()), "errorMessage" = NULL, "errorCode" = NULL,
                 "nextTryAt" = NULL, "retryingSince" = NULL, "updatedAt" = \(Date()),
                 owner = NULL, lease_expires = NULL
-            WHERE id = \(id)
+            WHERE id = \(id) RETURNING "queueOrder"
             """,
             logger: logger
         )
-        return order
+        for try await order in rows.decode(Int64.self) { return order }
+        return try await nextQueueOrder(db)  // No such task (any more): a place no task holds.
     }
 
     /// Records a task re-created from resume data — every group at once — inserting it when

@@ -345,7 +345,7 @@ public struct DownloadRequest: Sendable {
         return url
     }
 
-    static func validate(_ url: URL, scheme: String? = nil, original: String? = nil) throws {
+    package static func validate(_ url: URL, scheme: String? = nil, original: String? = nil) throws {
         let scheme = scheme ?? url.scheme?.lowercased() ?? ""
         guard scheme == "http" || scheme == "https" else { throw HaulError.unsupportedScheme(url) }
         guard let host = url.host, !host.isEmpty else {

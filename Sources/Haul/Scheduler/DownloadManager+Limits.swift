@@ -60,4 +60,65 @@ extension DownloadManager {
     public var limits: (maxConcurrentDownloads: Int, maxDownloadsPerHost: Int, maxConnectionsPerHost: Int) {
         (machine.maxConcurrent, machine.perHostLimit, hostConnections.cap)
     }
+
+    /// Changes the URLs a task is fetched from, as aria2's `changeUri` does: removes each of
+    /// `removing` once (the first source equal to it), then inserts `adding` at `position`
+    /// (0 first; nil or past the end, last). The first source is the task's URL, the others
+    /// its mirrors; a source kept keeps what Haul learnt of it. A running task stops at a
+    /// checkpoint and continues with the new sources from there (a new source's bytes are
+    /// checked against the file's before they are kept, as a mirror's always are); a waiting
+    /// one uses them when it starts.
+    /// - Returns: how many were removed and added.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a finished task, an invalid URL, no
+    ///   source left, a source named twice or more than 16; nothing changes then.
+    public func changeSources(
+        of id: UUID,
+        removing: [URL],
+        adding: [URL],
+        at position: Int? = nil
+    ) async throws -> (removed: Int, added: Int) {
+        try await inTurn(id) {
+            await refreshFromSharedStore(id)
+            let state = try currentState(id)
+            guard state != .completed, state != .cancelled, let record = try await store.task(id: id) else {
+                throw HaulError(.invalidArgument, "Task \(id.shown) is \(state.rawValue): its sources no longer change")
+            }
+            var sources = record.sources.isEmpty ? [DownloadSource(url: record.url)] : record.sources
+            var removed = 0
+            for url in removing {
+                guard let index = sources.firstIndex(where: { $0.url == url }) else { continue }
+                sources.remove(at: index)
+                removed += 1
+            }
+            let index = min(max(0, position ?? sources.count), sources.count)
+            sources.insert(contentsOf: adding.map { DownloadSource(url: $0) }, at: index)
+            guard let first = sources.first else {
+                throw HaulError(
+                    .invalidArgument,
+                    "Task \(id.shown) would have no URL left",
+                    hint: "Add one as you remove the last"
+                )
+            }
+            try DownloadSource.validate(sources)
+            guard Set(sources.map(\.url.absoluteString)).count == sources.count else {
+                throw HaulError(.invalidArgument, "A URL would be a source of task \(id.shown) twice")
+            }
+            if state == .running {
+                try await stop(id, .pause)
+                // Its run may have finished the file meanwhile: then there is nothing to change.
+                let now = try currentState(id)
+                guard now == .paused else {
+                    throw HaulError(
+                        .invalidArgument,
+                        "Task \(id.shown) is \(now.rawValue): its sources no longer change"
+                    )
+                }
+            }
+            try await store.setSources(id, url: first.url, sources: sources.count > 1 ? sources : [])
+            let host = DownloadManager.hostKey(first.url)
+            machine.changeEntry(id) { $0.host = host }
+            if state == .running { _ = try await resumeInTurn(id, priority: nil) }
+            return (removed, adding.count)
+        }
+    }
 }

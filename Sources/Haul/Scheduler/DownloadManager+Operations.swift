@@ -153,14 +153,15 @@ extension DownloadManager {
         }
     }
 
-    /// Resumes a paused or failed task: it queues anew at the back, unless given a priority.
+    /// Resumes a paused or failed task: it goes back to its place in the line (and, given a
+    /// priority, among the tasks of that priority).
     @discardableResult
     public func resume(_ id: UUID, priority: Int? = nil) async throws -> DownloadInfo {
         if let priority { try DownloadManager.validatePriority(priority) }
         return try await inTurn(id) { try await resumeInTurn(id, priority: priority) }
     }
 
-    private func resumeInTurn(_ id: UUID, priority: Int?) async throws -> DownloadInfo {
+    func resumeInTurn(_ id: UUID, priority: Int?) async throws -> DownloadInfo {
         await refreshFromSharedStore(id)
         let state = try currentState(id)
         guard TaskStateMachine.next(from: state, on: .resume) != nil else {
@@ -182,7 +183,7 @@ extension DownloadManager {
     public func reorder(_ ids: [UUID]) async throws {
         guard Set(ids).count == ids.count else { throw HaulError(.invalidArgument, "A task is named twice") }
         let orders = try await store.reorder(ids)
-        for (id, order) in orders { machine.reordered(id, order: order) }
+        for (id, order) in orders { machine.changeEntry(id) { $0.queueOrder = order } }
     }
 
     /// Cancels a task and deletes its partial data. The task stays listed as cancelled.
@@ -194,7 +195,7 @@ extension DownloadManager {
     /// is asked to stop and concludes by it; one whose run had already concluded by an
     /// earlier stop (a limit lowered, its route gone) is stopped as a waiting task then.
     /// In the task's turn.
-    private func stop(_ id: UUID, _ reason: StopReason) async throws {
+    func stop(_ id: UUID, _ reason: StopReason) async throws {
         let (event, target): (TaskStateMachine.Event, TaskState) =
             reason == .cancel ? (.cancel, .cancelled) : (.pause, .paused)
         await refreshFromSharedStore(id)

@@ -170,10 +170,10 @@ struct ManagerMachine: Sendable {
         return moved
     }
 
-    /// The task takes place `order` in the queue; a waiting one moves in line.
-    mutating func reordered(_ id: UUID, order: Int64) {
+    /// The task's entry changes (its place in the queue, its host); a waiting one moves in line.
+    mutating func changeEntry(_ id: UUID, _ change: (inout Scheduler.Entry) -> Void) {
         guard var entry = slots[id]?.entry else { return }
-        entry.queueOrder = order
+        change(&entry)
         slots[id]?.entry = entry
         if scheduler.isWaiting(id) { scheduler.enqueue(entry) }
     }

@@ -180,20 +180,16 @@ public final class Store: TaskStore {
     /// Gives `ids` the places in the queue they hold between them, in the order given
     /// (their queue orders, sorted, handed out again); returns each one's new order.
     package func reorder(_ ids: [UUID]) async throws -> [UUID: Int64] {
+        try await write { db in try TaskTables.reorder(db, ids) }
+    }
+
+    package func setSources(_ id: UUID, url: URL, sources: [DownloadSource]) async throws {
+        let text = sources.isEmpty ? nil : try TaskRecord.json(sources)
         try await write { db in
-            var orders: [Int64] = []
-            for id in ids {
-                guard
-                    let order = try Int64.fetchOne(db, sql: "SELECT queueOrder FROM task WHERE id = ?", arguments: [id])
-                else { throw HaulError(.notFound, "No task \(id.shown)") }
-                orders.append(order)
-            }
-            var result: [UUID: Int64] = [:]
-            for (id, order) in zip(ids, orders.sorted()) {
-                try db.execute(sql: "UPDATE task SET queueOrder = ? WHERE id = ?", arguments: [order, id])
-                result[id] = order
-            }
-            return result
+            try db.execute(
+                sql: "UPDATE task SET url = ?, sources = ?, updatedAt = ? WHERE id = ?",
+                arguments: [url.absoluteString, text, StoreDate.now, id]
+            )
         }
     }
 

@@ -80,6 +80,8 @@ package protocol TaskStore: AnyObject, Sendable {
     /// Puts a task in the waiting line in `state`; returns its position there. With `keepingPlace`, the task keeps its queue order (a resumed task goes back to where
     /// it was in the line and in lists, as aria2's unpause does); else it goes to the back.
     func requeue(_ id: UUID, state: TaskState, keepingPlace: Bool) async throws -> Int64
+    /// Records a task's URL and sources (its mirrors; none for one URL alone).
+    func setSources(_ id: UUID, url: URL, sources: [DownloadSource]) async throws
     /// Gives `ids` the places in the queue they hold between them, in the order given.
     func reorder(_ ids: [UUID]) async throws -> [UUID: Int64]
     func setPriority(_ id: UUID, _ priority: Int) async throws

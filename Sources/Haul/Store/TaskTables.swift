@@ -152,4 +152,22 @@ enum TaskTables {
         try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [id])
         for segment in segments { try segment.insert(db) }
     }
+
+    /// Gives `ids` the places in the queue they hold between them, in the order given
+    /// (``Store/reorder(_:)``).
+    static func reorder(_ db: Database, _ ids: [UUID]) throws -> [UUID: Int64] {
+        var orders: [Int64] = []
+        for id in ids {
+            guard
+                let order = try Int64.fetchOne(db, sql: "SELECT queueOrder FROM task WHERE id = ?", arguments: [id])
+            else { throw HaulError(.notFound, "No task \(id.shown)") }
+            orders.append(order)
+        }
+        var result: [UUID: Int64] = [:]
+        for (id, order) in zip(ids, orders.sorted()) {
+            try db.execute(sql: "UPDATE task SET queueOrder = ? WHERE id = ?", arguments: [order, id])
+            result[id] = order
+        }
+        return result
+    }
 }

@@ -13,7 +13,8 @@ extension Aria2RPC {
         "aria2.pause", "aria2.pauseAll",
         "aria2.forcePause", "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.tellStatus",
         "aria2.getUris", "aria2.getFiles", "aria2.getServers", "aria2.tellActive", "aria2.tellWaiting",
-        "aria2.tellStopped", "aria2.changePosition", "aria2.changeOption", "aria2.getOption", "aria2.getGlobalOption",
+        "aria2.tellStopped", "aria2.changePosition", "aria2.changeUri", "aria2.changeOption", "aria2.getOption",
+        "aria2.getGlobalOption",
         "aria2.changeGlobalOption", "aria2.getGlobalStat", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
         "aria2.getVersion", "aria2.getSessionInfo", "aria2.shutdown", "aria2.forceShutdown", "aria2.saveSession",
         "system.multicall", "system.listMethods", "system.listNotifications",
@@ -104,6 +105,9 @@ extension Aria2RPC {
         switch method {
         case "aria2.changePosition":
             return try await changePosition(params)
+        case "aria2.changeUri":
+            let change = try Aria2URIChange(params)
+            return try await change.apply(to: try await task(try params.string(0)), manager)
         case "aria2.pause", "aria2.forcePause":
             return try await apply(.pause, to: try params.string(0))
         case "aria2.unpause":
