@@ -13,7 +13,8 @@ struct DownloadOptions: ParsableArguments {
 
     @Option(
         name: [.customShort("i"), .long],
-        help: "Read URLs from this file ('-' for stdin); see the README for its format."
+        help:
+            "Read URLs from this file ('-' for stdin): one per line, mirrors after tabs, indented out= and checksum= lines (docs/cli.md)."
     )
     var inputFile: String?
 

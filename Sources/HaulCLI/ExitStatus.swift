@@ -2,7 +2,7 @@ import ArgumentParser
 import Haul
 
 /// What every `haul` command's exit status says, by the class of what went wrong, so a
-/// script can tell a 404 from a refused connection or a full disk (README, `haul --help`).
+/// script can tell a 404 from a refused connection or a full disk (`man haul`, `haul --help`).
 enum ExitStatus: Int32, CaseIterable {
     /// Everything asked for was done.
     case ok = 0
@@ -83,7 +83,7 @@ enum ExitStatus: Int32, CaseIterable {
         (143, "Stopped by SIGTERM: the downloads are paused; the same command continues them."),
     ]
 
-    /// The table `--help` and the README show.
+    /// The table `--help` shows.
     static let summary = """
         Exit status: 0 done; 1 other failures; 2 the request (an unknown or malformed option or value, a bad \
         URL, an unknown task, an operation its state does not allow); \

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The JSON bodies of the daemon's HTTP API. Every endpoint is listed in the README.
+/// The JSON bodies of the daemon's HTTP API. Every endpoint is listed in docs/daemon.md.
 public enum API {
     /// The API's version prefix.
     public static let prefix = "/v1"

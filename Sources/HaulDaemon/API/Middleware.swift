@@ -88,7 +88,8 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         guard !allowed.isEmpty else {
             return APIFailure.response(
                 API.Failure(
-                    error: "No such endpoint: \(request.method) \(request.uri.path); the README lists the API",
+                    error:
+                        "No such endpoint: \(request.method) \(request.uri.path); docs/daemon.md lists the API (GET /v1/openapi.json describes it)",
                     code: "notFound"
                 ),
                 status: .notFound

@@ -12,7 +12,7 @@ extension HTTPField.Name {
 
 /// The daemon's HTTP+JSON API, `/v1`, as route collections over a ``DaemonCore``: tasks
 /// (``TaskRoutes``), sessions and their event logs (``SessionRoutes``), and the daemon
-/// itself (``DaemonRoutes``). Every endpoint is documented in the README.
+/// itself (``DaemonRoutes``). Every endpoint is documented in docs/daemon.md.
 ///
 /// Handlers return values (encoded as JSON by ``APIContext``) or throw; a ``HaulError``
 /// answers with its status and sentence, anything else through ``APIErrorMiddleware``.
