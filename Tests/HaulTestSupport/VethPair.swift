@@ -23,9 +23,11 @@ package struct VethPair: Sendable {
         return try await Command.run(ip, arguments)
     }
 
-    /// Creates the pair, both ends up, with 10.<a>.<b>.1 outside and .2 inside.
+    /// Creates the pair, both ends up, with 10.<a>.<b>.1 outside and .2 inside. Until
+    /// ``remove()`` it holds a change of this namespace's links (``NetworkChanges``).
     package static func create() async throws -> VethPair {
         try #require(getuid() == 0, "network namespaces need root")
+        await NetworkChanges.shared.beginChange()
         let tag = String(UInt32.random(in: 0..<0xFFFFFF), radix: 16)
         let (a, b) = (Int.random(in: 200...250), Int.random(in: 0...63) * 4)
         let pair = VethPair(
@@ -108,5 +110,6 @@ package struct VethPair: Sendable {
     package func remove() async {
         _ = try? await VethPair.ip(["link", "del", outside])
         _ = try? await VethPair.ip(["netns", "del", namespace])
+        await NetworkChanges.shared.endChange()
     }
 }

@@ -15,7 +15,7 @@ import Testing
 /// it, adds another with the keyboard only, changes the global limits and removes all; this test judges
 /// what the script saw against what the daemon did and what nginx served. Screenshots go to
 /// .build/test-artifacts/dashboard.
-@Suite("Dashboard in a browser", .serialized, .postgresServer, .timeLimit(.minutes(10)))
+@Suite("Dashboard in a browser", .serialized, .postgresServer, .quietNetwork, .timeLimit(.minutes(10)))
 struct DashboardBrowserTests {
     static let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first {
         FileManager.default.isExecutableFile(atPath: $0)
