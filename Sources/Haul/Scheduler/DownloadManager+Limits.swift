@@ -114,7 +114,13 @@ extension DownloadManager {
                     )
                 }
             }
-            try await store.setSources(id, url: first.url, sources: sources.count > 1 ? sources : [])
+            do {
+                try await store.setSources(id, url: first.url, sources: sources.count > 1 ? sources : [])
+            } catch {
+                // Not half done: a run stopped for the change goes on with the sources it had.
+                if state == .running { _ = try? await resumeInTurn(id, priority: nil) }
+                throw error
+            }
             let host = DownloadManager.hostKey(first.url)
             machine.changeEntry(id) { $0.host = host }
             if state == .running { _ = try await resumeInTurn(id, priority: nil) }

@@ -28,6 +28,13 @@ struct Aria2URIChange {
         }
         removing = try uris(2)
         adding = try uris(3)
+        // A download has at most DownloadSource.maxSources URIs: longer lists are refused
+        // before any work on them (each added URI is compared with the list).
+        guard removing.count + adding.count <= 4 * DownloadSource.maxSources else {
+            throw Aria2RPC.Failure.failed(
+                "A download has at most \(DownloadSource.maxSources) URIs: give fewer in delUris and addUris."
+            )
+        }
         guard let given = params.optional(4) else {
             position = nil
             return

@@ -88,6 +88,11 @@ struct Aria2ChangeURITests {
                     "\(last)"
                 )
                 #expect(try await Self.uris(haul, gid) == [fresh], "a refused change changed nothing")
+                // A list no download could hold is refused before any work on it.
+                let many = JSONValue.array((0..<100_000).map { .string("http://127.0.0.1:1/\($0)") })
+                let tooMany = try await haul.call("aria2.changeUri", [.string(gid), 1, [], many])
+                #expect(tooMany["error"]?.object?["message"]?.string?.contains("at most 16 URIs") == true, "\(tooMany)")
+                #expect(try await Self.uris(haul, gid) == [fresh])
                 #expect(try await haul.result("aria2.unpause", [.string(gid)]) == .string(gid))
                 #expect(
                     try await waitUntil {
