@@ -141,14 +141,25 @@ public final class HaulClient: Sendable {
     }
 
     /// The limits in force.
-    public func settings() async throws -> API.Settings {
-        try await call("GET", "/settings")
+    /// In a fleet, `node` names the node whose own limits to show (default: this daemon's).
+    public func settings(node: String? = nil) async throws -> API.Settings {
+        try await call("GET", "/settings" + Self.nodeQuery(node))
     }
 
-    /// Changes limits live, with the manager's ordering rules.
+    /// Changes limits live, with the manager's ordering rules. In a fleet, `node` names the
+    /// node whose own limits change (default: this daemon's), and `settings.fleet` the caps.
     @discardableResult
-    public func update(_ settings: API.Settings) async throws -> API.Settings {
-        try await call("PUT", "/settings", body: settings)
+    public func update(_ settings: API.Settings, node: String? = nil) async throws -> API.Settings {
+        try await call("PUT", "/settings" + Self.nodeQuery(node), body: settings)
+    }
+
+    /// `?node=NAME` (a node's name is letters, digits, `.`, `_` and `-`: nothing to escape;
+    /// anything else is escaped, for the daemon to refuse by name).
+    private static func nodeQuery(_ node: String?) -> String {
+        guard let node else { return "" }
+        return "?node="
+            + (node.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed.subtracting(["&", "=", "+", "#"]))
+                ?? "")
     }
 
     /// Changes the rate limit of tasks, live (bytes per second; nil for none); returns them.

@@ -18,11 +18,8 @@ import PostgresNIO
 ///   running and its lease has not expired: a node stopped past its lease (SIGSTOP, a long
 ///   pause, a partition from the database) can write nothing once another has taken over,
 ///   and learns so from the answer.
-/// - Admission is serialised by a transaction-scoped advisory lock, so the fleet-wide limit
-///   and the per-host cap hold however many nodes ask at once; the candidate rows are locked
-///   `FOR UPDATE SKIP LOCKED`, never waited for, and leased only up to the first that another
-///   transaction is writing (a re-add, a pause under way), so that the queue's order holds:
-///   that one is leased at the next look, before those behind it.
+/// - Each node takes leases within its own capacity and the fleet's caps, its part of the
+///   work by free capacity (``FleetAdmission``).
 public final class FleetQueue: Sendable {
     /// A node's hold on a task.
     public struct Lease: Sendable, Hashable {
@@ -37,9 +34,6 @@ public final class FleetQueue: Sendable {
     /// This daemon's name (`--node`, default the host name).
     public let node: String
     let logger: Logger
-
-    /// The advisory lock key of admission (``PostgresSchema`` has the others).
-    static let admissionLock: Int64 = 0x4841_554c_0002
 
     /// - Throws: ``HaulError/Code/invalidArgument`` for a node name that is not 1 to 64
     ///   letters, digits, `.`, `_` or `-` (a host name is one).
@@ -60,13 +54,7 @@ public final class FleetQueue: Sendable {
 
     /// Checks a node's name (`--node`): 1 to 64 letters, digits, `.`, `_` or `-`.
     public static func validateNodeName(_ name: String) throws {
-        guard DownloadRequest.isPlainName(name, maxLength: 64) else {
-            throw HaulError(
-                .invalidArgument,
-                "Invalid node name '\(name.prefix(80))'",
-                hint: "Use 1 to 64 letters, digits, '.', '_' or '-'"
-            )
-        }
+        try DownloadRequest.validateNodeName(name)
     }
 
     // MARK: Schema
@@ -82,157 +70,32 @@ public final class FleetQueue: Sendable {
     // MARK: The queue
 
     /// Takes leases for this node on the next tasks of the queue (the daemons' tasks that
-    /// wait), as many as the limits leave room for: at most `maxRunning` leased in the whole
-    /// fleet, at most `perHost` per host, and at most `wanted` for this node. A lease that
-    /// ran out is counted as free (its task is first in line again, at its old place).
+    /// wait), as ``FleetAdmission`` allows: within this node's `capacity` (downloads at once)
+    /// and `perHost`, within the fleet's caps, and its part of the work by free capacity;
+    /// at most `wanted`. `newCapacity`: the capacity changed since this node last said it.
     ///
     /// Tasks in `excluding` are passed over (those this node still runs, or is stopping: a
     /// lease of theirs that ran out must not come back to the run that lost it).
     public func acquire(
         wanted: Int,
-        maxRunning: Int,
+        capacity: Int,
         perHost: Int,
         duration: Duration,
-        excluding: [UUID] = []
+        excluding: [UUID] = [],
+        newCapacity: Bool = true
     ) async throws -> [Lease] {
-        guard wanted > 0, maxRunning > 0, perHost > 0 else { return [] }
-        let seconds = Self.seconds(duration)
+        guard wanted > 0, capacity > 0, perHost > 0 else { return [] }
+        let admission = FleetAdmission(client: client, node: node, logger: logger)
         return try await store("take leases in the fleet's queue") {
-            try await self.client.withCheckedTransaction(logger: self.logger) { connection in
-                _ = try await connection.checkedQuery(
-                    "SELECT pg_advisory_xact_lock(\(Self.admissionLock))",
-                    logger: self.logger
-                )
-                // Leases that ran out give their tasks back to the queue, at their places.
-                _ = try await connection.checkedQuery(
-                    """
-                    UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
-                    WHERE id IN (
-                        SELECT id FROM haul_task
-                        WHERE owner IS NOT NULL AND state = 'running' AND lease_expires <= now()
-                        ORDER BY id FOR UPDATE SKIP LOCKED
-                    )
-                    """,
-                    logger: self.logger
-                )
-                // A task waiting to be tried again has its timer on the node that set it; if
-                // that node died, nobody else would try it. Two leases' time past its next try,
-                // it waits in the queue again, at its place.
-                let overdue = Date().addingTimeInterval(-2 * Double(seconds))
-                _ = try await connection.checkedQuery(
-                    """
-                    UPDATE haul_task SET state = 'queued'
-                    WHERE id IN (
-                        SELECT id FROM haul_task
-                        WHERE state = 'retrying' AND background AND "nextTryAt" IS NOT NULL
-                            AND "nextTryAt" < \(overdue)
-                        ORDER BY id FOR UPDATE SKIP LOCKED
-                    )
-                    """,
-                    logger: self.logger
-                )
-                var running: [String: Int] = [:]
-                for try await (host, count) in try await connection.checkedQuery(
-                    "SELECT host, count(*) FROM haul_task WHERE state = 'running' AND owner IS NOT NULL GROUP BY host",
-                    logger: self.logger
-                ).decode((String, Int).self) {
-                    running[host] = count
-                }
-                let share = try await self.share(of: maxRunning, seconds: seconds, on: connection)
-                let room = min(wanted, maxRunning - running.values.reduce(0, +), share)
-                guard room > 0 else { return [] }
-                let picked = try await self.next(
-                    room: room,
-                    running: running,
-                    perHost: perHost,
-                    excluding: excluding,
-                    on: connection
-                )
-                guard !picked.isEmpty else { return [] }
-                var leases: [Lease] = []
-                for try await (id, fence, expires) in try await connection.checkedQuery(
-                    """
-                    UPDATE haul_task SET state = 'running', owner = \(self.node),
-                        lease_expires = now() + make_interval(secs => \(seconds)), fence = fence + 1,
-                        leased_at = now()
-                    WHERE id = ANY(\(picked))
-                    RETURNING id, fence, lease_expires
-                    """,
-                    logger: self.logger
-                ).decode((UUID, Int64, Date).self) {
-                    leases.append(Lease(task: id, fence: fence, expires: expires))
-                }
-                // In queue order, as picked.
-                let place = Dictionary(uniqueKeysWithValues: picked.enumerated().map { ($1, $0) })
-                return leases.sorted { place[$0.task, default: .max] < place[$1.task, default: .max] }
-            }
+            try await admission.acquire(
+                wanted: wanted,
+                capacity: capacity,
+                perHost: perHost,
+                seconds: Self.seconds(duration),
+                excluding: excluding,
+                publishing: newCapacity
+            )
         }
-    }
-
-    /// How many more leases this node may take of the fleet's `maxRunning`: its even share
-    /// among the nodes alive (those whose heartbeat is younger than a lease, this one
-    /// included), less what it holds — so the work spreads over every node instead of
-    /// going to whichever asks first. A node that dies stops counting a lease later.
-    private func share(of maxRunning: Int, seconds: Double, on connection: PostgresConnection) async throws -> Int {
-        var (others, mine) = (0, 0)
-        for try await (alive, held) in try await connection.checkedQuery(
-            """
-            SELECT
-                (SELECT count(*) FROM fleet_node WHERE name <> \(node) AND stopped_at IS NULL
-                    AND heartbeat_at > now() - make_interval(secs => \(seconds))),
-                (SELECT count(*) FROM haul_task WHERE owner = \(node) AND state = 'running'
-                    AND lease_expires > now())
-            """,
-            logger: logger
-        ).decode((Int, Int).self) {
-            (others, mine) = (alive, held)
-        }
-        let nodes = others + 1
-        return (maxRunning + nodes - 1) / nodes - mine
-    }
-
-    /// The next `room` waiting tasks in queue order that the per-host cap lets start (given
-    /// what `running` counts per host), locked for the lease. Only as far as the first that
-    /// another transaction holds (a re-add, a pause under way): one passed over would start
-    /// after tasks queued behind it; it is taken at the next look instead.
-    private func next(
-        room: Int,
-        running: [String: Int],
-        perHost: Int,
-        excluding: [UUID],
-        on connection: PostgresConnection
-    ) async throws -> [UUID] {
-        var (room, running) = (room, running)
-        // A window of the line, enough to look past hosts at their cap (bounded: `room` and
-        // the limits come from outside).
-        let window = max(min(room, 10_000) * 8, 256)
-        var picked: [UUID] = []
-        for try await (id, host) in try await connection.checkedQuery(
-            """
-            SELECT id, host FROM haul_task
-            WHERE state = 'queued' AND background AND id <> ALL(\(excluding)::uuid[])
-            ORDER BY priority DESC, "queueOrder" LIMIT \(window)
-            """,
-            logger: logger
-        ).decode((UUID, String).self) {
-            guard room > 0 else { continue }
-            guard running[host, default: 0] < perHost else { continue }
-            running[host, default: 0] += 1
-            picked.append(id)
-            room -= 1
-        }
-        guard !picked.isEmpty else { return [] }
-        var free: Set<UUID> = []
-        for try await id in try await connection.checkedQuery(
-            """
-            SELECT id FROM haul_task WHERE id = ANY(\(picked)::uuid[]) AND state = 'queued'
-            ORDER BY id FOR UPDATE SKIP LOCKED
-            """,
-            logger: logger
-        ).decode(UUID.self) {
-            free.insert(id)
-        }
-        return Array(picked.prefix { free.contains($0) })
     }
 
     /// Gives a task back to the queue at its place (a node stopping cleanly), if `lease`
@@ -259,18 +122,19 @@ public final class FleetQueue: Sendable {
         }
     }
 
-    /// Sends tasks running over the fleet-wide limits back to waiting, at their places in
-    /// the queue: beyond `perHost` on a host, then beyond `maxRunning` in all, the most
+    /// Sends tasks running over the fleet's caps back to waiting, at their places in the
+    /// queue: beyond its per-host cap on a host, then beyond its cap in all, the most
     /// recently started first (by when their lease was taken, then queue order), as one
     /// machine's scheduler does when its limit is lowered. Their leases end here; the nodes
     /// running them hear so at once (a note per task) and stop. Answers the tasks sent back.
-    public func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
-        guard maxRunning > 0, perHost > 0 else { return [] }
-        return try await store("send tasks over the fleet's limits back to waiting") {
+    /// (A node's own limits, lowered, it applies itself.)
+    public func sendBackOverCaps() async throws -> [UUID] {
+        let none = Int64(1) << 62
+        return try await store("send tasks over the fleet's caps back to waiting") {
             try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                 // Under the admission lock: no lease is taken meanwhile.
                 _ = try await connection.checkedQuery(
-                    "SELECT pg_advisory_xact_lock(\(Self.admissionLock))",
+                    "SELECT pg_advisory_xact_lock(\(FleetAdmission.lock))",
                     logger: self.logger
                 )
                 // The running rows locked in id order, as every writer of many locks them.
@@ -294,8 +158,12 @@ public final class FleetQueue: Sendable {
                             SELECT id, row_number() OVER (
                                 ORDER BY leased_at NULLS FIRST, priority DESC, "queueOrder"
                             ) AS overall
-                            FROM running WHERE in_host <= \(perHost)
-                        ) within_hosts WHERE overall <= \(maxRunning)
+                            FROM running WHERE in_host <= COALESCE((
+                                SELECT value FROM haul_setting WHERE name = 'fleetMaxDownloadsPerHost' AND value > 0
+                            ), \(none))
+                        ) within_hosts WHERE overall <= COALESCE((
+                            SELECT value FROM haul_setting WHERE name = 'fleetMaxConcurrentDownloads' AND value > 0
+                        ), \(none))
                     )
                     UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
                     WHERE id IN (SELECT id FROM running) AND id NOT IN (SELECT id FROM kept)
@@ -318,8 +186,14 @@ public final class FleetQueue: Sendable {
     /// the leases it still holds; one of `leases` missing from the answer was lost — stop
     /// that transfer, write nothing more about it. A lease this node's row names but
     /// `leases` does not is left to run out: no run here holds it.
-    public func heartbeat(bytesPerSecond: Double, duration: Duration, renewing leases: [Lease]) async throws -> [Lease]
-    {
+    /// `capacity`: how many downloads this node runs at once (its `-j`), for the other
+    /// nodes' share of the work.
+    public func heartbeat(
+        bytesPerSecond: Double,
+        capacity: Int = 0,
+        duration: Duration,
+        renewing leases: [Lease]
+    ) async throws -> [Lease] {
         let seconds = Self.seconds(duration)
         let speed = bytesPerSecond.isFinite ? max(0, bytesPerSecond) : 0
         let ids = leases.map(\.task)
@@ -328,9 +202,10 @@ public final class FleetQueue: Sendable {
             try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                 _ = try await connection.checkedQuery(
                     """
-                    INSERT INTO fleet_node (name, bytes_per_second) VALUES (\(self.node), \(speed))
+                    INSERT INTO fleet_node (name, bytes_per_second, max_running)
+                    VALUES (\(self.node), \(speed), \(capacity))
                     ON CONFLICT (name) DO UPDATE SET heartbeat_at = now(), bytes_per_second = \(speed),
-                        stopped_at = NULL
+                        max_running = \(capacity), stopped_at = NULL
                     """,
                     logger: self.logger
                 )

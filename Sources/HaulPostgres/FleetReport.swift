@@ -29,15 +29,18 @@ public struct FleetReport: Sendable {
     public func nodes() async throws -> [Node] {
         try await Postgres.run("read the fleet's nodes") {
             var nodes: [Node] = []
-            for try await (name, started, beat, speed, stopped, leases) in try await self.client.query(
+            for try await (name, started, beat, speed, stopped, leases, capacity, rate) in try await self.client.query(
                 """
                 SELECT n.name, n.started_at, n.heartbeat_at, n.bytes_per_second, n.stopped_at,
                     (SELECT count(*) FROM haul_task t
-                     WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now())
+                     WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()),
+                    n.max_running,
+                    (SELECT s.value FROM haul_node_setting s
+                     WHERE s.node = n.name AND s.name = 'overallRateLimit' AND s.value > 0)
                 FROM fleet_node n ORDER BY n.name
                 """,
                 logger: self.logger
-            ).decode((String, Date, Date, Double, Date?, Int).self) {
+            ).decode((String, Date, Date, Double, Date?, Int, Int, Int64?).self) {
                 nodes.append(
                     Node(
                         name: name,
@@ -45,7 +48,9 @@ public struct FleetReport: Sendable {
                         heartbeatAt: beat,
                         bytesPerSecond: speed,
                         leases: leases,
-                        stoppedAt: stopped
+                        stoppedAt: stopped,
+                        maxConcurrentDownloads: capacity > 0 ? capacity : nil,
+                        overallRateLimit: rate
                     )
                 )
             }

@@ -40,6 +40,9 @@ final class LeaseBook: Sendable {
     /// The leases this node took, by task. A lease found lost stays (``Held/lost``),
     /// refusing every write, until the run that held it has ended (``runEnded(_:)``).
     private let book = Mutex<[UUID: Held]>([:])
+    /// How many downloads this node runs at once, as last given to ``acquire(wanted:maxRunning:perHost:)``,
+    /// and whether the fleet has heard it (the other nodes weigh it in their share of the work).
+    private let capacity = Mutex<(value: Int, told: Bool)>((0, false))
 
     init(client: PostgresClient, fleet: FleetQueue, duration: Duration, timeline: Timeline, logger: Logger) {
         self.client = client
@@ -54,17 +57,29 @@ final class LeaseBook: Sendable {
     /// Whether this node holds a lease on `id`, lost or not: its writes about it are fenced.
     func isBooked(_ id: UUID) -> Bool { book.withLock { $0[id] != nil } }
 
-    /// Takes leases on up to `wanted` tasks of the fleet's queue within its limits, and books
-    /// them; returns their tasks (none when the answer came after the leases' time).
+    /// Takes leases on up to `wanted` tasks of the fleet's queue within this node's limits
+    /// (`maxRunning` downloads at once, `perHost` against one host) and the fleet's caps, and
+    /// books them; returns their tasks (none when the answer came after the leases' time).
     func acquire(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
         let sent = timeline.now
-        let taken = try await fleet.acquire(
-            wanted: wanted,
-            maxRunning: maxRunning,
-            perHost: perHost,
-            duration: duration,
-            excluding: book.withLock { Array($0.keys) }
-        )
+        let newCapacity = capacity.withLock { known in
+            defer { known = (maxRunning, true) }
+            return known != (maxRunning, true)
+        }
+        let taken: [FleetQueue.Lease]
+        do {
+            taken = try await fleet.acquire(
+                wanted: wanted,
+                capacity: maxRunning,
+                perHost: perHost,
+                duration: duration,
+                excluding: book.withLock { Array($0.keys) },
+                newCapacity: newCapacity
+            )
+        } catch {
+            if newCapacity { capacity.withLock { $0.told = false } }
+            throw error
+        }
         // An answer that came after the leases' time (a database slow to answer, or the
         // admission lock held long) is not used: its leases are neither booked nor run, and
         // the database gives their tasks back when that time ends there.
@@ -91,6 +106,7 @@ final class LeaseBook: Sendable {
         let beating = book.withLock { held in held.values.filter { !$0.lost }.map(\.lease) }
         let renewed = try await fleet.heartbeat(
             bytesPerSecond: bytesPerSecond,
+            capacity: capacity.withLock { $0.value },
             duration: duration,
             renewing: beating
         )

@@ -187,6 +187,25 @@ enum PostgresSchema {
                 ('queued', 'running', 'paused', 'completed', 'failed', 'retrying', 'waitingForNetwork', 'cancelled'))
             """,
         ],
+        [
+            // Each node's own capacity (its downloads, connections and link), and what it
+            // runs at once as the others see it. The fleet-wide downloads and per-host limits
+            // kept so far become the fleet's caps; the rate and connections, which each node
+            // applied on its own, become each known node's.
+            """
+            CREATE TABLE haul_node_setting (
+                node text NOT NULL, name text NOT NULL, value bigint NOT NULL, PRIMARY KEY (node, name))
+            """,
+            "ALTER TABLE fleet_node ADD COLUMN max_running integer NOT NULL DEFAULT 0",
+            """
+            INSERT INTO haul_node_setting (node, name, value)
+            SELECT n.name, s.name, s.value FROM fleet_node n
+            JOIN haul_setting s ON s.name IN ('overallRateLimit', 'hostConnections')
+            """,
+            "DELETE FROM haul_setting WHERE name IN ('overallRateLimit', 'hostConnections')",
+            "UPDATE haul_setting SET name = 'fleetMaxConcurrentDownloads' WHERE name = 'maxConcurrentDownloads'",
+            "UPDATE haul_setting SET name = 'fleetMaxDownloadsPerHost' WHERE name = 'maxConnectionsPerHost'",
+        ],
     ]
 
     /// Creates or upgrades the schema. Several nodes may start at once: one migrates while

@@ -1,20 +1,37 @@
 import Foundation
 import Haul
+import HaulWire
 import Logging
 import PostgresNIO
 
-/// The fleet's settings in PostgreSQL (`haul_setting`, `haul_text_setting`): the limits and
-/// the metered networks every node obeys. A change is signalled to the other nodes in its
-/// own transaction (``FleetSignals``), so each reads it at once.
+/// The fleet's settings in PostgreSQL: the fleet's own (`haul_setting`, `haul_text_setting`:
+/// its caps over all nodes, how long to keep trying, the metered networks) and each node's
+/// capacity (`haul_node_setting`: its downloads, connections and link, ``StoredLimits/nodeNames``).
+/// A change is signalled to the other nodes in its own transaction (``FleetSignals``), so
+/// each reads it at once.
 struct PostgresSettings {
     let client: PostgresClient
     let logger: Logger
+    /// This node: its own limits are read and written under its name.
+    let node: String
 
+    /// The fleet's caps, by their stored names (in `haul_setting`).
+    enum Cap: String, CaseIterable {
+        case maxConcurrentDownloads = "fleetMaxConcurrentDownloads"
+        case maxDownloadsPerHost = "fleetMaxDownloadsPerHost"
+        case overallRateLimit = "fleetRateLimit"
+    }
+
+    /// This node's settings: the fleet's, with this node's own limits.
     func numeric() async throws -> [(name: String, value: Int64?)] {
         try await Postgres.run("read the settings") {
             var settings: [(name: String, value: Int64?)] = []
             for try await (name, value) in try await client.query(
-                "SELECT name, value FROM haul_setting",
+                """
+                SELECT name, value FROM haul_setting WHERE name <> ALL(\(Array(StoredLimits.nodeNames)))
+                UNION ALL
+                SELECT name, value FROM haul_node_setting WHERE node = \(node)
+                """,
                 logger: logger
             ).decode((String, Int64?).self) {
                 settings.append((name, value))
@@ -23,14 +40,83 @@ struct PostgresSettings {
         }
     }
 
+    /// Saves settings through this node: its own limits under its name, the rest for the fleet.
     func saveNumeric(_ values: [(name: String, value: Int64)]) async throws {
+        try await save(fleet: values.filter { !StoredLimits.nodeNames.contains($0.name) }, node: node, values)
+    }
+
+    /// Node `node`'s own limits as saved (none for a node never given any).
+    func numeric(of node: String) async throws -> [(name: String, value: Int64?)] {
+        try await Postgres.run("read the node's limits") {
+            var settings: [(name: String, value: Int64?)] = []
+            for try await (name, value) in try await client.query(
+                "SELECT name, value FROM haul_node_setting WHERE node = \(node)",
+                logger: logger
+            ).decode((String, Int64?).self) {
+                settings.append((name, value))
+            }
+            return settings
+        }
+    }
+
+    /// Saves node `node`'s own limits (only ``StoredLimits/nodeNames`` are kept).
+    func saveNumeric(_ values: [(name: String, value: Int64)], of node: String) async throws {
+        try await save(fleet: [], node: node, values)
+    }
+
+    /// The fleet's caps over all its nodes (a field absent: none).
+    func caps() async throws -> API.FleetCaps {
+        var caps = API.FleetCaps()
+        try await Postgres.run("read the fleet's caps") {
+            for try await (name, value) in try await client.query(
+                "SELECT name, value FROM haul_setting WHERE name = ANY(\(Cap.allCases.map(\.rawValue)))",
+                logger: logger
+            ).decode((String, Int64).self) where value > 0 {
+                switch Cap(rawValue: name) {
+                case .maxConcurrentDownloads: caps.maxConcurrentDownloads = Int(clamping: value)
+                case .maxDownloadsPerHost: caps.maxDownloadsPerHost = Int(clamping: value)
+                case .overallRateLimit: caps.overallRateLimit = value
+                case nil: break
+                }
+            }
+        }
+        return caps
+    }
+
+    /// Saves the caps set in `caps` (0: none).
+    func saveCaps(_ caps: API.FleetCaps) async throws {
+        let values: [(Cap, Int64?)] = [
+            (.maxConcurrentDownloads, caps.maxConcurrentDownloads.map(Int64.init)),
+            (.maxDownloadsPerHost, caps.maxDownloadsPerHost.map(Int64.init)),
+            (.overallRateLimit, caps.overallRateLimit),
+        ]
+        try await save(fleet: values.compactMap { cap, value in value.map { (cap.rawValue, $0) } }, node: node, [])
+    }
+
+    /// Writes fleet-wide values and `node`'s own (those of `nodeValues` that are a node's) in
+    /// one transaction, and signals the change.
+    private func save(
+        fleet: [(name: String, value: Int64)],
+        node: String,
+        _ nodeValues: [(name: String, value: Int64)]
+    ) async throws {
+        let own = nodeValues.filter { StoredLimits.nodeNames.contains($0.name) }
         try await Postgres.run("save the settings") {
             try await client.withCheckedTransaction(logger: logger) { connection in
-                for (name, value) in values {
+                for (name, value) in fleet {
                     _ = try await connection.checkedQuery(
                         """
                         INSERT INTO haul_setting (name, value) VALUES (\(name), \(value))
                         ON CONFLICT (name) DO UPDATE SET value = excluded.value
+                        """,
+                        logger: self.logger
+                    )
+                }
+                for (name, value) in own {
+                    _ = try await connection.checkedQuery(
+                        """
+                        INSERT INTO haul_node_setting (node, name, value) VALUES (\(node), \(name), \(value))
+                        ON CONFLICT (node, name) DO UPDATE SET value = excluded.value
                         """,
                         logger: self.logger
                     )

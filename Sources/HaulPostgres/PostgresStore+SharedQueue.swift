@@ -28,8 +28,8 @@ extension PostgresStore: SharedQueue {
 
     package func runEnded(_ id: UUID) { leases.runEnded(id) }
 
-    package func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID] {
-        try await fleet.sendBackOverLimits(maxRunning: maxRunning, perHost: perHost)
+    package func sendBackOverCaps() async throws -> [UUID] {
+        try await fleet.sendBackOverCaps()
     }
 
     /// Until cancelled: renews this node's leases (the heartbeat, at a third of the lease's
@@ -104,5 +104,17 @@ extension PostgresStore: FleetView {
 
     package func fleetSignals() -> AsyncStream<FleetSignal> {
         signals.subscribe(client: client, logger: logger)
+    }
+
+    package func fleetCaps() async throws -> API.FleetCaps { try await settings.caps() }
+
+    package func saveFleetCaps(_ caps: API.FleetCaps) async throws { try await settings.saveCaps(caps) }
+
+    package func nodeLimits(of node: String) async throws -> StoredLimits {
+        StoredLimits.reading(try await settings.numeric(of: node)).limits
+    }
+
+    package func saveNodeLimits(_ limits: StoredLimits, of node: String) async throws {
+        try await settings.saveNumeric(limits.storedValues, of: node)
     }
 }

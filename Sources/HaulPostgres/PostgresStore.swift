@@ -379,7 +379,7 @@ public final class PostgresStore: TaskStore {
 
     // MARK: Settings
 
-    private var settings: PostgresSettings { PostgresSettings(client: client, logger: logger) }
+    var settings: PostgresSettings { PostgresSettings(client: client, logger: logger, node: fleet.node) }
 
     package func numericSettings() async throws -> [(name: String, value: Int64?)] { try await settings.numeric() }
     package func saveNumericSettings(_ values: [(name: String, value: Int64)]) async throws {

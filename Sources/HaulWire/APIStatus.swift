@@ -44,8 +44,11 @@ extension API {
             public var leaseSeconds: Double
             /// Every daemon that ever joined, by name.
             public var nodes: [Node]
+            /// The fleet's caps over all nodes together (each absent: none).
+            public var caps: FleetCaps?
 
-            public init(node: String, store: String, leaseSeconds: Double, nodes: [Node]) {
+            public init(node: String, store: String, leaseSeconds: Double, nodes: [Node], caps: FleetCaps? = nil) {
+                self.caps = caps
                 self.node = node
                 self.store = store
                 self.leaseSeconds = leaseSeconds
@@ -64,6 +67,11 @@ extension API {
                 public var leases: Int
                 /// When it left cleanly; absent while it runs, or when it died.
                 public var stoppedAt: Date?
+                /// How many downloads it runs at once (its own `-j`), as it last said.
+                public var maxConcurrentDownloads: Int?
+                /// Its own limit on all its downloads together (its link), bytes per second;
+                /// absent for none.
+                public var overallRateLimit: Int64?
 
                 public init(
                     name: String,
@@ -71,8 +79,12 @@ extension API {
                     heartbeatAt: Date,
                     bytesPerSecond: Double,
                     leases: Int,
-                    stoppedAt: Date?
+                    stoppedAt: Date?,
+                    maxConcurrentDownloads: Int? = nil,
+                    overallRateLimit: Int64? = nil
                 ) {
+                    self.maxConcurrentDownloads = maxConcurrentDownloads
+                    self.overallRateLimit = overallRateLimit
                     self.name = name
                     self.startedAt = startedAt
                     self.heartbeatAt = heartbeatAt

@@ -25,8 +25,14 @@ public enum API {
         public static let everything = Selector(all: true)
     }
 
-    /// `GET`/`PUT /v1/settings`: the limits, changed live.
+    /// `GET`/`PUT /v1/settings`: the limits, changed live. In a fleet, the downloads,
+    /// connections and rate limit are a node's own (this daemon's, or `?node=NAME`'s), the
+    /// others the whole fleet's, and ``fleet`` holds its caps over all nodes.
     public struct Settings: Codable, Sendable, Equatable {
+        /// In a fleet: the node whose limits these are (answers only).
+        public var node: String?
+        /// In a fleet: its caps over all nodes together.
+        public var fleet: FleetCaps?
         public var maxConcurrentDownloads: Int?
         /// Downloads at once against one host.
         public var maxDownloadsPerHost: Int?
@@ -56,8 +62,12 @@ public enum API {
             allowMetered: Bool? = nil,
             meteredInterfaces: [String]? = nil,
             lowestSpeedLimit: Int64? = nil,
-            lowestSpeedTime: Int64? = nil
+            lowestSpeedTime: Int64? = nil,
+            node: String? = nil,
+            fleet: FleetCaps? = nil
         ) {
+            self.node = node
+            self.fleet = fleet
             self.lowestSpeedLimit = lowestSpeedLimit
             self.lowestSpeedTime = lowestSpeedTime
             self.allowMetered = allowMetered
@@ -137,6 +147,26 @@ public enum API {
         public init(error: String, code: String) {
             self.error = error
             self.code = code
+        }
+    }
+}
+
+extension API {
+    /// The fleet's caps over all its nodes together (`haul set --fleet`, the `fleet` of
+    /// `PUT /v1/settings`), over each node's own limits. Absent, or 0 when set, for none.
+    public struct FleetCaps: Codable, Sendable, Equatable {
+        /// Downloads at once over every node.
+        public var maxConcurrentDownloads: Int?
+        /// Downloads at once against one host, over every node.
+        public var maxDownloadsPerHost: Int?
+        /// Bytes per second over every node together, shared among the nodes transferring.
+        public var overallRateLimit: Int64?
+
+        public init(maxConcurrentDownloads: Int? = nil, maxDownloadsPerHost: Int? = nil, overallRateLimit: Int64? = nil)
+        {
+            self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.maxDownloadsPerHost = maxDownloadsPerHost
+            self.overallRateLimit = overallRateLimit
         }
     }
 }

@@ -193,18 +193,35 @@ import Testing
                     heartbeatAt: now - 4,
                     bytesPerSecond: 2_000_000,
                     leases: 3,
-                    stoppedAt: nil
+                    stoppedAt: nil,
+                    maxConcurrentDownloads: 4,
+                    overallRateLimit: 10 << 20
                 ),
-                .init(name: "n1", startedAt: now, heartbeatAt: now - 1, bytesPerSecond: 0, leases: 0, stoppedAt: nil),
+                .init(
+                    name: "n1",
+                    startedAt: now,
+                    heartbeatAt: now - 1,
+                    bytesPerSecond: 0,
+                    leases: 0,
+                    stoppedAt: nil,
+                    maxConcurrentDownloads: 2
+                ),
                 .init(name: "n2", startedAt: now, heartbeatAt: now - 60, bytesPerSecond: 0, leases: 0, stoppedAt: now),
-            ]
+                .init(name: "n3", startedAt: now, heartbeatAt: now - 20, bytesPerSecond: 0, leases: 1, stoppedAt: nil),
+            ],
+            caps: API.FleetCaps(maxDownloadsPerHost: 4)
         )
         let text = DaemonOutput.fleet(fleet, now: now).split(separator: "\n").map(String.init)
         #expect(text[0] == "fleet:    node n1, leases of 15 s", "\(text)")
-        #expect(text[1].hasPrefix("  NODE       LEASES  HEARTBEAT  SPEED"), "\(text)")
-        #expect(text[2].hasPrefix("  n0         3       4 s ago    1.91 MiB/s"), "\(text)")
-        #expect(text[3].hasPrefix("  n1 (this)  0       1 s ago    0 B/s"), "\(text)")
-        #expect(text[4].hasPrefix("  n2         0       left"), "\(text)")
+        #expect(text[1] == "caps:     4 per host", "\(text)")
+        #expect(text[2] == "  NODE       STATE    RUNNING  LIMIT       HEARTBEAT  SPEED", "\(text)")
+        #expect(text[3] == "  n0         running  3 of 4   10.0 MiB/s  4 s ago    1.91 MiB/s", "\(text)")
+        #expect(text[4] == "  n1 (this)  running  0 of 2   none        1 s ago    0 B/s", "\(text)")
+        #expect(text[5] == "  n2         left     0 of ?   none        -          0 B/s", "\(text)")
+        // Silent past a lease without leaving: gone (its leases run out for others to take).
+        #expect(text[6] == "  n3         gone     1 of ?   none        20 s ago   0 B/s", "\(text)")
+        let uncapped = API.Status.Fleet(node: "n1", store: "", leaseSeconds: 15, nodes: [], caps: API.FleetCaps())
+        #expect(DaemonOutput.fleet(uncapped, now: now).contains("caps:     none (each node's own limits)"))
     }
 
     @Test("haul watch shows each task by its file name once known, by its id until then")

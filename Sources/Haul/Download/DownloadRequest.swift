@@ -326,6 +326,19 @@ public struct DownloadRequest: Sendable {
         }
     }
 
+    /// Checks a fleet node's name (`--node`): 1 to 64 letters, digits, `.`, `_` or `-` (a
+    /// host name is one).
+    /// - Throws: ``HaulError/Code/invalidArgument`` for anything else.
+    package static func validateNodeName(_ name: String) throws {
+        guard isPlainName(name, maxLength: 64) else {
+            throw HaulError(
+                .invalidArgument,
+                "Invalid node name '\(name.prefix(80))'",
+                hint: "Use 1 to 64 letters, digits, '.', '_' or '-'"
+            )
+        }
+    }
+
     /// Parses and checks a URL typed by a person: it must be absolute http(s) with a host.
     /// - Throws: ``HaulError/Code/invalidURL`` or ``HaulError/Code/unsupportedScheme``.
     public static func parseURL(_ text: String) throws -> URL {

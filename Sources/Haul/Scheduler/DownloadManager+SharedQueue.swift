@@ -30,17 +30,13 @@ extension DownloadManager {
         }
     }
 
-    /// With a shared queue, after the limits were lowered: the tasks running over them
-    /// anywhere go back to waiting, the most recently started first, as on one machine
-    /// (where ``setMaxConcurrentDownloads(_:)`` alone does it). The managers running them
-    /// stop at once and continue them later from their checkpoints.
-    package func sendBackOverLimits() async throws {
+    /// With a shared queue, after its caps over every manager were lowered: the tasks
+    /// running over them anywhere go back to waiting, the most recently started first, as on
+    /// one machine (where ``setMaxConcurrentDownloads(_:)`` alone does it). The managers
+    /// running them stop at once and continue them later from their checkpoints.
+    package func sendBackOverCaps() async throws {
         guard let sharedQueue else { return }
-        let sent = try await sharedQueue.sendBackOverLimits(
-            maxRunning: machine.maxConcurrent,
-            perHost: machine.perHostLimit
-        )
-        stopRevoked(Set(sent))
+        stopRevoked(Set(try await sharedQueue.sendBackOverCaps()))
     }
 
     /// Acts on what the shared queue said.
@@ -56,7 +52,8 @@ extension DownloadManager {
     /// Claims as many waiting tasks as this manager may still run and starts them.
     func claimWaitingTasks() async {
         guard let sharedQueue, !shuttingDown, !machine.storeRefusing else { return }
-        // (With a shared queue every task waiting in this manager's line is claimed already.)
+        // (With a shared queue every task waiting in this manager's line is claimed already:
+        // one that yields goes back to the shared queue.)
         let wanted = machine.maxConcurrent - machine.running.count - machine.waitingIDs.count
         guard wanted > 0 else { return }
         let ids: [UUID]

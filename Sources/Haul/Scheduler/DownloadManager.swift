@@ -159,7 +159,8 @@ public actor DownloadManager {
         self.downloader = try Downloader(configuration: configuration.downloader)
         self.machine = ManagerMachine(
             maxConcurrent: configuration.maxConcurrentDownloads,
-            perHostLimit: configuration.maxDownloadsPerHost
+            perHostLimit: configuration.maxDownloadsPerHost,
+            sharesQueue: configuration.sharedQueue != nil
         )
         (starts, startSink) = AsyncStream.makeStream()
         (hookRequests, hookSink) = AsyncStream.makeStream()

@@ -6,11 +6,10 @@ import Foundation
 /// recorded, a limit changed, a claim revoked — and performs the actions it returns, in
 /// order: start a transfer, ask one to stop, publish a change of state, announce an end.
 ///
-/// Each task has one ``TaskSlot`` here: its state (changed only through ``TaskStateMachine``'s
-/// legal moves), its place in the ``Scheduler``'s line, and what the store still owes it.
-/// Whether its transfer runs is the ``running`` index, kept by ``admit(mayRun:)`` and the
-/// run's end alone. What exists only while a transfer runs (its handles, who waits for its
-/// end) and the timers of waiting tasks stay with the actor, which holds the I/O.
+/// Each task has one ``TaskSlot``: its state (moved only by ``TaskStateMachine``), its place
+/// in the ``Scheduler``'s line, what the store owes it. Whether its transfer runs is the
+/// ``running`` index, kept by ``admit(mayRun:)`` and the run's end alone. A running
+/// transfer's handles and the timers of waiting tasks stay with the actor (the I/O).
 ///
 /// See docs/architecture.md, "The manager's state", for the events and the diagram.
 struct ManagerMachine: Sendable {
@@ -27,11 +26,13 @@ struct ManagerMachine: Sendable {
     private(set) var stopping: Set<UUID> = []
     /// Nothing starts once the manager stops.
     var shuttingDown = false
-    /// The store refused the last write: nothing starts until a write gets through.
-    var storeRefusing = false
+    var storeRefusing = false  // The store refused the last write: nothing starts until one passes.
+    /// Tasks run under a shared queue's claims: one that yields goes back to that queue.
+    let sharesQueue: Bool
 
-    init(maxConcurrent: Int, perHostLimit: Int) {
+    init(maxConcurrent: Int, perHostLimit: Int, sharesQueue: Bool = false) {
         scheduler = Scheduler(maxConcurrent: maxConcurrent, perHostLimit: perHostLimit)
+        self.sharesQueue = sharesQueue
     }
 
     // MARK: Looking
@@ -188,7 +189,6 @@ struct ManagerMachine: Sendable {
     mutating func setMaxConcurrent(_ limit: Int) -> [ManagerAction] {
         scheduler.setMaxConcurrent(limit).map { .stop($0, .yield) }
     }
-
     /// Changes the per-host limit, like ``setMaxConcurrent(_:)``.
     mutating func setPerHostLimit(_ limit: Int) -> [ManagerAction] {
         scheduler.setPerHostLimit(limit).map { .stop($0, .yield) }
@@ -217,7 +217,9 @@ struct ManagerMachine: Sendable {
         case .storeRefused(let message, sharing: _):
             actions = storeRefused(id, message, stop: stop)
         case .paused where stop == .yield:
-            // The scheduler already moved it back to waiting (or, stopping, it stays queued).
+            // The scheduler moved it back to waiting (stopping, it stays queued); with a
+            // shared queue, it waits there (the state recorded ended its claim).
+            if sharesQueue { scheduler.remove(id) }
             actions = move(id, .yield)
         case .paused:
             scheduler.remove(id)
@@ -335,9 +337,8 @@ struct ManagerMachine: Sendable {
     }
 
     private mutating func requeued(_ id: UUID, _ event: TaskStateMachine.Event) -> [ManagerAction] {
-        let moved = move(id, event)
-        if let entry = slots[id]?.entry { scheduler.enqueue(entry) }
-        return moved
+        defer { if let entry = slots[id]?.entry { scheduler.enqueue(entry) } }
+        return move(id, event)
     }
 
     /// The running task's route went: it stops, to wait for the network.

@@ -15,9 +15,9 @@ package protocol SharedQueue: Sendable {
     /// How long a claim lasts unless renewed: also how long a manager waits to read the state
     /// of a task whose claim was revoked.
     var claimDuration: Duration { get }
-    /// Claims waiting tasks, in queue order, as the shared limits leave room (at most
-    /// `maxRunning` over every manager, `perHost` per host, `wanted` here); their tasks are
-    /// then running. Returns their ids in queue order.
+    /// Claims waiting tasks, in queue order, as this manager's limits (`maxRunning` at once,
+    /// `perHost` per host, at most `wanted` more) and the queue's own caps over every manager
+    /// leave room; their tasks are then running. Returns their ids in queue order.
     func claim(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID]
     /// Whether this manager holds the claim on task `id` (as far as it knows).
     func holdsClaim(_ id: UUID) -> Bool
@@ -41,9 +41,10 @@ package protocol SharedQueue: Sendable {
     /// after (it finds the task completed), never in between. The full completion (last
     /// checkpoint, file details) is recorded after.
     func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws
-    /// Sends the tasks running over the shared limits back to waiting, the most recently
-    /// started first, wherever they run; the managers running them stop. Returns them.
-    func sendBackOverLimits(maxRunning: Int, perHost: Int) async throws -> [UUID]
+    /// Sends the tasks running over the queue's own caps (over every manager together) back
+    /// to waiting, the most recently started first, wherever they run; the managers running
+    /// them stop. Returns them.
+    func sendBackOverCaps() async throws -> [UUID]
     /// Keeps this manager's claims alive until cancelled, and says what it must act on.
     /// - Parameters:
     ///   - speed: the manager's transfer speed now, in bytes per second (the queue shows it).

@@ -99,6 +99,65 @@ extension StoredLimits {
         case maxConnectionsPerHost = "hostConnections"
     }
 
+    /// The limits that, in a fleet, are each node's own — its capacity: its downloads, its
+    /// connections, its link — by their stored names. The others hold for the whole fleet.
+    package static let nodeNames: Set<String> = Set(
+        [Name.maxConcurrentDownloads, .maxDownloadsPerHost, .maxConnectionsPerHost, .overallRateLimit].map(\.rawValue)
+    )
+
+    /// The fields set here that hold for a whole fleet, not for one node, by their API names.
+    package var fleetFields: [String] {
+        [
+            ("giveUpAfter", giveUpAfter), ("allowMetered", allowMetered),
+            ("lowestSpeedLimit", lowestSpeedLimit), ("lowestSpeedTime", lowestSpeedTime),
+        ].compactMap { $0.1 == nil ? nil : $0.0 }
+    }
+
+    /// The limits among stored `settings` (by their stored names; others are passed over).
+    /// A value that is out of range (edited, or written by a broken version) is left out and
+    /// named in `rejected`, so the caller can say so and use its default.
+    package static func reading(
+        _ settings: [(name: String, value: Int64?)]
+    ) -> (limits: StoredLimits, rejected: [String]) {
+        var limits = StoredLimits()
+        var rejected: [String] = []
+        for (name, value) in settings {
+            guard let setting = Name(rawValue: name), let value else { continue }
+            var one = StoredLimits()
+            switch setting {
+            case .maxConcurrentDownloads: one.maxConcurrentDownloads = Int(exactly: value)
+            case .maxDownloadsPerHost: one.maxDownloadsPerHost = Int(exactly: value)
+            case .maxConnectionsPerHost: one.maxConnectionsPerHost = Int(exactly: value)
+            case .overallRateLimit: one.overallRateLimit = value
+            case .giveUpAfter: one.giveUpAfter = value
+            case .allowMetered: one.allowMetered = value
+            case .lowestSpeedLimit: one.lowestSpeedLimit = value
+            case .lowestSpeedTime: one.lowestSpeedTime = value
+            }
+            if one == StoredLimits() || (try? one.validate()) == nil {
+                rejected.append("\(name) = \(value)")
+            } else {
+                limits = limits.merging(one)
+            }
+        }
+        return (limits, rejected)
+    }
+
+    /// The fields that are set, by their stored names.
+    package var storedValues: [(name: String, value: Int64)] {
+        let values: [(Name, Int64?)] = [
+            (.maxConcurrentDownloads, maxConcurrentDownloads.map(Int64.init)),
+            (.maxDownloadsPerHost, maxDownloadsPerHost.map(Int64.init)),
+            (.maxConnectionsPerHost, maxConnectionsPerHost.map(Int64.init)),
+            (.overallRateLimit, overallRateLimit),
+            (.giveUpAfter, giveUpAfter),
+            (.allowMetered, allowMetered),
+            (.lowestSpeedLimit, lowestSpeedLimit),
+            (.lowestSpeedTime, lowestSpeedTime),
+        ]
+        return values.compactMap { name, value in value.map { (name.rawValue, $0) } }
+    }
+
     /// The speed floor these limits set: nil when none (no limit, or 0); the time defaults
     /// to 30 seconds.
     package var lowestSpeed: LowestSpeed? {

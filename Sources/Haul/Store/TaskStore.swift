@@ -146,43 +146,12 @@ extension TaskStore {
     /// or written by a broken version) is left out and named in `rejected`, so the caller
     /// can say so and use its default.
     package func storedLimits() async throws -> (limits: StoredLimits, rejected: [String]) {
-        var limits = StoredLimits()
-        var rejected: [String] = []
-        for (name, value) in try await numericSettings() {
-            guard let setting = StoredLimits.Name(rawValue: name), let value else { continue }
-            var one = StoredLimits()
-            switch setting {
-            case .maxConcurrentDownloads: one.maxConcurrentDownloads = Int(exactly: value)
-            case .maxDownloadsPerHost: one.maxDownloadsPerHost = Int(exactly: value)
-            case .maxConnectionsPerHost: one.maxConnectionsPerHost = Int(exactly: value)
-            case .overallRateLimit: one.overallRateLimit = value
-            case .giveUpAfter: one.giveUpAfter = value
-            case .allowMetered: one.allowMetered = value
-            case .lowestSpeedLimit: one.lowestSpeedLimit = value
-            case .lowestSpeedTime: one.lowestSpeedTime = value
-            }
-            if one == StoredLimits() || (try? one.validate()) == nil {
-                rejected.append("\(name) = \(value)")
-            } else {
-                limits = limits.merging(one)
-            }
-        }
-        return (limits, rejected)
+        StoredLimits.reading(try await numericSettings())
     }
 
     /// Saves the fields of `limits` that are set, together (one transaction).
     package func saveLimits(_ limits: StoredLimits) async throws {
-        let values: [(StoredLimits.Name, Int64?)] = [
-            (.maxConcurrentDownloads, limits.maxConcurrentDownloads.map(Int64.init)),
-            (.maxDownloadsPerHost, limits.maxDownloadsPerHost.map(Int64.init)),
-            (.maxConnectionsPerHost, limits.maxConnectionsPerHost.map(Int64.init)),
-            (.overallRateLimit, limits.overallRateLimit),
-            (.giveUpAfter, limits.giveUpAfter),
-            (.allowMetered, limits.allowMetered),
-            (.lowestSpeedLimit, limits.lowestSpeedLimit),
-            (.lowestSpeedTime, limits.lowestSpeedTime),
-        ]
-        try await saveNumericSettings(values.compactMap { name, value in value.map { (name.rawValue, $0) } })
+        try await saveNumericSettings(limits.storedValues)
     }
 
     /// The metered interface patterns last saved, or nil (the defaults); a stored value

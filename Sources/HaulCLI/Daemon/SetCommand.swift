@@ -19,12 +19,19 @@ extension HaulCommand {
                 limits all downloads together; with task ids, --session or --all it limits each of \
                 those downloads. A rate of 0 removes the limit.
 
+                In a fleet, --max-concurrent, --max-per-host, --max-connections-per-host and \
+                --limit-rate are a node's own (this daemon's, or --node NAME's); with --fleet, \
+                --max-concurrent, --max-per-host and --limit-rate are caps over all nodes together \
+                (0 for none). The other settings hold for every node.
+
                 \(Examples.block([
                     ("haul set --max-concurrent 2", "two at a time, from now"),
                     ("haul set --limit-rate 10M", "all downloads together at most 10 MiB/s"),
                     ("haul set --limit-rate 1M --session nightly", "each of a session's at most 1 MiB/s"),
                     ("haul set --give-up-after 6h", "keep trying failed downloads for 6 hours"),
                     ("haul set --lowest-speed-limit 1K", "break connections slower than 1 KiB/s for 30 s"),
+                    ("haul set --node n2 -j 8", "in a fleet: node n2 runs eight at once"),
+                    ("haul set --fleet --max-per-host 4", "in a fleet: at most four against one host, over all nodes"),
                 ]))
                 """
         )
@@ -88,9 +95,21 @@ extension HaulCommand {
         @Flag(help: "Change the rate limit of every unfinished task.")
         var all = false
 
+        @Option(help: "In a fleet: change this node's own limits (default: the daemon's own).")
+        var node: String?
+
+        @Flag(help: "In a fleet: --max-concurrent, --max-per-host and --limit-rate cap all nodes together.")
+        var fleet = false
+
         func validate() throws {
             let selected = !ids.isEmpty || session != nil || all
             if selected, limitRate == nil { throw ValidationError("Tasks are named only with --limit-rate") }
+            if selected, node != nil || fleet { throw ValidationError("--node and --fleet do not apply to tasks") }
+            if node != nil, fleet { throw ValidationError("Give --node NAME or --fleet, not both") }
+            if let node { try DownloadRequest.validateNodeName(node) }
+            if fleet, maxConnectionsPerHost != nil {
+                throw ValidationError("--max-connections-per-host is each node's own; leave out --fleet")
+            }
             if [!ids.isEmpty, session != nil, all].filter({ $0 }).count > 1 {
                 throw ValidationError("Give task ids, --session NAME, or --all")
             }
@@ -115,35 +134,65 @@ extension HaulCommand {
                     && lowestSpeedTime == nil
                 let settings =
                     unchanged
-                    ? try await client.settings()
-                    : try await client.update(
-                        API.Settings(
-                            maxConcurrentDownloads: maxConcurrent,
-                            maxDownloadsPerHost: maxPerHost,
-                            maxConnectionsPerHost: maxConnectionsPerHost,
-                            overallRateLimit: limitRate?.bytes,
-                            giveUpAfter: giveUpAfter?.seconds,
-                            allowMetered: allowMetered?.value,
-                            meteredInterfaces: meteredInterfaces.map(ProxySettings.list),
-                            lowestSpeedLimit: lowestSpeedLimit?.bytes,
-                            lowestSpeedTime: lowestSpeedTime
-                        )
-                    )
-                print("max-concurrent: \(settings.maxConcurrentDownloads ?? 0)")
-                print("max-per-host: \(settings.maxDownloadsPerHost ?? 0)")
-                print("max-connections-per-host: \(settings.maxConnectionsPerHost ?? 0)")
-                let rate = settings.overallRateLimit ?? 0
-                print("limit-rate: \(rate == 0 ? "none" : Format.speed(Double(rate)))")
-                if let seconds = settings.giveUpAfter { print("give-up-after: \(SpokenDuration.text(seconds))") }
-                if let allow = settings.allowMetered { print("allow-metered: \(allow ? "yes" : "no")") }
-                if let patterns = settings.meteredInterfaces {
-                    print("metered-interfaces: \(patterns.joined(separator: ","))")
-                }
-                if let floor = settings.lowestSpeedLimit {
-                    let time = settings.lowestSpeedTime ?? 30
-                    print("lowest-speed: \(floor == 0 ? "none" : "\(Format.speed(Double(floor))) for \(time) s")")
-                }
+                    ? try await client.settings(node: node)
+                    : try await client.update(change, node: node)
+                print(Self.describe(settings))
             }
+        }
+
+        /// The change asked for: with `--fleet`, the downloads and the rate are the fleet's caps.
+        private var change: API.Settings {
+            var change = API.Settings(
+                maxConcurrentDownloads: maxConcurrent,
+                maxDownloadsPerHost: maxPerHost,
+                maxConnectionsPerHost: maxConnectionsPerHost,
+                overallRateLimit: limitRate?.bytes,
+                giveUpAfter: giveUpAfter?.seconds,
+                allowMetered: allowMetered?.value,
+                meteredInterfaces: meteredInterfaces.map(ProxySettings.list),
+                lowestSpeedLimit: lowestSpeedLimit?.bytes,
+                lowestSpeedTime: lowestSpeedTime
+            )
+            if fleet {
+                change.fleet = API.FleetCaps(
+                    maxConcurrentDownloads: maxConcurrent,
+                    maxDownloadsPerHost: maxPerHost,
+                    overallRateLimit: limitRate?.bytes
+                )
+                (change.maxConcurrentDownloads, change.maxDownloadsPerHost, change.overallRateLimit) = (nil, nil, nil)
+            }
+            return change
+        }
+
+        /// The settings, one `name: value` a line: the node's (in a fleet, named first), the
+        /// fleet's caps last.
+        static func describe(_ settings: API.Settings) -> String {
+            var lines: [String] = []
+            if let node = settings.node { lines.append("node: \(node)") }
+            lines.append("max-concurrent: \(settings.maxConcurrentDownloads ?? 0)")
+            lines.append("max-per-host: \(settings.maxDownloadsPerHost ?? 0)")
+            lines.append("max-connections-per-host: \(settings.maxConnectionsPerHost ?? 0)")
+            lines.append("limit-rate: \(rate(settings.overallRateLimit))")
+            if let seconds = settings.giveUpAfter { lines.append("give-up-after: \(SpokenDuration.text(seconds))") }
+            if let allow = settings.allowMetered { lines.append("allow-metered: \(allow ? "yes" : "no")") }
+            if let patterns = settings.meteredInterfaces {
+                lines.append("metered-interfaces: \(patterns.joined(separator: ","))")
+            }
+            if let floor = settings.lowestSpeedLimit {
+                let time = settings.lowestSpeedTime ?? 30
+                lines.append("lowest-speed: \(floor == 0 ? "none" : "\(Format.speed(Double(floor))) for \(time) s")")
+            }
+            if let caps = settings.fleet {
+                lines.append("fleet-max-concurrent: \(caps.maxConcurrentDownloads.map(String.init) ?? "none")")
+                lines.append("fleet-max-per-host: \(caps.maxDownloadsPerHost.map(String.init) ?? "none")")
+                lines.append("fleet-limit-rate: \(rate(caps.overallRateLimit))")
+            }
+            return lines.joined(separator: "\n")
+        }
+
+        private static func rate(_ bytesPerSecond: Int64?) -> String {
+            guard let bytesPerSecond, bytesPerSecond > 0 else { return "none" }
+            return Format.speed(Double(bytesPerSecond))
         }
     }
 }

@@ -250,19 +250,30 @@ enum DaemonOutput {
                 ? "\(Int(seconds.rounded())) s" : Format.duration(.milliseconds(Int64(seconds * 1000)))
         }
         var lines = ["fleet:    node \(fleet.node), leases of \(span(fleet.leaseSeconds))"]
-        var rows = [["NODE", "LEASES", "HEARTBEAT", "SPEED"]]
+        if let caps = fleet.caps {
+            let parts = [
+                caps.maxConcurrentDownloads.map { "\($0) downloads" },
+                caps.maxDownloadsPerHost.map { "\($0) per host" },
+                caps.overallRateLimit.map { Format.speed(Double($0)) },
+            ].compactMap { $0 }
+            lines.append("caps:     \(parts.isEmpty ? "none (each node's own limits)" : parts.joined(separator: ", "))")
+        }
+        var rows = [["NODE", "STATE", "RUNNING", "LIMIT", "HEARTBEAT", "SPEED"]]
         for node in fleet.nodes {
-            let beat = node.stoppedAt != nil ? "left" : "\(span(max(0, now.timeIntervalSince(node.heartbeatAt)))) ago"
+            let silent = max(0, now.timeIntervalSince(node.heartbeatAt))
+            let state = node.stoppedAt != nil ? "left" : silent > fleet.leaseSeconds ? "gone" : "running"
             rows.append([
-                node.name + (node.name == fleet.node ? " (this)" : ""), "\(node.leases)", beat,
-                Format.speed(node.bytesPerSecond),
+                node.name + (node.name == fleet.node ? " (this)" : ""), state,
+                "\(node.leases) of \(node.maxConcurrentDownloads.map(String.init) ?? "?")",
+                node.overallRateLimit.map { Format.speed(Double($0)) } ?? "none",
+                node.stoppedAt != nil ? "-" : "\(span(silent)) ago", Format.speed(node.bytesPerSecond),
             ])
         }
-        let widths = (0..<3).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }
         lines += rows.map { row in
             "  "
-                + (0..<3).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
-                .joined(separator: "  ") + "  " + row[3]
+                + (0..<5).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ") + "  " + row[5]
         }
         return lines.joined(separator: "\n")
     }

@@ -224,9 +224,10 @@ struct DaemonRoutes {
 
     func register(on routes: APIRoutes) {
         routes.get("status") { _, _ in try await core.status() }
-        routes.get("settings") { _, _ in await core.settings() }
+        routes.get("settings") { request, _ in try await core.settings(node: try Self.node(request)) }
         routes.put("settings") { request, context in
             let body = try await RequestBody.decode(API.Settings.self, from: request, context: context)
+            let node = try Self.node(request)
             try await core.changeLimits(
                 StoredLimits(
                     maxConcurrentDownloads: body.maxConcurrentDownloads,
@@ -238,9 +239,11 @@ struct DaemonRoutes {
                     lowestSpeedLimit: body.lowestSpeedLimit,
                     lowestSpeedTime: body.lowestSpeedTime
                 ),
-                meteredInterfaces: body.meteredInterfaces
+                meteredInterfaces: body.meteredInterfaces,
+                node: node,
+                caps: body.fleet
             )
-            return await core.settings()
+            return try await core.settings(node: node)
         }
         routes.post("login-links") { _, _ in
             guard let listen = core.listen else {
@@ -271,6 +274,13 @@ struct DaemonRoutes {
             }
             return API.Stopping(stopping: true)
         }
+    }
+
+    /// The `node` query parameter (a fleet's node whose own limits to read or change), checked.
+    static func node(_ request: Request) throws -> String? {
+        guard let node = request.uri.queryParameters.get("node").map({ String($0) }) else { return nil }
+        try DownloadRequest.validateNodeName(node)
+        return node
     }
 
     /// The listener's `HOST:PORT` as a browser on this machine reaches it: a wildcard

@@ -89,7 +89,21 @@ final class DaemonCore: Sendable {
     }
 
     /// The limits in force, as `GET /v1/settings` shows them.
-    func settings() async -> API.Settings {
+    /// In a fleet: this node's (or `node`'s) own limits, with the fleet's caps.
+    func settings(node: String? = nil) async throws -> API.Settings {
+        let own = await ownSettings()
+        guard let view = try fleetSettings(for: node, caps: nil) else { return own }
+        var settings = own
+        if let node, node != view.fleet.node {
+            try await view.validate(StoredLimits(), meteredInterfaces: nil, for: node)
+            settings = try await view.settings(of: node, over: own)
+        }
+        settings.node = settings.node ?? view.fleet.node
+        settings.fleet = try await view.fleet.fleetCaps()
+        return settings
+    }
+
+    private func ownSettings() async -> API.Settings {
         let limits = await manager.limits
         return API.Settings(
             maxConcurrentDownloads: limits.maxConcurrentDownloads,
@@ -142,14 +156,15 @@ final class DaemonCore: Sendable {
             network: await network(waiting: counts[TaskState.waitingForNetwork.rawValue] ?? 0)
         )
         if let fleet = sessionStore as? any FleetView {
-            // The limits are the fleet's, and so are the counts (each node's share: its leases).
+            // The limits are this node's own; the counts are the fleet's (each node's share: its leases).
             status.store = fleet.storeDescription
             let lease = fleet.leaseDuration.components
             status.fleet = API.Status.Fleet(
                 node: fleet.node,
                 store: fleet.storeDescription,
                 leaseSeconds: Double(lease.seconds) + Double(lease.attoseconds) / 1e18,
-                nodes: try await fleet.fleetNodes()
+                nodes: try await fleet.fleetNodes(),
+                caps: try await fleet.fleetCaps()
             )
         }
         return status
@@ -209,23 +224,57 @@ final class DaemonCore: Sendable {
 
     /// Changes the daemon's limits and keeps them in the store for the next start. Every
     /// field is checked before any applies, and changes apply one after another, so what
-    /// the store keeps is what runs.
+    /// the store keeps is what runs. In a fleet: `node` names another node whose own limits
+    /// change (it applies them when it hears of it), and `caps` are the fleet's over all
+    /// nodes (what runs over them anywhere goes back, sent by the daemon the change came
+    /// through).
     /// - Throws: ``HaulError/Code/invalidArgument`` naming the first bad field; nothing changes then.
-    func changeLimits(_ change: StoredLimits, meteredInterfaces: [String]? = nil) async throws {
-        try change.validate()
-        if let meteredInterfaces { try NetworkPolicy(meteredInterfaces: meteredInterfaces).validate() }
+    func changeLimits(
+        _ change: StoredLimits,
+        meteredInterfaces: [String]? = nil,
+        node: String? = nil,
+        caps: API.FleetCaps? = nil
+    ) async throws {
+        let fleet = try fleetSettings(for: node, caps: caps)
+        if let caps { try FleetSettings.validate(caps) }
+        let other = node.flatMap { $0 == fleet?.fleet.node ? nil : $0 }
+        if let other, let fleet {
+            try await fleet.validate(change, meteredInterfaces: meteredInterfaces, for: other)
+        } else {
+            try change.validate()
+            if let meteredInterfaces { try NetworkPolicy(meteredInterfaces: meteredInterfaces).validate() }
+        }
         let manager = self.manager
         try await settingsChanges.run {
-            try await manager.store.saveLimits(change)
-            if let meteredInterfaces { try await manager.store.saveMeteredInterfaces(meteredInterfaces) }
-            try await Self.apply(change, meteredInterfaces: meteredInterfaces, to: manager)
-            if change.maxConcurrentDownloads != nil || change.maxDownloadsPerHost != nil {
-                // In a fleet the limits hold across every daemon: what runs over them anywhere
-                // goes back — sent once, by the daemon the change came through (the others
-                // only apply the stored limits when they hear of it).
-                try await manager.sendBackOverLimits()
+            if let other, let fleet {
+                try await fleet.fleet.saveNodeLimits(change, of: other)
+            } else {
+                try await manager.store.saveLimits(change)
+                if let meteredInterfaces { try await manager.store.saveMeteredInterfaces(meteredInterfaces) }
+                try await DaemonSettings.apply(change, meteredInterfaces: meteredInterfaces, to: manager)
+            }
+            if let caps, let fleet {
+                try await fleet.fleet.saveFleetCaps(caps)
+                try await manager.sendBackOverCaps()
             }
         }
+    }
+
+    /// The fleet's settings: nil when the daemon is not in a fleet.
+    /// - Throws: ``HaulError/Code/invalidArgument`` when they are given to a daemon that
+    ///   is not in a fleet.
+    private func fleetSettings(for node: String?, caps: API.FleetCaps?) throws -> FleetSettings? {
+        guard let fleet = sessionStore as? any FleetView else {
+            guard node == nil, caps == nil else {
+                throw HaulError(
+                    .invalidArgument,
+                    "This daemon is not in a fleet: it has no other nodes and no fleet caps",
+                    hint: "Leave out --node and --fleet, or start the daemons of a fleet with --store postgres://…"
+                )
+            }
+            return nil
+        }
+        return FleetSettings(fleet: fleet)
     }
 
     /// Applies the limits the store keeps now: in a fleet, another daemon changed them.
@@ -236,38 +285,10 @@ final class DaemonCore: Sendable {
             try await settingsChanges.run {
                 let (limits, _) = try await manager.store.storedLimits()
                 let metered = try await manager.store.storedMeteredInterfaces()
-                try await Self.apply(limits, meteredInterfaces: metered, to: manager)
+                try await DaemonSettings.apply(limits, meteredInterfaces: metered, to: manager)
             }
         } catch {
             logger.warning("cannot apply the fleet's changed limits", metadata: ["error": "\(error)"])
-        }
-    }
-
-    /// Applies the fields of `change` that are set to the running manager.
-    private static func apply(
-        _ change: StoredLimits,
-        meteredInterfaces: [String]?,
-        to manager: DownloadManager
-    ) async throws {
-        if change.allowMetered != nil || meteredInterfaces != nil {
-            var policy = await manager.networkPolicy
-            if let allow = change.allowMetered { policy.allowsMetered = allow == 1 }
-            if let meteredInterfaces { policy.meteredInterfaces = meteredInterfaces }
-            if policy != (await manager.networkPolicy) { try await manager.setNetworkPolicy(policy) }
-        }
-        if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
-        if let limit = change.maxDownloadsPerHost { try await manager.setMaxDownloadsPerHost(limit) }
-        if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
-        if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
-        if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
-        if change.lowestSpeedLimit != nil || change.lowestSpeedTime != nil {
-            // Either half over what holds now (the time alone keeps the limit, and the reverse).
-            let now = manager.lowestSpeed
-            let floor = StoredLimits(
-                lowestSpeedLimit: change.lowestSpeedLimit ?? now?.bytesPerSecond ?? 0,
-                lowestSpeedTime: change.lowestSpeedTime ?? now?.time.components.seconds
-            )
-            manager.setLowestSpeed(floor.lowestSpeed)
         }
     }
 

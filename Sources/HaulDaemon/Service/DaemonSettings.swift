@@ -76,4 +76,32 @@ enum DaemonSettings {
         if given != StoredLimits() { try await store.saveLimits(given) }
         return kept.merging(given)
     }
+
+    /// Applies the fields of `change` that are set to the running manager.
+    static func apply(
+        _ change: StoredLimits,
+        meteredInterfaces: [String]?,
+        to manager: DownloadManager
+    ) async throws {
+        if change.allowMetered != nil || meteredInterfaces != nil {
+            var policy = await manager.networkPolicy
+            if let allow = change.allowMetered { policy.allowsMetered = allow == 1 }
+            if let meteredInterfaces { policy.meteredInterfaces = meteredInterfaces }
+            if policy != (await manager.networkPolicy) { try await manager.setNetworkPolicy(policy) }
+        }
+        if let limit = change.maxConcurrentDownloads { try await manager.setMaxConcurrentDownloads(limit) }
+        if let limit = change.maxDownloadsPerHost { try await manager.setMaxDownloadsPerHost(limit) }
+        if let limit = change.maxConnectionsPerHost { try await manager.setMaxConnectionsPerHost(limit) }
+        if let rate = change.overallRateLimit { try await manager.setOverallRateLimit(rate == 0 ? nil : rate) }
+        if let seconds = change.giveUpAfter { try await manager.setGiveUpAfter(.seconds(seconds)) }
+        if change.lowestSpeedLimit != nil || change.lowestSpeedTime != nil {
+            // Either half over what holds now (the time alone keeps the limit, and the reverse).
+            let now = manager.lowestSpeed
+            let floor = StoredLimits(
+                lowestSpeedLimit: change.lowestSpeedLimit ?? now?.bytesPerSecond ?? 0,
+                lowestSpeedTime: change.lowestSpeedTime ?? now?.time.components.seconds
+            )
+            manager.setLowestSpeed(floor.lowestSpeed)
+        }
+    }
 }

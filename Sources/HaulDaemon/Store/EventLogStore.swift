@@ -127,7 +127,8 @@ package enum FleetSignal: Sendable, Hashable {
     case resumed
 }
 
-/// A daemon's view of the fleet it runs in (fleet mode's shared store), for `haul status`.
+/// A daemon's view of the fleet it runs in (fleet mode's shared store), for `haul status`
+/// and `haul set`.
 package protocol FleetView: Sendable {
     /// This daemon's name in the fleet.
     var node: String { get }
@@ -138,4 +139,12 @@ package protocol FleetView: Sendable {
     func fleetNodes() async throws -> [API.Status.Fleet.Node]
     /// What other nodes signal (changed settings, logged events), until the store closes.
     func fleetSignals() -> AsyncStream<FleetSignal>
+    /// The fleet's caps over all its nodes together.
+    func fleetCaps() async throws -> API.FleetCaps
+    /// Saves the caps set in `caps` (0: none); every node hears of it.
+    func saveFleetCaps(_ caps: API.FleetCaps) async throws
+    /// The own limits saved for node `node` (its downloads, connections, rate limit).
+    func nodeLimits(of node: String) async throws -> StoredLimits
+    /// Saves node `node`'s own limits (the fields of ``StoredLimits/nodeNames``); it hears of it.
+    func saveNodeLimits(_ limits: StoredLimits, of node: String) async throws
 }

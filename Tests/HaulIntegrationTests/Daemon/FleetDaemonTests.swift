@@ -144,13 +144,16 @@ struct FleetDaemonTests {
     }
 
     @Test(
-        "three daemons share one queue: 300 files from nginx complete, each fetched once, never more in flight than the fleet's -j and per-host cap"
+        "three daemons at -j 2 share one queue: 300 files from nginx complete, each fetched once, never more in flight than each node's -j and the fleet's per-host cap"
     )
     func threeDaemons() async throws {
         // Leases long enough that a loaded machine's late heartbeat never hands a task over
         // (which would fetch it twice); the kill -9 test below keeps them short.
-        try await Self.withFleet(files: 300, size: 32 << 10, rate: "128k", limit: 6, perHost: 4, leaseSeconds: 10) {
+        try await Self.withFleet(files: 300, size: 32 << 10, rate: "128k", limit: 2, perHost: 2, leaseSeconds: 10) {
             fleet in
+            // Each node may run 2 per host; the fleet caps a host at 4 over all three.
+            let settings = try await fleet.clients[2].update(API.Settings(fleet: API.FleetCaps(maxDownloadsPerHost: 4)))
+            #expect(settings.node == "n2" && settings.fleet == API.FleetCaps(maxDownloadsPerHost: 4))
             // Half by the address, half by the name: two hosts to the per-host cap, one server.
             let requests = (0..<300).map { index in
                 let host = index % 2 == 0 ? "127.0.0.1" : "localhost"
@@ -169,10 +172,16 @@ struct FleetDaemonTests {
             )
             let status = try await fleet.clients[1].status()
             #expect(status.fleet?.node == "n1" && status.fleet?.nodes.map(\.name) == ["n0", "n1", "n2"])
+            #expect(status.fleet?.nodes.map(\.maxConcurrentDownloads) == [2, 2, 2])
+            #expect(status.fleet?.caps == API.FleetCaps(maxDownloadsPerHost: 4))
             #expect(status.store.hasPrefix("postgres://haul@127.0.0.1:") && status.fleet?.leaseSeconds == 10)
+            // No node ever runs more than its own -j (sampled at every look).
+            var most: [String: Int] = [:]
             #expect(
                 try await waitUntil(timeout: .seconds(300)) {
                     let tasks = try await fleet.clients[1].tasks()
+                    let running = tasks.filter { $0.state == .running }.compactMap(\.node).map { ($0, 1) }
+                    most.merge(Dictionary(running, uniquingKeysWith: +), uniquingKeysWith: max)
                     return tasks.count == 300 && tasks.allSatisfy { $0.state == .completed }
                 }
             )
@@ -185,6 +194,7 @@ struct FleetDaemonTests {
             #expect(fetches.count == 300)
             #expect(fetches.values.allSatisfy { $0.count == 1 && $0[0][1] == "200" }, "a file was fetched twice")
             let inFlight = Self.mostInFlight(log)
+            #expect(most.values.allSatisfy { $0 <= 2 }, "\(most)")
             #expect(inFlight.overall <= 6, "\(inFlight)")
             #expect(inFlight.perHost.count == 2 && inFlight.perHost.values.allSatisfy { $0 <= 4 }, "\(inFlight)")
             // Each completion is in the session's log once, whichever daemon logged it.
@@ -206,20 +216,37 @@ struct FleetDaemonTests {
     }
 
     @Test(
-        "what one daemon does reaches the others at once: its limit changes apply on every node, and its events reach their event streams"
+        "what one daemon does reaches the others at once: a node's limits changed through another apply on it, the fleet's caps on every node, and its events reach their event streams"
     )
     func signalsReachEveryNode() async throws {
         try await Self.withFleet(files: 1, size: 8 << 20, rate: "256k", limit: 4, perHost: 4) { fleet in
-            // Limits changed through n0 run on n1 and n2 (their own values, not the store's).
-            _ = try await fleet.clients[0].update(API.Settings(maxConcurrentDownloads: 2, maxDownloadsPerHost: 3))
-            for client in fleet.clients[1...] {
-                #expect(
-                    try await waitUntil {
-                        let settings = try await client.settings()
-                        return settings.maxConcurrentDownloads == 2 && settings.maxDownloadsPerHost == 3
-                    }
-                )
+            // n1's own limits changed through n0 run on n1 (its own values, not the store's);
+            // n2 keeps its own.
+            let changed = try await fleet.clients[0].update(
+                API.Settings(maxConcurrentDownloads: 2, maxDownloadsPerHost: 3),
+                node: "n1"
+            )
+            #expect(changed.node == "n1" && changed.maxConcurrentDownloads == 2 && changed.maxDownloadsPerHost == 3)
+            #expect(
+                try await waitUntil {
+                    let settings = try await fleet.clients[1].settings()
+                    return settings.maxConcurrentDownloads == 2 && settings.maxDownloadsPerHost == 3
+                }
+            )
+            #expect(try await fleet.clients[2].settings().maxConcurrentDownloads == 4)
+            #expect(try await fleet.clients[2].settings(node: "n1").maxConcurrentDownloads == 2)
+            // A setting of the whole fleet's is not a node's; an unknown node is named.
+            await #expect(throws: HaulError.self) {
+                try await fleet.clients[0].update(API.Settings(giveUpAfter: 600), node: "n1")
             }
+            do {
+                try await fleet.clients[0].update(API.Settings(maxConcurrentDownloads: 2), node: "n9")
+                Issue.record("an unknown node was accepted")
+            } catch let error as HaulError {
+                #expect(error.message == "No node 'n9' in this fleet. Its nodes: n0, n1, n2 (haul status lists them)")
+            }
+            _ = try await fleet.clients[0].update(API.Settings(fleet: API.FleetCaps(maxConcurrentDownloads: 5)))
+            #expect(try await fleet.clients[2].settings().fleet == API.FleetCaps(maxConcurrentDownloads: 5))
 
             // n2's stream of the session hears n0's pause, which n0 logs: a daemon's stream used
             // to show other daemons' events only once its own daemon logged something.

@@ -15,6 +15,76 @@ extension FleetDaemonTests {
     /// A daemon killed mid-way: its downloads finish on the others.
     @Suite("Fleet of daemons: kill -9 of one")
     struct Kill {
+        @Test(
+            "three daemons at -j 2, 60 files at 1 MiB/s: each node runs two, never more; kill -9 of one mid-way and the others finish its downloads from their checkpoints, each file whole, none fetched in full twice, each completion told once"
+        )
+        func twoEachAndKill() async throws {
+            try await FleetDaemonTests.withFleet(files: 60, size: 1 << 20, rate: "1m", limit: 2, perHost: 2) { fleet in
+                let tasks = try await fleet.clients[0].add(
+                    (0..<60).map { index in
+                        DownloadRequest(
+                            url: fleet.nginx.url("/slow/f\(index)"),
+                            destination: .directory(fleet.out),
+                            session: "fleet"
+                        )
+                    }
+                )
+                // Running per node, as the fleet has it, sampled at every look from here on.
+                let most = Mutex<[String: Int]>([:])
+                let running: @Sendable () async throws -> [String: Int] = {
+                    let now = Dictionary(
+                        try await fleet.clients[1].tasks().filter { $0.state == .running }.compactMap(\.node)
+                            .map { ($0, 1) },
+                        uniquingKeysWith: +
+                    )
+                    most.withLock { $0.merge(now, uniquingKeysWith: max) }
+                    return now
+                }
+                #expect(
+                    try await waitUntil(timeout: .seconds(60)) { try await running() == ["n0": 2, "n1": 2, "n2": 2] }
+                )
+                // n2 dies once both its downloads have bytes committed.
+                var held: [DownloadInfo] = []
+                #expect(
+                    try await waitUntil(timeout: .seconds(60)) {
+                        held = try await fleet.clients[0].tasks().filter { $0.node == "n2" && $0.state == .running }
+                        return held.count == 2 && held.allSatisfy { $0.bytesCommitted > 0 }
+                    }
+                )
+                let n2 = try #require(fleet.daemon(2))
+                n2.kill(SIGKILL)
+                _ = await n2.finish()
+                #expect(
+                    try await waitUntil(timeout: .seconds(240)) {
+                        _ = try await running()
+                        let infos = try await fleet.clients[1].tasks()
+                        return infos.count == 60 && infos.allSatisfy { $0.state == .completed }
+                    }
+                )
+                #expect(most.withLock { $0 }.values.allSatisfy { $0 <= 2 }, "\(most.withLock { $0 })")
+                for index in 0..<60 {
+                    #expect(
+                        FleetDaemonTests.sha256("\(fleet.out)/f\(index)")
+                            == FleetDaemonTests.sha256("\(fleet.nginx.root)/f\(index)")
+                    )
+                }
+                // Fetched in full once each; n2's two went on elsewhere with ranged requests.
+                let log = fleet.nginx.accessLog().filter { $0.first?.hasPrefix("/slow/") == true }
+                for index in 0..<60 {
+                    let fetches = log.filter { $0[0] == "/slow/f\(index)" }
+                    #expect(fetches.filter { $0[2].isEmpty }.count == 1, "f\(index): \(fetches.map { $0[1...2] })")
+                }
+                for task in held {
+                    guard let index = tasks.firstIndex(where: { $0.id == task.id }) else { continue }
+                    #expect(log.contains { $0[0] == "/slow/f\(index)" && $0[2].hasPrefix("bytes=") && $0[1] == "206" })
+                }
+                let completions = try await fleet.clients[0].loggedEvents(session: "fleet").filter {
+                    $0.kind == .completed
+                }
+                #expect(completions.count == 60 && Set(completions.compactMap(\.taskID)).count == 60)
+            }
+        }
+
         @Test("kill -9 of one daemon mid-way: its downloads finish on the others, resumed at their committed offsets")
         func killNine() async throws {
             try await FleetDaemonTests.withFleet(

@@ -2,6 +2,7 @@ import Foundation
 import HaulPostgres
 import HaulTestSupport
 import HaulTesting
+import HaulWire
 import Logging
 import Synchronization
 import Testing
@@ -191,9 +192,70 @@ extension FleetManagerTests {
         }
 
         @Test(
-            "lowering the fleet-wide limit live sends the most recently started tasks back to waiting, on whichever node runs them"
+            "a node's own limit lowered: its most recently started download goes back to the fleet's queue, and a node with room continues it from its checkpoint"
         )
-        func loweringTheLimitFleetWide() async throws {
+        func loweringANodesOwnLimit() async throws {
+            let temp = try TemporaryDirectory()
+            try await TestServer.withServer { server in
+                for index in 0..<3 {
+                    server.set("/n\(index)", .init(size: 16 << 20, seed: UInt64(60 + index), bytesPerSecond: 256 << 10))
+                }
+                try await FleetManagerTests.withNodes(["a", "b"]) { nodes in
+                    // a alone, at 2: it takes the first two; then b, at 2: the third.
+                    let a = try DownloadManager(configuration: FleetManagerTests.configuration(nodes[0], limit: 2))
+                    let aRuns = Task { try await a.run() }
+                    defer { aRuns.cancel() }
+                    let ids = try await a.download(
+                        (0..<3).map { DownloadRequest(url: server.url("/n\($0)"), destination: .directory(temp.path)) }
+                    ).map(\.id)
+                    #expect(try await waitUntil { await a.runningTaskIDs.count == 2 })
+                    try await DownloadManager.withDownloadManager(
+                        configuration: FleetManagerTests.configuration(nodes[1], limit: 2)
+                    ) { b in
+                        #expect(try await waitUntil { await b.runningTaskIDs == [ids[2]] })
+                        #expect(
+                            try await waitUntil {
+                                try await nodes[0].infos(ids: ids, background: true, session: nil)
+                                    .allSatisfy { $0.bytesCommitted > 0 }
+                            }
+                        )
+                        // a lowered to 1: the one it started last goes back to the queue, not
+                        // to a's own line; b, with room, takes it and continues it.
+                        let last = try #require(
+                            try await nodes[0].infos(ids: ids, background: true, session: nil)
+                                .first { $0.id == ids[1] }
+                        )
+                        try await a.setMaxConcurrentDownloads(1)
+                        #expect(try await waitUntil { Set(await b.runningTaskIDs) == [ids[1], ids[2]] })
+                        #expect(await a.runningTaskIDs == [ids[0]])
+                        for index in 0..<3 { server.update("/n\(index)") { $0.bytesPerSecond = nil } }
+                        #expect(
+                            try await waitUntil(timeout: .seconds(120)) {
+                                try await nodes[0].infos(ids: ids, background: true, session: nil)
+                                    .allSatisfy { $0.state == .completed }
+                            }
+                        )
+                        for index in 0..<3 {
+                            #expect(sha256(file: temp.file("n\(index)")) == server.sha256("/n\(index)"))
+                        }
+                        // Continued from a's checkpoint: b's request for it was ranged.
+                        let range = server.requests(for: "/n1").last?.header("Range") ?? ""
+                        #expect(range.hasPrefix("bytes=") && !range.hasPrefix("bytes=0-"), "\(range)")
+                        #expect(last.bytesCommitted > 0)
+                        // Each run on a node holding it: a ran 0 and 1, b ran 1 and 2.
+                        let entries = try await nodes[0].fleet.report.entries()
+                        #expect(entries.first { $0.id == ids[1] }?.fence == 2)
+                    }
+                    await a.shutdown()
+                    try await aRuns.value
+                }
+            }
+        }
+
+        @Test(
+            "lowering the fleet's cap live sends the most recently started tasks back to waiting, on whichever node runs them"
+        )
+        func loweringTheFleetsCap() async throws {
             let temp = try TemporaryDirectory()
             try await TestServer.withServer { server in
                 // A minute each at first: none can end before the limit is lowered, however
@@ -202,8 +264,8 @@ extension FleetManagerTests {
                     server.set("/l\(index)", .init(size: 16 << 20, seed: UInt64(40 + index), bytesPerSecond: 256 << 10))
                 }
                 try await FleetManagerTests.withNodes(["a", "b"]) { nodes in
-                    // b alone, at 2: it takes the first two. Then a, at 4: the other two (the
-                    // fleet's limit leaves it room for two). Each runs two.
+                    // b alone, at 2: it takes the first two. Then a, at 4: the other two (all
+                    // that waits). Each runs two.
                     let b = try DownloadManager(configuration: FleetManagerTests.configuration(nodes[1], limit: 2))
                     let bRuns = Task { try await b.run() }
                     defer { bRuns.cancel() }
@@ -228,11 +290,10 @@ extension FleetManagerTests {
                             }
                         )
 
-                        // Lowered to 2 on both: neither runs more than 2 itself, so only the fleet
-                        // can say which go back — the two started last, on a.
-                        try await a.setMaxConcurrentDownloads(2)
-                        try await b.setMaxConcurrentDownloads(2)
-                        try await a.sendBackOverLimits()
+                        // The fleet capped at 2: neither node runs more than its own limit, so
+                        // only the fleet can say which go back — the two started last, on a.
+                        try await nodes[0].saveFleetCaps(API.FleetCaps(maxConcurrentDownloads: 2))
+                        try await a.sendBackOverCaps()
                         #expect(try await waitUntil { await a.runningTaskIDs.isEmpty && server.activeResponses == 2 })
                         #expect(Set(await b.runningTaskIDs) == Set(ids[0..<2]))
                         let entries = try await nodes[0].fleet.report.entries()
@@ -241,8 +302,7 @@ extension FleetManagerTests {
                         // Raised again: the two sent back continue from their checkpoints (at full
                         // speed now), and end whole.
                         for index in 0..<4 { server.update("/l\(index)") { $0.bytesPerSecond = nil } }
-                        try await a.setMaxConcurrentDownloads(4)
-                        try await b.setMaxConcurrentDownloads(4)
+                        try await nodes[0].saveFleetCaps(API.FleetCaps(maxConcurrentDownloads: 0))
                         #expect(
                             try await waitUntil(timeout: .seconds(120)) {
                                 try await nodes[0].infos(ids: Array(ids[2..<4]), background: true, session: nil)

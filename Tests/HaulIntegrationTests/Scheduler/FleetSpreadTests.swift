@@ -2,17 +2,30 @@ import Foundation
 import HaulPostgres
 import HaulTestSupport
 import HaulTesting
+import HaulWire
 import Testing
 
 @testable import Haul
 
-/// The fleet spreads its work: each node takes at most its even share of the fleet's limit
-/// among the nodes alive, so three nodes at `-j 6` run two downloads each — before, the
-/// first node to ask took all six (`{'n3': 6}` sampled ten times of ten).
+/// The fleet spreads its work: each node runs what its own capacity (its `-j`) allows, and
+/// when the fleet's cap leaves less room than the nodes have, each takes its part by free
+/// capacity — before, the limits were the fleet's only, and the first node to ask took
+/// them all (`{'n3': 6}` sampled ten times of ten).
 @Suite("Fleet: work on every node", .postgresServer, .timeLimit(.minutes(10)))
 struct FleetSpreadTests {
-    @Test("three nodes, a fleet limit of 6, twelve slow downloads: two run on each node, never more on one")
-    func evenShares() async throws {
+    @Test("three nodes at -j 2, no fleet cap, twelve slow downloads: two run on each node, never more on one")
+    func ownCapacity() async throws {
+        try await spread(limit: 2, cap: nil, expected: ["a": 2, "b": 2, "c": 2])
+    }
+
+    @Test("three nodes at -j 4 under a fleet cap of 3: one runs on each, three in all")
+    func fleetCapShared() async throws {
+        try await spread(limit: 4, cap: 3, expected: ["a": 1, "b": 1, "c": 1])
+    }
+
+    /// Three nodes at `limit` each (and the fleet's `cap`), twelve slow downloads: they run
+    /// as `expected` says, node by node, and no node ever runs more.
+    private func spread(limit: Int, cap: Int?, expected: [String: Int]) async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
             // Long enough to be sampled running, however loaded the machine.
@@ -20,42 +33,54 @@ struct FleetSpreadTests {
                 server.set("/s\(index)", .init(size: 4 << 20, seed: UInt64(index), bytesPerSecond: 256 << 10))
             }
             try await FleetManagerTests.withNodes(["a", "b", "c"]) { nodes in
+                if let cap { try await nodes[0].saveFleetCaps(API.FleetCaps(maxConcurrentDownloads: cap)) }
                 var managers: [DownloadManager] = []
                 var runs: [Task<Void, any Error>] = []
                 for node in nodes {
-                    let manager = try DownloadManager(configuration: FleetManagerTests.configuration(node, limit: 6))
+                    let manager = try DownloadManager(
+                        configuration: FleetManagerTests.configuration(node, limit: limit)
+                    )
                     managers.append(manager)
                     runs.append(Task { try await manager.run() })
                 }
-                // Every node has said it is alive before any work arrives.
-                #expect(try await waitUntil { try await nodes[0].fleet.report.nodes().count == 3 })
+                // Every node has said it is alive, with its capacity, before any work arrives.
+                #expect(
+                    try await waitUntil {
+                        try await nodes[0].fleet.report.nodes().filter { $0.maxConcurrentDownloads == limit }.count == 3
+                    }
+                )
                 let added = try await managers[0].download(
                     (0..<12).map { DownloadRequest(url: server.url("/s\($0)"), destination: .directory(temp.path)) }
                 )
                 var owners: [String: Int] = [:]
+                let total = expected.values.reduce(0, +)
                 #expect(
                     try await waitUntil {
-                        let entries = try await nodes[0].fleet.report.entries()
-                        owners = Dictionary(
-                            entries.filter { $0.state == "running" }.compactMap(\.owner).map { ($0, 1) },
-                            uniquingKeysWith: +
-                        )
-                        return owners.values.reduce(0, +) == 6
+                        owners = try await Self.owners(nodes[0])
+                        return owners.values.reduce(0, +) == total
                     },
                     "\(owners)"
                 )
-                #expect(owners == ["a": 2, "b": 2, "c": 2])
-                // And it stays so while they run: a node never takes a third.
+                #expect(owners == expected)
+                // And it stays so while they run: a node never takes more.
                 for _ in 0..<5 {
-                    let entries = try await nodes[0].fleet.report.entries()
-                    for node in ["a", "b", "c"] {
-                        #expect(entries.filter { $0.state == "running" && $0.owner == node }.count <= 2)
-                    }
+                    owners = try await Self.owners(nodes[0])
+                    for (node, count) in owners { #expect(count <= expected[node, default: 0], "\(owners)") }
+                    for manager in managers { #expect(await manager.runningTaskIDs.count <= limit) }
                 }
                 for task in added { try await managers[0].cancel(task.id) }
                 for manager in managers { await manager.shutdown() }
                 for run in runs { try await run.value }
             }
         }
+    }
+
+    /// The running tasks per node, as the fleet's queue has them.
+    static func owners(_ node: PostgresStore) async throws -> [String: Int] {
+        let entries = try await node.fleet.report.entries()
+        return Dictionary(
+            entries.filter { $0.state == "running" }.compactMap(\.owner).map { ($0, 1) },
+            uniquingKeysWith: +
+        )
     }
 }

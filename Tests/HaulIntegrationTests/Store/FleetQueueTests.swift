@@ -1,6 +1,7 @@
 import Foundation
 import HaulTestSupport
 import HaulTesting
+import HaulWire
 import Logging
 import PostgresNIO
 import Synchronization
@@ -94,14 +95,34 @@ struct FleetQueueTests {
                     false, false, true)
                 """
             )
+            // The limits as a fleet kept them before each node had its own: -j 12 and
+            // --max-per-host 4 for the fleet, a rate and connections each node applied.
+            try await client.query(
+                """
+                INSERT INTO haul_setting (name, value) VALUES ('maxConcurrentDownloads', 12),
+                    ('maxConnectionsPerHost', 4), ('overallRateLimit', 1048576), ('hostConnections', 6),
+                    ('giveUpAfter', 600)
+                """
+            )
+            try await client.query("INSERT INTO fleet_node (name) VALUES ('old')")
             let queue = Self.queue(client, node: "a")
             try await queue.migrate()
+            // The fleet's downloads became its caps; the rate and connections the known node's.
+            let upgraded = try await Self.node(client, "old")
+            #expect(try await upgraded.fleetCaps() == API.FleetCaps(maxConcurrentDownloads: 12, maxDownloadsPerHost: 4))
+            let (limits, rejected) = try await upgraded.storedLimits()
+            #expect(rejected.isEmpty)
+            #expect(
+                limits
+                    == StoredLimits(maxConnectionsPerHost: 6, overallRateLimit: 1_048_576, giveUpAfter: 600)
+            )
+            #expect(try await Self.node(client, "new").storedLimits().limits == StoredLimits(giveUpAfter: 600))
             let versions = try await client.query("SELECT version FROM haul_migration ORDER BY version")
                 .decode(Int.self).collected()
             #expect(versions == Array(1...FleetQueue.migrations.count))
             #expect(try await queue.report.entries().map(\.id) == [id])
             _ = try await queue.heartbeat(bytesPerSecond: 5, duration: .seconds(10), renewing: [])
-            #expect(try await queue.report.nodes().map(\.bytesPerSecond) == [5])
+            #expect(try await queue.report.nodes().map(\.bytesPerSecond) == [5, 0])
             // Times and JSON in PostgreSQL's own types, read back as they were written.
             let types = try await client.query(
                 """
@@ -137,8 +158,8 @@ struct FleetQueueTests {
         try await Self.withDatabase { client in
             let (a, b) = (try await Self.node(client, "a"), try await Self.node(client, "b"))
             let ids = try await Self.add(a, 4)
-            let mine = try await a.fleet.acquire(wanted: 2, maxRunning: 3, perHost: 3, duration: .seconds(30))
-            let theirs = try await b.fleet.acquire(wanted: 2, maxRunning: 3, perHost: 3, duration: .seconds(60))
+            let mine = try await a.fleet.acquire(wanted: 2, capacity: 3, perHost: 3, duration: .seconds(30))
+            let theirs = try await b.fleet.acquire(wanted: 1, capacity: 3, perHost: 3, duration: .seconds(60))
             #expect(mine.map(\.task) == Array(ids[0..<2]) && theirs.map(\.task) == [ids[2]])
             let renewed = try await a.fleet.heartbeat(bytesPerSecond: 1000, duration: .seconds(60), renewing: mine)
             #expect(Set(renewed.map(\.task)) == Set(mine.map(\.task)))
@@ -158,7 +179,7 @@ struct FleetQueueTests {
 
             // a leaves: its two tasks are free at once, for b, with the next fence.
             #expect(try await a.fleet.leave() == 2)
-            let taken = try await b.fleet.acquire(wanted: 3, maxRunning: 3, perHost: 3, duration: .seconds(60))
+            let taken = try await b.fleet.acquire(wanted: 3, capacity: 3, perHost: 3, duration: .seconds(60))
             #expect(Set(taken.map(\.task)) == Set(mine.map(\.task)))
             #expect(taken.allSatisfy { $0.fence == 2 })
             // What a still holds after leaving: nothing, and its old leases write nothing.
@@ -238,13 +259,13 @@ struct FleetQueueTests {
             let holder = Task {
                 try await client.withConnection { connection in
                     _ = try await connection.query(
-                        "SELECT pg_advisory_lock(\(FleetQueue.admissionLock))",
+                        "SELECT pg_advisory_lock(\(FleetAdmission.lock))",
                         logger: Self.logger
                     )
                     lockedSink.yield()
                     for await _ in release { break }
                     _ = try await connection.query(
-                        "SELECT pg_advisory_unlock(\(FleetQueue.admissionLock))",
+                        "SELECT pg_advisory_unlock(\(FleetAdmission.lock))",
                         logger: Self.logger
                     )
                 }
@@ -272,13 +293,17 @@ struct FleetQueueTests {
         }
     }
 
-    @Test("three nodes taking leases at once: disjoint, never over the fleet's limit or a host's cap")
+    @Test(
+        "three nodes taking leases at once: disjoint, never over a node's own limits, the fleet's caps or a host's cap"
+    )
     func limitsHoldAcrossNodes() async throws {
         try await Self.withDatabase { client in
             var nodes: [PostgresStore] = []
             for name in ["a", "b", "c"] { nodes.append(try await Self.node(client, name)) }
             _ = try await Self.add(nodes[0], 90, hosts: ["one", "two", "three"])
-            let (maxRunning, perHost) = (7, 3)
+            // Each node's own: 4 at once, 2 per host; the fleet's: 7 at once, 3 per host.
+            let (maxRunning, perHost, fleetCap, fleetPerHost) = (4, 2, 7, 3)
+            try await nodes[1].saveFleetCaps(API.FleetCaps(maxConcurrentDownloads: fleetCap, maxDownloadsPerHost: 3))
             // Each node takes what it may, finishes what it holds (a fenced write), and takes
             // again, until the queue is empty; after every acquisition the fleet is counted.
             let taken = try await withThrowingTaskGroup(of: [UUID].self) { group in
@@ -292,10 +317,16 @@ struct FleetQueueTests {
                                 perHost: perHost
                             )
                             let running = try await client.query(
-                                "SELECT host, count(*) FROM haul_task WHERE state = 'running' GROUP BY host"
-                            ).decode((String, Int).self).collected()
-                            #expect(running.map(\.1).reduce(0, +) <= maxRunning)
-                            #expect(running.allSatisfy { $0.1 <= perHost }, "\(running)")
+                                "SELECT host, owner, count(*) FROM haul_task WHERE state = 'running' GROUP BY host, owner"
+                            ).decode((String, String, Int).self).collected()
+                            #expect(running.map(\.2).reduce(0, +) <= fleetCap)
+                            #expect(running.allSatisfy { $0.2 <= perHost }, "\(running)")
+                            for host in Set(running.map(\.0)) {
+                                #expect(running.filter { $0.0 == host }.map(\.2).reduce(0, +) <= fleetPerHost)
+                            }
+                            for owner in Set(running.map(\.1)) {
+                                #expect(running.filter { $0.1 == owner }.map(\.2).reduce(0, +) <= maxRunning)
+                            }
                             if leased.isEmpty {
                                 let left = try await client.query(
                                     "SELECT count(*) FROM haul_task WHERE state IN ('queued', 'running')"

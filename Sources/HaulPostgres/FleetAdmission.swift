@@ -1,0 +1,236 @@
+import Foundation
+import Haul
+import Logging
+import PostgresNIO
+
+/// How a node takes leases in the fleet's queue: within its own capacity (its `-j` and
+/// per-host limit), within the fleet's caps over all nodes, and — when there is less work
+/// waiting than room for it — only its part of that work, in proportion to its free
+/// capacity among the nodes alive, so that work spreads over every node instead of going
+/// to whichever asks first.
+///
+/// Admission is serialised by a transaction-scoped advisory lock, so the caps hold however
+/// many nodes ask at once; the candidate rows are locked `FOR UPDATE SKIP LOCKED`, never
+/// waited for, and leased only up to the first that another transaction is writing (a
+/// re-add, a pause under way), so that the queue's order holds: that one is leased at the
+/// next look, before those behind it.
+struct FleetAdmission {
+    let client: PostgresClient
+    let node: String
+    let logger: Logger
+
+    /// The advisory lock key of admission (``PostgresSchema`` has the others).
+    static let lock: Int64 = 0x4841_554c_0002
+
+    /// Waiting tasks are counted up to this many: past it there is work for every node.
+    static let countedWaiting = 10_000
+
+    /// What admission weighs, read under its lock: this node's limits, the fleet's caps, the
+    /// leases running, the other nodes' free capacity and the work waiting. No I/O: tested
+    /// on its own.
+    struct Room: Sendable, Equatable {
+        /// This node's own limits.
+        var capacity: Int
+        var perHost: Int
+        /// The fleet's caps over all nodes (nil: none).
+        var fleetCap: Int?
+        var fleetPerHost: Int?
+        /// Leases running per host: over the fleet, and this node's.
+        var running: [String: Int] = [:]
+        var mine: [String: Int] = [:]
+        /// Downloads the other nodes alive could still take (their capacity less their leases).
+        var othersFree = 0
+        /// Tasks waiting in the queue (counted up to ``FleetAdmission/countedWaiting``).
+        var waiting = 0
+
+        /// How many leases this node may take now, at most `wanted`.
+        func leases(wanted: Int) -> Int {
+            let held = mine.values.reduce(0, +)
+            let free = max(0, capacity - held)
+            var room = min(wanted, free)
+            var available = waiting >= FleetAdmission.countedWaiting ? Int.max : waiting
+            if let fleetCap {
+                let fleetRoom = fleetCap - running.values.reduce(0, +)
+                room = min(room, fleetRoom)
+                available = min(available, fleetRoom)
+            }
+            // Less work than room for it: this node's part, by its free capacity (rounded up,
+            // so a node with room takes at least one; the caps above still bound the sum).
+            let allFree = free + othersFree
+            if available < allFree, allFree > 0 {
+                room = min(room, (max(0, available) * free + allFree - 1) / allFree)
+            }
+            return max(0, room)
+        }
+
+        /// Whether a task of `host` may be leased next; if so, it counts as running.
+        mutating func admits(_ host: String) -> Bool {
+            guard mine[host, default: 0] < perHost else { return false }
+            if let fleetPerHost, running[host, default: 0] >= fleetPerHost { return false }
+            mine[host, default: 0] += 1
+            running[host, default: 0] += 1
+            return true
+        }
+    }
+
+    /// Takes leases for this node on the next tasks of the queue, as ``Room`` allows. A
+    /// lease that ran out is counted as free (its task is first in line again, at its old
+    /// place); a task waiting to be tried again whose node died goes back to the line.
+    /// Tasks in `excluding` are passed over (those this node still runs, or is stopping).
+    func acquire(
+        wanted: Int,
+        capacity: Int,
+        perHost: Int,
+        seconds: Double,
+        excluding: [UUID],
+        publishing newCapacity: Bool
+    ) async throws -> [FleetQueue.Lease] {
+        try await client.withCheckedTransaction(logger: logger) { connection in
+            _ = try await connection.checkedQuery("SELECT pg_advisory_xact_lock(\(Self.lock))", logger: logger)
+            try await reclaim(seconds: seconds, on: connection)
+            if newCapacity {
+                _ = try await connection.checkedQuery(
+                    "UPDATE fleet_node SET max_running = \(capacity) WHERE name = \(node)",
+                    logger: logger
+                )
+            }
+            var room = Room(capacity: capacity, perHost: perHost)
+            try await count(&room, seconds: seconds, excluding: excluding, on: connection)
+            let wanted = room.leases(wanted: wanted)
+            guard wanted > 0 else { return [] }
+            let picked = try await next(wanted, room: room, excluding: excluding, on: connection)
+            guard !picked.isEmpty else { return [] }
+            var leases: [FleetQueue.Lease] = []
+            for try await (id, fence, expires) in try await connection.checkedQuery(
+                """
+                UPDATE haul_task SET state = 'running', owner = \(node),
+                    lease_expires = now() + make_interval(secs => \(seconds)), fence = fence + 1,
+                    leased_at = now()
+                WHERE id = ANY(\(picked))
+                RETURNING id, fence, lease_expires
+                """,
+                logger: logger
+            ).decode((UUID, Int64, Date).self) {
+                leases.append(FleetQueue.Lease(task: id, fence: fence, expires: expires))
+            }
+            // In queue order, as picked.
+            let place = Dictionary(uniqueKeysWithValues: picked.enumerated().map { ($1, $0) })
+            return leases.sorted { place[$0.task, default: .max] < place[$1.task, default: .max] }
+        }
+    }
+
+    /// In one statement: leases that ran out give their tasks back to the queue, at their
+    /// places; a task waiting to be tried again — its timer on the node that set it, which
+    /// may have died — waits in the queue again two leases past its next try.
+    private func reclaim(seconds: Double, on connection: PostgresConnection) async throws {
+        let overdue = Date().addingTimeInterval(-2 * seconds)
+        _ = try await connection.checkedQuery(
+            """
+            WITH expired AS (
+                UPDATE haul_task SET state = 'queued', owner = NULL, lease_expires = NULL
+                WHERE id IN (
+                    SELECT id FROM haul_task
+                    WHERE owner IS NOT NULL AND state = 'running' AND lease_expires <= now()
+                    ORDER BY id FOR UPDATE SKIP LOCKED
+                )
+                RETURNING 1
+            ), due AS (
+                UPDATE haul_task SET state = 'queued'
+                WHERE id IN (
+                    SELECT id FROM haul_task
+                    WHERE state = 'retrying' AND background AND "nextTryAt" IS NOT NULL
+                        AND "nextTryAt" < \(overdue)
+                    ORDER BY id FOR UPDATE SKIP LOCKED
+                )
+                RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM expired) + (SELECT count(*) FROM due)
+            """,
+            logger: logger
+        )
+    }
+
+    /// Fills in what `room` weighs: the running leases per host (the fleet's and this
+    /// node's), the fleet's caps, the other nodes' free capacity, and the work waiting.
+    private func count(
+        _ room: inout Room,
+        seconds: Double,
+        excluding: [UUID],
+        on connection: PostgresConnection
+    ) async throws {
+        for try await (host, all, mine) in try await connection.checkedQuery(
+            """
+            SELECT host, count(*), count(*) FILTER (WHERE owner = \(node))
+            FROM haul_task WHERE state = 'running' AND owner IS NOT NULL GROUP BY host
+            """,
+            logger: logger
+        ).decode((String, Int, Int).self) {
+            room.running[host] = all
+            if mine > 0 { room.mine[host] = mine }
+        }
+        for try await (fleetCap, fleetPerHost, othersFree, waiting) in try await connection.checkedQuery(
+            """
+            SELECT
+                (SELECT value FROM haul_setting WHERE name = 'fleetMaxConcurrentDownloads' AND value > 0),
+                (SELECT value FROM haul_setting WHERE name = 'fleetMaxDownloadsPerHost' AND value > 0),
+                (SELECT COALESCE(sum(GREATEST(0, n.max_running - (
+                        SELECT count(*) FROM haul_task t
+                        WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()))), 0)::bigint
+                    FROM fleet_node n
+                    WHERE n.name <> \(node) AND n.stopped_at IS NULL
+                        AND n.heartbeat_at > now() - make_interval(secs => \(seconds))),
+                (SELECT count(*) FROM (
+                    SELECT 1 FROM haul_task WHERE state = 'queued' AND background
+                        AND id <> ALL(\(excluding)::uuid[])
+                    LIMIT \(Self.countedWaiting)) waiting)
+            """,
+            logger: logger
+        ).decode((Int64?, Int64?, Int64, Int).self) {
+            room.fleetCap = fleetCap.map { Int(clamping: $0) }
+            room.fleetPerHost = fleetPerHost.map { Int(clamping: $0) }
+            room.othersFree = Int(clamping: othersFree)
+            room.waiting = waiting
+        }
+    }
+
+    /// The next `wanted` waiting tasks in queue order that `room`'s per-host limits let
+    /// start, locked for the lease. Only as far as the first that another transaction holds
+    /// (a re-add, a pause under way): one passed over would start after tasks queued behind
+    /// it; it is taken at the next look instead.
+    private func next(
+        _ wanted: Int,
+        room: Room,
+        excluding: [UUID],
+        on connection: PostgresConnection
+    ) async throws -> [UUID] {
+        var (wanted, room) = (wanted, room)
+        // A window of the line, enough to look past hosts at their cap (bounded: `wanted`
+        // and the limits come from outside).
+        let window = max(min(wanted, 10_000) * 8, 256)
+        var picked: [UUID] = []
+        for try await (id, host) in try await connection.checkedQuery(
+            """
+            SELECT id, host FROM haul_task
+            WHERE state = 'queued' AND background AND id <> ALL(\(excluding)::uuid[])
+            ORDER BY priority DESC, "queueOrder" LIMIT \(window)
+            """,
+            logger: logger
+        ).decode((UUID, String).self) {
+            guard wanted > 0, room.admits(host) else { continue }
+            picked.append(id)
+            wanted -= 1
+        }
+        guard !picked.isEmpty else { return [] }
+        var free: Set<UUID> = []
+        for try await id in try await connection.checkedQuery(
+            """
+            SELECT id FROM haul_task WHERE id = ANY(\(picked)::uuid[]) AND state = 'queued'
+            ORDER BY id FOR UPDATE SKIP LOCKED
+            """,
+            logger: logger
+        ).decode(UUID.self) {
+            free.insert(id)
+        }
+        return Array(picked.prefix { free.contains($0) })
+    }
+}
