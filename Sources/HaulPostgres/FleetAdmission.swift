@@ -73,6 +73,31 @@ struct FleetAdmission {
         }
     }
 
+    /// This node's part of the fleet's rate `cap` (bytes per second), shared among the nodes
+    /// transferring — this one (its own limit `own`, nil for none) and `others` (theirs) —
+    /// evenly, except that a node whose own limit is under its even part takes only that, and
+    /// leaves the rest to the others (water-filling). At least 1.
+    static func rateShare(cap: Int64, own: Int64?, others: [Int64?]) -> Int64 {
+        // Ascending by own limit, none last; this node first among equals.
+        var nodes = ([(own, true)] + others.map { ($0, false) }).sorted { lhs, rhs in
+            switch (lhs.0, rhs.0) {
+            case (let a?, let b?): a != b ? a < b : lhs.1
+            case (nil, nil): lhs.1
+            case (_?, nil): true
+            case (nil, _?): false
+            }
+        }
+        var remaining = cap
+        while let (limit, isThis) = nodes.first {
+            let even = remaining / Int64(nodes.count)
+            let part = limit.map { min($0, even) } ?? even
+            if isThis { return max(1, part) }
+            remaining -= part
+            nodes.removeFirst()
+        }
+        return max(1, remaining)
+    }
+
     /// Takes leases for this node on the next tasks of the queue, as ``Room`` allows. A
     /// lease that ran out is counted as free (its task is first in line again, at its old
     /// place); a task waiting to be tried again whose node died goes back to the line.

@@ -187,10 +187,12 @@ public final class FleetQueue: Sendable {
     /// that transfer, write nothing more about it. A lease this node's row names but
     /// `leases` does not is left to run out: no run here holds it.
     /// `capacity`: how many downloads this node runs at once (its `-j`), for the other
-    /// nodes' share of the work.
+    /// nodes' share of the work; `rateLimit` its own limit on them all (nil for none), for
+    /// their share of the fleet's rate cap.
     public func heartbeat(
         bytesPerSecond: Double,
         capacity: Int = 0,
+        rateLimit: Int64? = nil,
         duration: Duration,
         renewing leases: [Lease]
     ) async throws -> [Lease] {
@@ -202,10 +204,10 @@ public final class FleetQueue: Sendable {
             try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                 _ = try await connection.checkedQuery(
                     """
-                    INSERT INTO fleet_node (name, bytes_per_second, max_running)
-                    VALUES (\(self.node), \(speed), \(capacity))
+                    INSERT INTO fleet_node (name, bytes_per_second, max_running, rate_limit)
+                    VALUES (\(self.node), \(speed), \(capacity), \(rateLimit ?? 0))
                     ON CONFLICT (name) DO UPDATE SET heartbeat_at = now(), bytes_per_second = \(speed),
-                        max_running = \(capacity), stopped_at = NULL
+                        max_running = \(capacity), rate_limit = \(rateLimit ?? 0), stopped_at = NULL
                     """,
                     logger: self.logger
                 )
@@ -227,6 +229,37 @@ public final class FleetQueue: Sendable {
                 }
                 return held
             }
+        }
+    }
+
+    /// This node's part of the fleet's rate cap, with its own limit `own` (nil for none):
+    /// shared with the other nodes alive that hold leases (``FleetAdmission/rateShare(cap:own:others:)``);
+    /// nil when the fleet has no rate cap.
+    public func rateShare(own: Int64?, duration: Duration) async throws -> Int64? {
+        let seconds = Self.seconds(duration)
+        return try await store("read the fleet's rate cap") {
+            var cap: Int64?
+            for try await value in try await self.client.query(
+                "SELECT value FROM haul_setting WHERE name = 'fleetRateLimit' AND value > 0",
+                logger: self.logger
+            ).decode(Int64.self) {
+                cap = value
+            }
+            guard let cap else { return nil }
+            var others: [Int64?] = []
+            for try await limit in try await self.client.query(
+                """
+                SELECT NULLIF(f.rate_limit, 0) FROM fleet_node f
+                WHERE f.name <> \(self.node) AND f.stopped_at IS NULL
+                    AND f.heartbeat_at > now() - make_interval(secs => \(seconds))
+                    AND EXISTS (SELECT 1 FROM haul_task t WHERE t.owner = f.name AND t.state = 'running'
+                        AND t.lease_expires > now())
+                """,
+                logger: self.logger
+            ).decode(Int64?.self) {
+                others.append(limit)
+            }
+            return FleetAdmission.rateShare(cap: cap, own: own, others: others)
         }
     }
 

@@ -34,9 +34,7 @@ public struct FleetReport: Sendable {
                 SELECT n.name, n.started_at, n.heartbeat_at, n.bytes_per_second, n.stopped_at,
                     (SELECT count(*) FROM haul_task t
                      WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()),
-                    n.max_running,
-                    (SELECT s.value FROM haul_node_setting s
-                     WHERE s.node = n.name AND s.name = 'overallRateLimit' AND s.value > 0)
+                    n.max_running, NULLIF(n.rate_limit, 0)
                 FROM fleet_node n ORDER BY n.name
                 """,
                 logger: self.logger

@@ -99,7 +99,7 @@ final class LeaseBook: Sendable {
 
     /// Renews the leases booked when the beat begins; returns those found lost (kept in the
     /// book, marked, until their runs end).
-    func heartbeat(bytesPerSecond: Double) async throws -> Set<UUID> {
+    func heartbeat(bytesPerSecond: Double, rateLimit: Int64? = nil) async throws -> Set<UUID> {
         // Judged: the leases held when the beat began. One taken while it is under way is not
         // in its answer, and is not lost for that.
         let sent = timeline.now
@@ -107,6 +107,7 @@ final class LeaseBook: Sendable {
         let renewed = try await fleet.heartbeat(
             bytesPerSecond: bytesPerSecond,
             capacity: capacity.withLock { $0.value },
+            rateLimit: rateLimit,
             duration: duration,
             renewing: beating
         )

@@ -189,7 +189,7 @@ enum PostgresSchema {
         ],
         [
             // Each node's own capacity (its downloads, connections and link), and what it
-            // runs at once as the others see it. The fleet-wide downloads and per-host limits
+            // runs at once and its rate limit as the others see them. The fleet-wide downloads and per-host limits
             // kept so far become the fleet's caps; the rate and connections, which each node
             // applied on its own, become each known node's.
             """
@@ -197,6 +197,7 @@ enum PostgresSchema {
                 node text NOT NULL, name text NOT NULL, value bigint NOT NULL, PRIMARY KEY (node, name))
             """,
             "ALTER TABLE fleet_node ADD COLUMN max_running integer NOT NULL DEFAULT 0",
+            "ALTER TABLE fleet_node ADD COLUMN rate_limit bigint NOT NULL DEFAULT 0",
             """
             INSERT INTO haul_node_setting (node, name, value)
             SELECT n.name, s.name, s.value FROM fleet_node n

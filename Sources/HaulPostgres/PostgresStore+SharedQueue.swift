@@ -38,7 +38,7 @@ extension PostgresStore: SharedQueue {
     /// heartbeat can wait a minute for a connection), leases that ran out unrenewed, before
     /// another node can take their tasks over; it says too when work waits in the queue.
     package func maintainClaims(
-        speed: @escaping @Sendable () async -> Double,
+        load: @escaping @Sendable () async -> SharedQueueLoad,
         notice: @escaping @Sendable (SharedQueueNotice) async -> Void
     ) async {
         let beatNow = Doorbell(clock: leases.timeline.clock)
@@ -49,6 +49,7 @@ extension PostgresStore: SharedQueue {
                     switch signal {
                     case .task(let id) where self.leases.holds(id): beatNow.ring()
                     case .queue: await notice(.work)
+                    case .settings: beatNow.ring()  // The fleet's rate cap may have changed.
                     case .resumed:
                         beatNow.ring()
                         await notice(.work)
@@ -56,7 +57,7 @@ extension PostgresStore: SharedQueue {
                     }
                 }
             }
-            group.addTask { await self.beatUntilCancelled(beatNow, speed: speed, notice: notice) }
+            group.addTask { await self.beatUntilCancelled(beatNow, load: load, notice: notice) }
             group.addTask {
                 while !Task.isCancelled {
                     try? await self.leases.timeline.sleep(for: self.watchInterval)
@@ -71,18 +72,26 @@ extension PostgresStore: SharedQueue {
     }
 
     /// The heartbeat: renews this node's leases at a third of their length, or at once when
-    /// `beatNow` rings, and tells which were lost.
+    /// `beatNow` rings, and tells which were lost, and this node's part of the fleet's rate
+    /// cap when it changed.
     private func beatUntilCancelled(
         _ beatNow: Doorbell,
-        speed: @escaping @Sendable () async -> Double,
+        load: @escaping @Sendable () async -> SharedQueueLoad,
         notice: @escaping @Sendable (SharedQueueNotice) async -> Void
     ) async {
         let (beat, timeline) = (leases.duration / 3, leases.timeline)
+        var share: Int64?? = .none
         while !Task.isCancelled {
             let began = timeline.now
             do {
-                let lost = try await leases.heartbeat(bytesPerSecond: await speed())
+                let now = await load()
+                let lost = try await leases.heartbeat(bytesPerSecond: now.bytesPerSecond, rateLimit: now.rateLimit)
                 if !lost.isEmpty { await notice(.revoked(lost)) }
+                let part = try await fleet.rateShare(own: now.rateLimit, duration: leases.duration)
+                if share != .some(part) {
+                    share = part
+                    await notice(.rateShare(part))
+                }
             } catch {
                 logger.warning("the fleet's heartbeat failed", metadata: ["error": "\(error)"])
             }

@@ -39,13 +39,27 @@ extension DownloadManager {
     }
 
     /// Changes the limit on all downloads together (bytes per second; nil for none), at once.
+    /// With a shared queue that caps the rate of every manager together, the lower of this
+    /// and this manager's part of that cap holds.
     public func setOverallRateLimit(_ bytesPerSecond: Int64?) throws {
         try DownloadRequest.validateRateLimit(bytesPerSecond)
-        downloader.setOverallRateLimit(bytesPerSecond)
+        applyRateLimits { $0.own = bytesPerSecond }
     }
 
-    /// The limit on all downloads together now; nil for none.
-    public nonisolated var overallRateLimit: Int64? { downloader.overallRateLimit }
+    /// This manager's own limit on all its downloads together; nil for none.
+    public nonisolated var overallRateLimit: Int64? { rateLimits.withLock { $0.own } }
+
+    /// The limit the downloads run under now: the own one, or the shared queue's part if lower.
+    package nonisolated var effectiveRateLimit: Int64? { downloader.overallRateLimit }
+
+    /// Changes the own limit or the shared part, and applies the lower of the two.
+    func applyRateLimits(_ change: (inout (own: Int64?, shared: Int64?)) -> Void) {
+        let limit = rateLimits.withLock { limits in
+            change(&limits)
+            return [limits.own, limits.shared].compactMap { $0 }.min()
+        }
+        downloader.setOverallRateLimit(limit)
+    }
 
     /// Changes the speed each connection must keep (``LowestSpeed``; nil for none), for the
     /// runs that start from now on.

@@ -17,7 +17,12 @@ extension DownloadManager {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 await sharedQueue.maintainClaims(
-                    speed: { await self.overallProgress().bytesPerSecond },
+                    load: {
+                        SharedQueueLoad(
+                            bytesPerSecond: await self.overallProgress().bytesPerSecond,
+                            rateLimit: self.overallRateLimit
+                        )
+                    },
                     notice: { await self.noticed($0) }
                 )
             }
@@ -44,6 +49,7 @@ extension DownloadManager {
         switch notice {
         case .revoked(let ids): stopRevoked(ids)
         case .work: claimDoorbell.ring()
+        case .rateShare(let share): applyRateLimits { $0.shared = share }
         }
     }
 

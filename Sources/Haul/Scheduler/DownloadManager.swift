@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// Many downloads through one queue: a concurrency limit, a per-host cap, the ordering
 /// rules of docs/architecture.md, pause/resume/cancel, restart recovery, and one stream of events.
@@ -148,6 +149,9 @@ public actor DownloadManager {
     /// Rung when a run here ends, or the shared queue says work waits: the next claim is
     /// taken at once.
     nonisolated let claimDoorbell = Doorbell()
+    /// The limit on all downloads together: this manager's own, and its part of the shared
+    /// queue's (nil: none); the lower of the two holds.
+    let rateLimits: Mutex<(own: Int64?, shared: Int64?)>
 
     /// Opens the store and loads its known. Call ``run()`` (or use
     /// ``withDownloadManager(configuration:_:)``) for anything to move.
@@ -175,6 +179,7 @@ public actor DownloadManager {
         self.hookTimeout = configuration.hookTimeout
         self.sharedQueue = configuration.background ? configuration.sharedQueue : nil
         self.hostConnections = HostConnections(cap: configuration.maxConnectionsPerHost)
+        self.rateLimits = Mutex((configuration.downloader.overallRateLimit, nil))
     }
 
     /// Runs `body` with a running manager; afterwards stops it cleanly: running downloads

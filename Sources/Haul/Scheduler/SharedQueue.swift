@@ -47,12 +47,26 @@ package protocol SharedQueue: Sendable {
     func sendBackOverCaps() async throws -> [UUID]
     /// Keeps this manager's claims alive until cancelled, and says what it must act on.
     /// - Parameters:
-    ///   - speed: the manager's transfer speed now, in bytes per second (the queue shows it).
+    ///   - load: the manager's transfer speed now and its own rate limit (the queue shows
+    ///     them, and shares its rate cap by them).
     ///   - notice: called for each thing the manager must act on, in order.
     func maintainClaims(
-        speed: @escaping @Sendable () async -> Double,
+        load: @escaping @Sendable () async -> SharedQueueLoad,
         notice: @escaping @Sendable (SharedQueueNotice) async -> Void
     ) async
+}
+
+/// What a manager tells its ``SharedQueue`` of itself.
+package struct SharedQueueLoad: Sendable, Equatable {
+    /// Its downloads' speed now.
+    package var bytesPerSecond: Double
+    /// Its own limit on all its downloads together; nil for none.
+    package var rateLimit: Int64?
+
+    package init(bytesPerSecond: Double, rateLimit: Int64?) {
+        self.bytesPerSecond = bytesPerSecond
+        self.rateLimit = rateLimit
+    }
 }
 
 /// What a ``SharedQueue`` tells the manager whose claims it keeps.
@@ -62,4 +76,7 @@ package enum SharedQueueNotice: Sendable, Equatable {
     case revoked(Set<UUID>)
     /// Tasks wait in the queue (added, resumed, given back): claim what there is room for now.
     case work
+    /// The queue caps the rate of every manager together: this manager's part of it now, in
+    /// bytes per second (nil: no cap). The lower of it and the manager's own limit holds.
+    case rateShare(Int64?)
 }

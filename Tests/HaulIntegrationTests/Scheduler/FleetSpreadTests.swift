@@ -23,6 +23,49 @@ struct FleetSpreadTests {
         try await spread(limit: 4, cap: 3, expected: ["a": 1, "b": 1, "c": 1])
     }
 
+    @Test(
+        "the fleet's rate cap is shared among the nodes transferring: evenly, a slower node's rest to the other; lifted, each node's own limit holds again"
+    )
+    func rateCapShared() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            for index in 0..<2 {
+                server.set("/r\(index)", .init(size: 64 << 20, seed: UInt64(80 + index), bytesPerSecond: 256 << 10))
+            }
+            // Short leases: a beat a second, so each node hears its part soon.
+            try await FleetManagerTests.withNodes(["a", "b"], lease: .seconds(3)) { nodes in
+                try await nodes[0].saveFleetCaps(API.FleetCaps(overallRateLimit: 600_000))
+                var configurations = nodes.map { FleetManagerTests.configuration($0, limit: 1) }
+                configurations[0].downloader.overallRateLimit = 100_000  // a's own link.
+                let a = try DownloadManager(configuration: configurations[0])
+                let b = try DownloadManager(configuration: configurations[1])
+                let runs = [Task { try await a.run() }, Task { try await b.run() }]
+                let added = try await a.download(
+                    (0..<2).map { DownloadRequest(url: server.url("/r\($0)"), destination: .directory(temp.path)) }
+                )
+                #expect(
+                    try await waitUntil {
+                        let (onA, onB) = (await a.runningTaskIDs.count, await b.runningTaskIDs.count)
+                        return onA == 1 && onB == 1
+                    }
+                )
+                // Both transferring: a keeps its own 100,000; b has the other 500,000.
+                #expect(try await waitUntil { a.effectiveRateLimit == 100_000 && b.effectiveRateLimit == 500_000 })
+                #expect(a.overallRateLimit == 100_000 && b.overallRateLimit == nil)
+                // a's own limit lifted: an even part each.
+                try await a.setOverallRateLimit(nil)
+                #expect(try await waitUntil { a.effectiveRateLimit == 300_000 && b.effectiveRateLimit == 300_000 })
+                // The cap lifted: no limit on either.
+                try await nodes[1].saveFleetCaps(API.FleetCaps(overallRateLimit: 0))
+                #expect(try await waitUntil { a.effectiveRateLimit == nil && b.effectiveRateLimit == nil })
+                for task in added { try await a.cancel(task.id) }
+                await a.shutdown()
+                await b.shutdown()
+                for run in runs { try await run.value }
+            }
+        }
+    }
+
     /// Three nodes at `limit` each (and the fleet's `cap`), twelve slow downloads: they run
     /// as `expected` says, node by node, and no node ever runs more.
     private func spread(limit: Int, cap: Int?, expected: [String: Int]) async throws {

@@ -65,4 +65,18 @@ struct FleetAdmissionTests {
         let capped = room.admits("c")
         #expect(!capped)  // The fleet's cap.
     }
+
+    @Test("the fleet's rate cap: an even part for each node transferring, a slower node's rest to the others")
+    func rateShares() {
+        let mib: Int64 = 1 << 20
+        #expect(FleetAdmission.rateShare(cap: 9 * mib, own: nil, others: [nil, nil]) == 3 * mib)
+        #expect(FleetAdmission.rateShare(cap: 9 * mib, own: nil, others: []) == 9 * mib)
+        // Another node's link carries 1 MiB/s: the other 8 are for this one and the third.
+        #expect(FleetAdmission.rateShare(cap: 9 * mib, own: nil, others: [mib, nil]) == 4 * mib)
+        // This node's own link is the slower: its own limit.
+        #expect(FleetAdmission.rateShare(cap: 9 * mib, own: 2 * mib, others: [nil]) == 2 * mib)
+        #expect(FleetAdmission.rateShare(cap: 9 * mib, own: 6 * mib, others: [6 * mib]) == 9 * mib / 2)
+        // Never 0, however many share a small cap.
+        #expect(FleetAdmission.rateShare(cap: 2, own: nil, others: [nil, nil, nil]) == 1)
+    }
 }
