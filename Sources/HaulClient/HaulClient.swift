@@ -206,6 +206,14 @@ public final class HaulClient: Sendable {
         let _: API.Stopping = try await call("POST", "/shutdown")
     }
 
+    /// In a fleet: asks node `node` to drain — take no new download, hand back what it runs
+    /// at a checkpoint (or, `finishing`, let it finish), then stop.
+    @discardableResult
+    public func drain(node: String, finishing: Bool = false) async throws -> API.Drain {
+        let path = "/fleet/nodes/" + (node.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
+        return try await call("POST", path + "/drain", body: API.Drain(finishing: finishing))
+    }
+
     // MARK: Events
 
     /// Attaches to a session: the events this session's clients have not acknowledged

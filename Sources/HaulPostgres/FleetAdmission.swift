@@ -202,7 +202,7 @@ struct FleetAdmission {
                         SELECT count(*) FROM haul_task t
                         WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()))), 0)::bigint
                     FROM fleet_node n
-                    WHERE n.name <> \(node) AND n.stopped_at IS NULL
+                    WHERE n.name <> \(node) AND n.stopped_at IS NULL AND n.draining_at IS NULL
                         AND n.heartbeat_at > now() - make_interval(secs => \(seconds))),
                 (SELECT count(*) FROM (
                     SELECT 1 FROM haul_task WHERE state = 'queued' AND background

@@ -263,6 +263,67 @@ public final class FleetQueue: Sendable {
         }
     }
 
+    /// Joins the fleet as this node starts: running from now on, any drain asked of its
+    /// last run done with.
+    public func join() async throws {
+        try await store("join the fleet") {
+            _ = try await self.client.query(
+                """
+                INSERT INTO fleet_node (name) VALUES (\(self.node))
+                ON CONFLICT (name) DO UPDATE SET started_at = now(), heartbeat_at = now(), stopped_at = NULL,
+                    draining_at = NULL, drain_finishing = false
+                """,
+                logger: self.logger
+            )
+        }
+    }
+
+    /// Asks node `node` to drain (see ``FleetView/requestDrain(of:finishing:)``), and tells it.
+    /// - Throws: ``HaulError/Code/notFound`` for a node that is not running in the fleet
+    ///   (unknown, gone silent for a lease, or left).
+    public func requestDrain(of node: String, finishing: Bool, duration: Duration) async throws {
+        let seconds = Self.seconds(duration)
+        let asked = try await store("ask a node to drain") {
+            try await self.client.withCheckedTransaction(logger: self.logger) { connection in
+                var asked = false
+                for try await _ in try await connection.checkedQuery(
+                    """
+                    UPDATE fleet_node SET draining_at = COALESCE(draining_at, now()), drain_finishing = \(finishing)
+                    WHERE name = \(node) AND stopped_at IS NULL
+                        AND heartbeat_at > now() - make_interval(secs => \(seconds))
+                    RETURNING name
+                    """,
+                    logger: self.logger
+                ) {
+                    asked = true
+                }
+                if asked { try await FleetSignals.send(.drain(node: node), on: connection, logger: self.logger) }
+                return asked
+            }
+        }
+        guard asked else {
+            throw HaulError(
+                .notFound,
+                "No node '\(node.prefix(80))' is running in this fleet",
+                hint: "haul status lists the nodes and their states"
+            )
+        }
+    }
+
+    /// The drain asked of this node: nil for none, else whether it lets its downloads finish first.
+    public func drainRequest() async throws -> Bool? {
+        try await store("read this node's state") {
+            var request: Bool?
+            for try await finishing in try await self.client.query(
+                "SELECT drain_finishing FROM fleet_node WHERE name = \(self.node) AND draining_at IS NOT NULL",
+                logger: self.logger
+            ).decode(Bool.self) {
+                request = finishing
+            }
+            return request
+        }
+    }
+
     /// Leaves the fleet cleanly: every lease this node holds goes back to the queue at once
     /// (at its place, its checkpoint kept), so other nodes continue those tasks without
     /// waiting for the leases to run out. Answers how many were given back.
@@ -283,7 +344,11 @@ public final class FleetQueue: Sendable {
                 }
                 if released > 0 { try await FleetSignals.send(.queue, on: connection, logger: self.logger) }
                 _ = try await connection.checkedQuery(
-                    "UPDATE fleet_node SET stopped_at = now(), bytes_per_second = 0 WHERE name = \(self.node)",
+                    """
+                    UPDATE fleet_node SET stopped_at = now(), bytes_per_second = 0, draining_at = NULL,
+                        drain_finishing = false
+                    WHERE name = \(self.node)
+                    """,
                     logger: self.logger
                 )
                 return released

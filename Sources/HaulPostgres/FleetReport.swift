@@ -29,16 +29,19 @@ public struct FleetReport: Sendable {
     public func nodes() async throws -> [Node] {
         try await Postgres.run("read the fleet's nodes") {
             var nodes: [Node] = []
-            for try await (name, started, beat, speed, stopped, leases, capacity, rate) in try await self.client.query(
-                """
-                SELECT n.name, n.started_at, n.heartbeat_at, n.bytes_per_second, n.stopped_at,
-                    (SELECT count(*) FROM haul_task t
-                     WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()),
-                    n.max_running, NULLIF(n.rate_limit, 0)
-                FROM fleet_node n ORDER BY n.name
-                """,
-                logger: self.logger
-            ).decode((String, Date, Date, Double, Date?, Int, Int, Int64?).self) {
+            for try await (name, started, beat, speed, stopped, leases, capacity, rate, draining)
+                in try await self.client
+                .query(
+                    """
+                    SELECT n.name, n.started_at, n.heartbeat_at, n.bytes_per_second, n.stopped_at,
+                        (SELECT count(*) FROM haul_task t
+                         WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()),
+                        n.max_running, NULLIF(n.rate_limit, 0), n.draining_at
+                    FROM fleet_node n ORDER BY n.name
+                    """,
+                    logger: self.logger
+                ).decode((String, Date, Date, Double, Date?, Int, Int, Int64?, Date?).self)
+            {
                 nodes.append(
                     Node(
                         name: name,
@@ -48,7 +51,8 @@ public struct FleetReport: Sendable {
                         leases: leases,
                         stoppedAt: stopped,
                         maxConcurrentDownloads: capacity > 0 ? capacity : nil,
-                        overallRateLimit: rate
+                        overallRateLimit: rate,
+                        drainingSince: draining
                     )
                 )
             }

@@ -98,6 +98,7 @@ extension FleetSignal {
         case .settings: "settings"
         case .events: "events"
         case .resumed: "resumed"
+        case .drain(let node): "drain \(node)"
         }
     }
 
@@ -108,6 +109,12 @@ extension FleetSignal {
         case "settings": self = .settings
         case "events": self = .events
         default:
+            if payload.hasPrefix("drain ") {
+                let node = String(payload.dropFirst(6))
+                guard (try? DownloadRequest.validateNodeName(node)) != nil else { return nil }
+                self = .drain(node: node)
+                return
+            }
             guard payload.hasPrefix("task "), let id = UUID(uuidString: String(payload.dropFirst(5))) else {
                 return nil
             }

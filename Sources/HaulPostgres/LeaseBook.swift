@@ -43,6 +43,11 @@ final class LeaseBook: Sendable {
     /// How many downloads this node runs at once, as last given to ``acquire(wanted:maxRunning:perHost:)``,
     /// and whether the fleet has heard it (the other nodes weigh it in their share of the work).
     private let capacity = Mutex<(value: Int, told: Bool)>((0, false))
+    /// The node drains: it takes no new lease.
+    private let draining = Mutex(false)
+
+    /// From now on this node takes no new lease (it drains).
+    func stopTakingWork() { draining.withLock { $0 = true } }
 
     init(client: PostgresClient, fleet: FleetQueue, duration: Duration, timeline: Timeline, logger: Logger) {
         self.client = client
@@ -61,6 +66,7 @@ final class LeaseBook: Sendable {
     /// (`maxRunning` downloads at once, `perHost` against one host) and the fleet's caps, and
     /// books them; returns their tasks (none when the answer came after the leases' time).
     func acquire(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
+        guard !draining.withLock({ $0 }) else { return [] }
         let sent = timeline.now
         let newCapacity = capacity.withLock { known in
             defer { known = (maxRunning, true) }

@@ -198,6 +198,10 @@ enum PostgresSchema {
             """,
             "ALTER TABLE fleet_node ADD COLUMN max_running integer NOT NULL DEFAULT 0",
             "ALTER TABLE fleet_node ADD COLUMN rate_limit bigint NOT NULL DEFAULT 0",
+            // A drain asked of the node (`haul daemon drain`): since when, and whether it lets
+            // its downloads finish first.
+            "ALTER TABLE fleet_node ADD COLUMN draining_at timestamptz",
+            "ALTER TABLE fleet_node ADD COLUMN drain_finishing boolean NOT NULL DEFAULT false",
             """
             INSERT INTO haul_node_setting (node, name, value)
             SELECT n.name, s.name, s.value FROM fleet_node n

@@ -43,6 +43,11 @@ extension PostgresStore: SharedQueue {
     ) async {
         let beatNow = Doorbell(clock: leases.timeline.clock)
         let signals = fleetSignals()
+        do {
+            try await fleet.join()
+        } catch {
+            logger.warning("cannot say this node joined the fleet", metadata: ["error": "\(error)"])
+        }
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await signal in signals {
@@ -126,4 +131,12 @@ extension PostgresStore: FleetView {
     package func saveNodeLimits(_ limits: StoredLimits, of node: String) async throws {
         try await settings.saveNumeric(limits.storedValues, of: node)
     }
+
+    package func requestDrain(of node: String, finishing: Bool) async throws {
+        try await fleet.requestDrain(of: node, finishing: finishing, duration: leases.duration)
+    }
+
+    package func drainRequest() async throws -> Bool? { try await fleet.drainRequest() }
+
+    package func stopTakingWork() { leases.stopTakingWork() }
 }

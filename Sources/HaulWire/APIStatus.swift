@@ -57,6 +57,17 @@ extension API {
 
             /// A daemon of the fleet.
             public struct Node: Codable, Sendable, Equatable {
+                /// The states a node is shown in.
+                public static let states = ["running", "draining", "gone", "left"]
+
+                /// Its state at `now`: left (stopped cleanly), gone (silent for more than a
+                /// lease: it died or lost the database), draining, or running.
+                public func state(at now: Date, leaseSeconds: Double) -> String {
+                    if stoppedAt != nil { return "left" }
+                    if now.timeIntervalSince(heartbeatAt) > leaseSeconds { return "gone" }
+                    return drainingSince != nil ? "draining" : "running"
+                }
+
                 public var name: String
                 public var startedAt: Date
                 /// Its last heartbeat (the database's clock).
@@ -72,6 +83,9 @@ extension API {
                 /// Its own limit on all its downloads together (its link), bytes per second;
                 /// absent for none.
                 public var overallRateLimit: Int64?
+                /// Since when it drains (`haul daemon drain`): it takes no new download, and
+                /// leaves once it has handed back or finished what it runs.
+                public var drainingSince: Date?
 
                 public init(
                     name: String,
@@ -81,8 +95,10 @@ extension API {
                     leases: Int,
                     stoppedAt: Date?,
                     maxConcurrentDownloads: Int? = nil,
-                    overallRateLimit: Int64? = nil
+                    overallRateLimit: Int64? = nil,
+                    drainingSince: Date? = nil
                 ) {
+                    self.drainingSince = drainingSince
                     self.maxConcurrentDownloads = maxConcurrentDownloads
                     self.overallRateLimit = overallRateLimit
                     self.name = name

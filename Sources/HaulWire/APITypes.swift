@@ -170,3 +170,19 @@ extension API {
         }
     }
 }
+
+extension API {
+    /// `POST /v1/fleet/nodes/{name}/drain`: a drain asked of a fleet's node.
+    public struct Drain: Codable, Sendable, Equatable {
+        /// The node asked (answers only; the path names it).
+        public var node: String?
+        /// Let its downloads finish before it stops, instead of handing them back at a
+        /// checkpoint (default false).
+        public var finishing: Bool?
+
+        public init(node: String? = nil, finishing: Bool? = nil) {
+            self.node = node
+            self.finishing = finishing
+        }
+    }
+}

@@ -159,7 +159,11 @@ try:
     shot("phone")
 
     # Remove all, after the page's confirmation: the list empties, the files stay.
-    driver.find_element(By.ID, "remove-all").click()  # not in the list: it does not redraw
+    remove_all = driver.find_element(By.ID, "remove-all")  # not in the list: it does not redraw
+    # Where a person would have it: in the middle of the screen, not under the sticky bar
+    # (the resize to a phone's width leaves the page scrolled wherever the layout put it).
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", remove_all)
+    remove_all.click()
     WebDriverWait(driver, 10).until(lambda d: d.switch_to.alert).accept()
     wait.until(lambda d: len(tasks()) == 0 and d.find_element(By.ID, "empty").is_displayed())
     seen["afterRemoveAll"] = len(tasks())

@@ -17,8 +17,9 @@ extension HaulCommand {
                 ("haul daemon", "start it in the background"),
                 ("haul daemon --listen 127.0.0.1:7800", "also on TCP, with a token"),
                 ("haul daemon stop", "stop it; downloads continue at its next start"),
+                ("haul daemon drain", "in a fleet: hand its downloads to the other nodes, then stop"),
             ]),
-            subcommands: [Start.self, Stop.self],
+            subcommands: [Start.self, Stop.self, Drain.self],
             defaultSubcommand: Start.self
         )
 

@@ -261,7 +261,7 @@ enum DaemonOutput {
         var rows = [["NODE", "STATE", "RUNNING", "LIMIT", "HEARTBEAT", "SPEED"]]
         for node in fleet.nodes {
             let silent = max(0, now.timeIntervalSince(node.heartbeatAt))
-            let state = node.stoppedAt != nil ? "left" : silent > fleet.leaseSeconds ? "gone" : "running"
+            let state = node.state(at: now, leaseSeconds: fleet.leaseSeconds)
             rows.append([
                 node.name + (node.name == fleet.node ? " (this)" : ""), state,
                 "\(node.leases) of \(node.maxConcurrentDownloads.map(String.init) ?? "?")",

@@ -92,3 +92,4 @@ extension API.Settings: ResponseEncodable {}
 extension API.Acknowledgement: ResponseEncodable {}
 extension API.Stopping: ResponseEncodable {}
 extension API.LoginLink: ResponseEncodable {}
+extension API.Drain: ResponseEncodable {}

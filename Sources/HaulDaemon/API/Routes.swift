@@ -217,8 +217,8 @@ struct SessionRoutes {
     }
 }
 
-/// `/v1/status`, `/v1/settings`, `/v1/shutdown`, `/v1/login-links` and `/v1/openapi.json`:
-/// the daemon itself.
+/// `/v1/status`, `/v1/settings`, `/v1/shutdown`, `/v1/fleet/nodes/{name}/drain`,
+/// `/v1/login-links` and `/v1/openapi.json`: the daemon itself (and its fleet's nodes).
 struct DaemonRoutes {
     let core: DaemonCore
 
@@ -244,6 +244,11 @@ struct DaemonRoutes {
                 caps: body.fleet
             )
             return try await core.settings(node: node)
+        }
+        routes.post("fleet/nodes/:name/drain") { request, context in
+            let body = try await RequestBody.decode(API.Drain.self, from: request, context: context)
+            let node = try context.parameters.require("name")
+            return try await core.drain.request(node, finishing: body.finishing ?? false, core: core)
         }
         routes.post("login-links") { _, _ in
             guard let listen = core.listen else {

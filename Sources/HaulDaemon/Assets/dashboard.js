@@ -235,6 +235,58 @@ function renderTask(task) {
 function renderSummary(status) {
   $("speed-now").textContent = speed(status.bytesPerSecond);
   $("counts").textContent = `${status.running} running · ${status.waiting} waiting`;
+  renderFleet(status.fleet);
+}
+
+// MARK: The fleet
+
+// Each node as `haul status` shows it: its state, its downloads of its own limit, its own
+// rate limit, its heartbeat and speed, and a Drain button while it runs.
+function renderFleet(fleet) {
+  $("fleet").hidden = !fleet;
+  if (!fleet) return;
+  $("limits-title").textContent = `Limits of this node (${fleet.node})`;
+  const caps = fleet.caps || {};
+  const parts = [];
+  if (caps.maxConcurrentDownloads) parts.push(`${caps.maxConcurrentDownloads} downloads`);
+  if (caps.maxDownloadsPerHost) parts.push(`${caps.maxDownloadsPerHost} per host`);
+  if (caps.overallRateLimit) parts.push(speed(caps.overallRateLimit));
+  $("fleet-caps").textContent = "Caps over all nodes: " + (parts.length ? parts.join(", ") : "none");
+  const now = Date.now();
+  const rows = fleet.nodes.map((node) => {
+    const silent = Math.max(0, (now - Date.parse(node.heartbeatAt)) / 1000);
+    const state = node.stoppedAt ? "left" : silent > fleet.leaseSeconds ? "gone" : node.drainingSince ? "draining" : "running";
+    const row = element("tr");
+    row.dataset.node = node.name;
+    row.dataset.state = state;
+    const cells = [
+      node.name + (node.name === fleet.node ? " (this)" : ""), state,
+      `${node.leases} of ${node.maxConcurrentDownloads ?? "?"}`,
+      node.overallRateLimit ? speed(node.overallRateLimit) : "none",
+      node.stoppedAt ? "–" : `${Math.round(silent)} s ago`, speed(node.bytesPerSecond),
+    ];
+    for (const text of cells) row.append(element("td", null, text));
+    const actions = element("td");
+    if (state === "running") {
+      const button = element("button", "drain", "Drain");
+      button.type = "button";
+      button.setAttribute("aria-label", `Drain node ${node.name}`);
+      button.addEventListener("click", () => drainNode(node.name, button));
+      actions.append(button);
+    }
+    row.append(actions);
+    return row;
+  });
+  $("fleet-nodes").replaceChildren(...rows);
+}
+
+async function drainNode(name, button) {
+  button.disabled = true;
+  await attempt(async () => {
+    await api("POST", `/fleet/nodes/${encodeURIComponent(name)}/drain`, { finishing: false });
+    say(`Node ${name} drains: it takes no new download and hands back those it runs, then stops.`, "info");
+  });
+  button.disabled = false;
 }
 
 // MARK: The speed graph

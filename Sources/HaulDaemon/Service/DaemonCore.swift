@@ -31,6 +31,8 @@ final class DaemonCore: Sendable {
     private let settingsChanges = SerialQueue()
     /// Acknowledgements, written together.
     private let acknowledgements: Acknowledgements
+    /// A drain of this node (`haul daemon drain`), once asked.
+    let drain = NodeDrain()
 
     /// - Parameter sessionStore: where the sessions' event logs live (the manager's store's
     ///   engine: SQLite's ``Store``, or PostgreSQL's in fleet mode).
@@ -303,6 +305,9 @@ final class DaemonCore: Sendable {
         case .resumed:
             await applyStoredLimits()
             eventLog.loggedElsewhere()
+            await drain.heard(core: self)
+        case .drain(let node):
+            if node == (sessionStore as? any FleetView)?.node { await drain.heard(core: self) }
         case .task, .queue:
             break
         }

@@ -122,6 +122,8 @@ package enum FleetSignal: Sendable, Hashable {
     case settings
     /// Events were logged to the sessions' logs.
     case events
+    /// Node `node` was asked to drain (``FleetView/drainRequest()`` says how).
+    case drain(node: String)
     /// Signals may have been missed (the listening connection broke and is back): look at
     /// everything again.
     case resumed
@@ -147,4 +149,12 @@ package protocol FleetView: Sendable {
     func nodeLimits(of node: String) async throws -> StoredLimits
     /// Saves node `node`'s own limits (the fields of ``StoredLimits/nodeNames``); it hears of it.
     func saveNodeLimits(_ limits: StoredLimits, of node: String) async throws
+    /// Asks node `node` to drain: it takes no new lease, and hands back what it runs at a
+    /// checkpoint (or, `finishing`, lets it finish), then leaves; it hears of it at once.
+    /// - Throws: ``HaulError/Code/notFound`` for a node that is not in the fleet or not running.
+    func requestDrain(of node: String, finishing: Bool) async throws
+    /// The drain asked of this node: nil for none, else whether it lets its downloads finish.
+    func drainRequest() async throws -> Bool?
+    /// This node takes no new lease from now on (it drains).
+    func stopTakingWork()
 }

@@ -117,6 +117,37 @@ struct DashboardBrowserTests {
         }
     }
 
+    @Test("in a fleet, the Fleet panel shows each node, and its Drain button drains the node: the daemon stops")
+    func fleetPanel() async throws {
+        guard let python = TestPaths.python, let chromium = Self.chromium, let chromedriver = Self.chromedriver else {
+            if ExternalServer.isCI { Issue.record("Chromium, chromedriver and selenium are needed") }
+            return
+        }
+        let temp = try TemporaryDirectory()
+        try await withDaemon(on: .postgres, home: temp.file("home"), listen: ("127.0.0.1", 0)) { client, daemon in
+            _ = try await client.update(API.Settings(fleet: API.FleetCaps(maxDownloadsPerHost: 4)))
+            let link = try await client.loginLink()
+            let script = TestPaths.file("Tests/dashboard/fleet.py")
+            let (status, output) = try await Command.run(python, [script, link.url, chromium, chromedriver])
+            #expect(status == 0, "\(output.suffix(4000))")
+            let line = try #require(output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(output)")
+            let seen = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            let rows = seen["rows"] as? [[String: Any]] ?? []
+            #expect(rows.count == 1, "\(seen)")
+            #expect(rows.first?["node"] as? String == "test" && rows.first?["state"] as? String == "running")
+            let cells = rows.first?["cells"] as? [String] ?? []
+            #expect(Array(cells.prefix(4)) == ["test (this)", "running", "0 of 3", "none"], "\(cells)")
+            #expect(rows.first?["drain"] as? Bool == true)
+            #expect(seen["caps"] as? String == "Caps over all nodes: 4 per host", "\(seen)")
+            #expect(seen["limitsTitle"] as? String == "Limits of this node (test)", "\(seen)")
+            #expect((seen["message"] as? String)?.hasPrefix("Node test drains") == true, "\(seen)")
+            // Drained: the daemon stops by itself, and has left the fleet.
+            #expect(
+                try await waitUntil(timeout: .seconds(60)) { (try? await client.status(timeout: .seconds(2))) == nil }
+            )
+        }
+    }
+
     @Test(
         "the first paint shows true states: every card, no empty note, the live stream, no busy bar on a card that does not move"
     )

@@ -54,6 +54,9 @@ struct FleetDaemonTests {
 
         func daemon(_ node: Int) -> HaulProcess? { started.withLock { $0[node] } }
 
+        /// Node `node`'s home, for `haul` commands run as its user would.
+        func home(_ node: Int) -> String { homes[node] }
+
         /// Stops every daemon still running (SIGTERM, or SIGKILL after a failure).
         func stopAll(_ signal: Int32) async {
             for (node, daemon) in started.withLock({ $0.sorted { $0.key < $1.key } }) {

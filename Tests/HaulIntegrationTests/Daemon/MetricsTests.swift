@@ -109,6 +109,17 @@ struct MetricsTests {
                 #expect(Self.value(samples, "haul_queue_wait_seconds_count") ?? 0 >= 3, "\(text)")
                 #expect(Self.value(samples, "haul_running_connections") != nil, "\(text)")
                 #expect(Self.value(samples, "haul_download_speed_bytes") != nil, "\(text)")
+                // On PostgreSQL, a fleet of one: its node, labelled by name, running with its -j.
+                if engine == .postgres {
+                    let node = ["node": "test"]
+                    #expect(
+                        Self.value(samples, "haul_fleet_node_state", node.merging(["state": "running"]) { $1 }) == 1
+                    )
+                    #expect(Self.value(samples, "haul_fleet_node_state", node.merging(["state": "left"]) { $1 }) == 0)
+                    #expect(Self.value(samples, "haul_fleet_node_capacity", node) == 3, "\(text)")
+                    #expect(Self.value(samples, "haul_fleet_node_leases", node) == 0, "\(text)")
+                    #expect(Self.value(samples, "haul_fleet_node_heartbeat_age_seconds", node) ?? 99 < 30, "\(text)")
+                }
             }
         }
     }
