@@ -38,9 +38,17 @@ extension HaulCommand {
                 }
                 print("store:    \(status.store)")
                 print("tasks:    \(counts.isEmpty ? "none" : counts.joined(separator: ", "))")
-                print(
-                    "running:  \(status.running) of at most \(status.maxConcurrentDownloads), \(status.waiting) waiting"
-                )
+                if let fleet = status.fleet {
+                    // The counts are the fleet's; the limit is this node's own.
+                    let here = fleet.nodes.first { $0.name == fleet.node }?.leases ?? 0
+                    print(
+                        "running:  \(status.running) in the fleet, \(here) here of at most \(status.maxConcurrentDownloads); \(status.waiting) waiting"
+                    )
+                } else {
+                    print(
+                        "running:  \(status.running) of at most \(status.maxConcurrentDownloads), \(status.waiting) waiting"
+                    )
+                }
                 print(
                     "per host: \(status.maxDownloadsPerHost) downloads, \(status.maxConnectionsPerHost) connections at most"
                 )

@@ -196,6 +196,17 @@ extension APIHardeningTests {
                     body: #"{"maxConcurrentDownloads": 7, "overallRateLimit": 9223372036854775807}"#
                 ),
                 .init(method: .PUT, path: "/settings", body: #"{"maxConcurentDownloads": 7}"#),
+                // A fleet's node and caps: a bad name, caps out of range (or no fleet at all).
+                .init(method: .PUT, path: "/settings?node=bad%20name", body: #"{"maxConcurrentDownloads": 2}"#),
+                .init(method: .GET, path: "/settings?node=%00"),
+                .init(method: .PUT, path: "/settings", body: #"{"fleet": {"maxConcurrentDownloads": -1}}"#),
+                .init(method: .PUT, path: "/settings", body: #"{"fleet": {"overallRateLimit": -5}}"#),
+                .init(method: .PUT, path: "/settings", body: #"{"fleet": {"maxDownloadsPerHost": 100001}}"#),
+                .init(method: .PUT, path: "/settings", body: #"{"fleet": {"maxConcurentDownloads": 3}}"#),
+                // POST /v1/fleet/nodes/NAME/drain
+                .init(method: .POST, path: "/fleet/nodes/bad%20name/drain", body: "{}"),
+                .init(method: .POST, path: "/fleet/nodes/n1/drain", body: "{"),
+                .init(method: .POST, path: "/fleet/nodes/n1/drain", body: #"{"finishing": "yes"}"#),
                 // Nesting deeper than any parser should follow: refused, never a stack overflow.
                 .init(
                     method: .PUT,

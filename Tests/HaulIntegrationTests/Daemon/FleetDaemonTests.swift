@@ -177,6 +177,20 @@ struct FleetDaemonTests {
             #expect(status.fleet?.node == "n1" && status.fleet?.nodes.map(\.name) == ["n0", "n1", "n2"])
             #expect(status.fleet?.nodes.map(\.maxConcurrentDownloads) == [2, 2, 2])
             #expect(status.fleet?.caps == API.FleetCaps(maxDownloadsPerHost: 4))
+            // haul status: the fleet's counts, this node's own limit, each node's row.
+            let shown = try await HaulProcess.run(["status"], home: fleet.home(1))
+            #expect(shown.status == 0, "\(shown.stderr)")
+            let running = shown.stdout.split(separator: "\n").first { $0.hasPrefix("running:") } ?? ""
+            #expect(running.contains(" in the fleet, ") && running.contains(" here of at most 2; "), "\(shown.stdout)")
+            #expect(shown.stdout.contains("caps:     4 per host"), "\(shown.stdout)")
+            for node in ["n0", "n1 (this)", "n2"] {
+                #expect(
+                    shown.stdout.split(separator: "\n").contains {
+                        $0.hasPrefix("  \(node) ") && $0.contains(" running ")
+                    },
+                    "\(shown.stdout)"
+                )
+            }
             #expect(status.store.hasPrefix("postgres://haul@127.0.0.1:") && status.fleet?.leaseSeconds == 10)
             // No node ever runs more than its own -j (sampled at every look).
             var most: [String: Int] = [:]
