@@ -154,7 +154,7 @@ enum PostgresSchema {
             "DROP TABLE fleet_task",
         ],
         [
-            // When the lease was taken: lowering the fleet-wide limit sends the most recently
+            // When the lease was taken: lowering the fleet's cap sends the most recently
             // started tasks back first.
             "ALTER TABLE haul_task ADD COLUMN leased_at timestamptz"
         ],
