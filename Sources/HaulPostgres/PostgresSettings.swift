@@ -42,7 +42,7 @@ struct PostgresSettings {
 
     /// Saves settings through this node: its own limits under its name, the rest for the fleet.
     func saveNumeric(_ values: [(name: String, value: Int64)]) async throws {
-        try await save(fleet: values.filter { !StoredLimits.nodeNames.contains($0.name) }, node: node, values)
+        try await save(values, of: node, caps: nil)
     }
 
     /// Node `node`'s own limits as saved (none for a node never given any).
@@ -57,11 +57,6 @@ struct PostgresSettings {
             }
             return settings
         }
-    }
-
-    /// Saves node `node`'s own limits (only ``StoredLimits/nodeNames`` are kept).
-    func saveNumeric(_ values: [(name: String, value: Int64)], of node: String) async throws {
-        try await save(fleet: [], node: node, values)
     }
 
     /// The fleet's caps over all its nodes (a field absent: none).
@@ -83,24 +78,19 @@ struct PostgresSettings {
         return caps
     }
 
-    /// Saves the caps set in `caps` (0: none).
-    func saveCaps(_ caps: API.FleetCaps) async throws {
-        let values: [(Cap, Int64?)] = [
-            (.maxConcurrentDownloads, caps.maxConcurrentDownloads.map(Int64.init)),
-            (.maxDownloadsPerHost, caps.maxDownloadsPerHost.map(Int64.init)),
-            (.overallRateLimit, caps.overallRateLimit),
+    /// Saves, in one transaction, `values` — node `node`'s own limits under its name (those
+    /// of ``StoredLimits/nodeNames``), the others for the fleet — and the caps set in `caps`
+    /// (0: none), and signals the change: all of it lands, or none.
+    func save(_ values: [(name: String, value: Int64)], of node: String, caps: API.FleetCaps?) async throws {
+        let capValues: [(Cap, Int64?)] = [
+            (.maxConcurrentDownloads, caps?.maxConcurrentDownloads.map(Int64.init)),
+            (.maxDownloadsPerHost, caps?.maxDownloadsPerHost.map(Int64.init)),
+            (.overallRateLimit, caps?.overallRateLimit),
         ]
-        try await save(fleet: values.compactMap { cap, value in value.map { (cap.rawValue, $0) } }, node: node, [])
-    }
-
-    /// Writes fleet-wide values and `node`'s own (those of `nodeValues` that are a node's) in
-    /// one transaction, and signals the change.
-    private func save(
-        fleet: [(name: String, value: Int64)],
-        node: String,
-        _ nodeValues: [(name: String, value: Int64)]
-    ) async throws {
-        let own = nodeValues.filter { StoredLimits.nodeNames.contains($0.name) }
+        let fleet =
+            values.filter { !StoredLimits.nodeNames.contains($0.name) }
+            + capValues.compactMap { cap, value in value.map { (cap.rawValue, $0) } }
+        let own = values.filter { StoredLimits.nodeNames.contains($0.name) }
         try await Postgres.run("save the settings") {
             try await client.withCheckedTransaction(logger: logger) { connection in
                 for (name, value) in fleet {

@@ -122,14 +122,17 @@ extension PostgresStore: FleetView {
 
     package func fleetCaps() async throws -> API.FleetCaps { try await settings.caps() }
 
-    package func saveFleetCaps(_ caps: API.FleetCaps) async throws { try await settings.saveCaps(caps) }
+    /// Saves the caps set in `caps` (0: none); every node hears of it.
+    package func saveFleetCaps(_ caps: API.FleetCaps) async throws {
+        try await settings.save([], of: node, caps: caps)
+    }
 
     package func nodeLimits(of node: String) async throws -> StoredLimits {
         StoredLimits.reading(try await settings.numeric(of: node)).limits
     }
 
-    package func saveNodeLimits(_ limits: StoredLimits, of node: String) async throws {
-        try await settings.saveNumeric(limits.storedValues, of: node)
+    package func saveLimits(_ limits: StoredLimits, of node: String, caps: API.FleetCaps?) async throws {
+        try await settings.save(limits.storedValues, of: node, caps: caps)
     }
 
     package func requestDrain(of node: String, finishing: Bool) async throws {

@@ -16,7 +16,7 @@ package actor NetworkChanges {
 
     /// A change of links begins, once no quiet period is on or waiting.
     package func beginChange() async {
-        while quiet || quietWaiting > 0 { await sleep() }
+        while quiet || quietWaiting > 0 { await nextChange() }
         changes += 1
     }
 
@@ -29,7 +29,7 @@ package actor NetworkChanges {
     /// A quiet period begins, once no change is under way and no other quiet period is on.
     package func beginQuiet() async {
         quietWaiting += 1
-        while quiet || changes > 0 { await sleep() }
+        while quiet || changes > 0 { await nextChange() }
         quietWaiting -= 1
         quiet = true
     }
@@ -39,7 +39,8 @@ package actor NetworkChanges {
         wakeAll()
     }
 
-    private func sleep() async {
+    /// Returns when the changes or the quiet periods change next (no timer: a signal).
+    private func nextChange() async {
         await withCheckedContinuation { waiters.append($0) }
     }
 

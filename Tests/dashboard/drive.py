@@ -8,26 +8,18 @@ Screenshots go to ARTIFACTS; what was seen is printed as JSON for the Swift test
 """
 import json
 import sys
+
+import browser
 import time
 
-from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 login, slow_url, small_url, directory, artifacts, chromium, chromedriver = sys.argv[1:8]
 
-options = Options()
-for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1100", "--no-first-run", "--disable-extensions"]:
-    options.add_argument(argument)
-options.binary_location = chromium
-options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-# The driver named, so Selenium never looks for one on the internet.
-driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+driver = browser.chrome(chromium, chromedriver)
 wait = WebDriverWait(driver, 120, poll_frequency=0.05)
 seen = {"percents": [], "states": [], "steps": []}
 

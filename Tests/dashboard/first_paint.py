@@ -10,20 +10,14 @@ Printed as JSON for the Swift test to judge.
 import json
 import sys
 
-from selenium import webdriver
+import browser
+
 from selenium.common.exceptions import WebDriverException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
 login, chromium, chromedriver = sys.argv[1:4]
 
-options = Options()
-for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1100", "--no-first-run", "--disable-extensions"]:
-    options.add_argument(argument)
-options.binary_location = chromium
-driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+driver = browser.chrome(chromium, chromedriver)
 
 # Runs before any of the page's scripts: the snapshot is taken in the same task that shows
 # #app, before anything else can change the page.

@@ -317,24 +317,24 @@ public struct DownloadRequest: Sendable {
     /// Checks a session name: 1 to 128 letters, digits, `.`, `_` or `-`.
     /// - Throws: ``HaulError/Code/invalidArgument`` for anything else.
     public static func validateSession(_ name: String) throws {
-        guard isPlainName(name, maxLength: 128) else {
-            throw HaulError(
-                .invalidArgument,
-                "Invalid session name '\(name)'",
-                hint: "Use 1 to 128 letters, digits, '.', '_' or '-'"
-            )
-        }
+        try validatePlainName(name, maxLength: 128, of: "session")
     }
 
     /// Checks a fleet node's name (`--node`): 1 to 64 letters, digits, `.`, `_` or `-` (a
     /// host name is one).
     /// - Throws: ``HaulError/Code/invalidArgument`` for anything else.
     package static func validateNodeName(_ name: String) throws {
-        guard isPlainName(name, maxLength: 64) else {
+        try validatePlainName(name, maxLength: 64, of: "node")
+    }
+
+    /// Checks that `name` (a `what`'s) is 1 to `maxLength` letters, digits, `.`, `_` or `-`;
+    /// a refused one is shown cut short, however long it came.
+    private static func validatePlainName(_ name: String, maxLength: Int, of what: String) throws {
+        guard isPlainName(name, maxLength: maxLength) else {
             throw HaulError(
                 .invalidArgument,
-                "Invalid node name '\(name.prefix(80))'",
-                hint: "Use 1 to 64 letters, digits, '.', '_' or '-'"
+                "Invalid \(what) name '\(name.prefix(maxLength + 16))'",
+                hint: "Use 1 to \(maxLength) letters, digits, '.', '_' or '-'"
             )
         }
     }

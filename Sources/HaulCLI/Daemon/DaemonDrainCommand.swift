@@ -39,13 +39,7 @@ extension HaulCommand.Daemon {
 
         func run() async throws {
             try await withDaemon(autoStart: false) { client in
-                guard let fleet = try await client.status().fleet else {
-                    throw HaulError(
-                        .invalidArgument,
-                        "This daemon is not in a fleet: there is no node to drain",
-                        hint: "Stop it with haul daemon stop (its downloads continue at its next start)"
-                    )
-                }
+                guard let fleet = try await client.status().fleet else { throw NodeDrain.notInFleet }
                 let node = node ?? fleet.node
                 try await client.drain(node: node, finishing: finish)
                 guard !noWait else {

@@ -248,17 +248,17 @@ final class DaemonCore: Sendable {
         }
         let manager = self.manager
         try await settingsChanges.run {
-            if let other, let fleet {
-                try await fleet.fleet.saveNodeLimits(change, of: other)
+            // In a fleet the limits and the caps land together, or not at all.
+            if let fleet {
+                try await fleet.fleet.saveLimits(change, of: other ?? fleet.fleet.node, caps: caps)
             } else {
                 try await manager.store.saveLimits(change)
+            }
+            if other == nil {  // Another node applies its own when it hears of them.
                 if let meteredInterfaces { try await manager.store.saveMeteredInterfaces(meteredInterfaces) }
                 try await DaemonSettings.apply(change, meteredInterfaces: meteredInterfaces, to: manager)
             }
-            if let caps, let fleet {
-                try await fleet.fleet.saveFleetCaps(caps)
-                try await manager.sendBackOverCaps()
-            }
+            if caps != nil { try await manager.sendBackOverCaps() }
         }
     }
 

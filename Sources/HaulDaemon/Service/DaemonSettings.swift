@@ -5,6 +5,9 @@ import Logging
 /// What a daemon's manager starts with: its command line and configuration over the
 /// settings its store kept.
 enum DaemonSettings {
+    /// A daemon's own limits when none were given or kept (in a fleet, a node's too).
+    static let (defaultMaxConcurrent, defaultMaxPerHost, defaultMaxConnectionsPerHost) = (3, 8, 16)
+
     /// The configuration of the daemon's manager on `store`, with the limits to start with
     /// (``startingLimits(_:store:logger:)``, saved for the next start).
     static func manager(
@@ -15,12 +18,12 @@ enum DaemonSettings {
         let limits = try await startingLimits(configuration, store: store, logger: logger)
         var managerConfiguration = DownloadManager.Configuration(
             store: .engine(store),
-            maxConcurrentDownloads: limits.maxConcurrentDownloads ?? 3,
-            maxDownloadsPerHost: limits.maxDownloadsPerHost ?? 8,
+            maxConcurrentDownloads: limits.maxConcurrentDownloads ?? defaultMaxConcurrent,
+            maxDownloadsPerHost: limits.maxDownloadsPerHost ?? defaultMaxPerHost,
             recoversTasks: true,
             background: true
         )
-        managerConfiguration.maxConnectionsPerHost = limits.maxConnectionsPerHost ?? 16
+        managerConfiguration.maxConnectionsPerHost = limits.maxConnectionsPerHost ?? defaultMaxConnectionsPerHost
         managerConfiguration.sharedQueue = configuration.sharedStore
         var keepsTrying = configuration.keepsTrying
         if let seconds = limits.giveUpAfter { keepsTrying.giveUpAfter = .seconds(seconds) }

@@ -11,9 +11,9 @@ struct FleetSettings {
 
     /// A node's limits when it was never given any: a daemon's defaults.
     static let defaults = StoredLimits(
-        maxConcurrentDownloads: 3,
-        maxDownloadsPerHost: 8,
-        maxConnectionsPerHost: 16,
+        maxConcurrentDownloads: DaemonSettings.defaultMaxConcurrent,
+        maxDownloadsPerHost: DaemonSettings.defaultMaxPerHost,
+        maxConnectionsPerHost: DaemonSettings.defaultMaxConnectionsPerHost,
         overallRateLimit: 0
     )
 

@@ -10,20 +10,21 @@ import Synchronization
 /// back what it runs at a checkpoint (or, asked to finish, lets it finish first), so that
 /// another node continues each download with a ranged request; then it stops, as
 /// `haul daemon stop` does, and leaves the fleet.
-final class NodeDrain: Sendable {
+package final class NodeDrain: Sendable {
     private let begun = Mutex(false)
+
+    /// A drain asked of a daemon that is not in a fleet.
+    package static let notInFleet = HaulError(
+        .invalidArgument,
+        "This daemon is not in a fleet: there is no node to drain",
+        hint: "Stop it with haul daemon stop (its downloads continue at its next start)"
+    )
 
     /// Asks node `node` (nil: this daemon's) to drain.
     /// - Throws: ``HaulError/Code/invalidArgument`` when the daemon is not in a fleet;
     ///   ``HaulError/Code/notFound`` for a node not running in it.
     func request(_ node: String?, finishing: Bool, core: DaemonCore) async throws -> API.Drain {
-        guard let fleet = core.sessionStore as? any FleetView else {
-            throw HaulError(
-                .invalidArgument,
-                "This daemon is not in a fleet: there is no node to drain",
-                hint: "Stop it with haul daemon stop (its downloads continue at its next start)"
-            )
-        }
+        guard let fleet = core.sessionStore as? any FleetView else { throw Self.notInFleet }
         if let node { try DownloadRequest.validateNodeName(node) }
         let node = node ?? fleet.node
         try await fleet.requestDrain(of: node, finishing: finishing)

@@ -143,12 +143,12 @@ package protocol FleetView: Sendable {
     func fleetSignals() -> AsyncStream<FleetSignal>
     /// The fleet's caps over all its nodes together.
     func fleetCaps() async throws -> API.FleetCaps
-    /// Saves the caps set in `caps` (0: none); every node hears of it.
-    func saveFleetCaps(_ caps: API.FleetCaps) async throws
     /// The own limits saved for node `node` (its downloads, connections, rate limit).
     func nodeLimits(of node: String) async throws -> StoredLimits
-    /// Saves node `node`'s own limits (the fields of ``StoredLimits/nodeNames``); it hears of it.
-    func saveNodeLimits(_ limits: StoredLimits, of node: String) async throws
+    /// Saves `limits` through node `node` — its own limits (``StoredLimits/nodeNames``) under
+    /// its name, the others for the fleet — and the caps set in `caps` (0: none), in one
+    /// transaction; every node hears of it.
+    func saveLimits(_ limits: StoredLimits, of node: String, caps: API.FleetCaps?) async throws
     /// Asks node `node` to drain: it takes no new lease, and hands back what it runs at a
     /// checkpoint (or, `finishing`, lets it finish), then leaves; it hears of it at once.
     /// - Throws: ``HaulError/Code/notFound`` for a node that is not in the fleet or not running.

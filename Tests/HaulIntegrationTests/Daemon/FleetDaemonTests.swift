@@ -141,6 +141,27 @@ struct FleetDaemonTests {
         return (overall.most, hosts.mapValues(\.most))
     }
 
+    /// Waits until the fleet's `files` downloads (`/slow/f0` …) have completed, then checks
+    /// that each file is whole (its SHA-256) and was fetched in full once (one request
+    /// without a Range); answers nginx's log of them, for the ranged requests.
+    static func expectAllWholeOnce(_ fleet: Fleet, files: Int) async throws -> [[String]] {
+        #expect(
+            try await waitUntil {
+                let infos = try await fleet.clients[1].tasks()
+                return infos.count == files && infos.allSatisfy { $0.state == .completed }
+            }
+        )
+        for index in 0..<files {
+            #expect(sha256("\(fleet.out)/f\(index)") == sha256("\(fleet.nginx.root)/f\(index)"), "f\(index)")
+        }
+        let log = fleet.nginx.accessLog().filter { $0.first?.hasPrefix("/slow/") == true }
+        for index in 0..<files {
+            let fetches = log.filter { $0[0] == "/slow/f\(index)" }
+            #expect(fetches.filter { $0[2].isEmpty }.count == 1, "f\(index): \(fetches.map { $0[1...2] })")
+        }
+        return log
+    }
+
     static func sha256(_ path: String) -> String? {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
         return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()

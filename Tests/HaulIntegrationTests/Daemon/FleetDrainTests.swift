@@ -28,7 +28,7 @@ extension FleetDaemonTests {
                 )
                 var held: [DownloadInfo] = []
                 #expect(
-                    try await waitUntil(timeout: .seconds(60)) {
+                    try await waitUntil {
                         held = try await fleet.clients[1].tasks().filter { $0.node == "n0" && $0.state == .running }
                         return held.count == 3 && held.allSatisfy { $0.bytesCommitted > 0 }
                     }
@@ -36,29 +36,13 @@ extension FleetDaemonTests {
                 let drain = try await HaulProcess.run(["daemon", "drain"], home: fleet.home(0))
                 #expect(drain.status == 0, "\(drain.stderr)")
                 #expect(drain.stderr.contains("Node n0 drained and left the fleet."), "\(drain.stderr)")
-                let n0 = try #require(fleet.daemon(0))
-                let exit = await n0.finish(within: .seconds(60))
-                #expect(exit?.status == 0, "\(exit?.stderr.suffix(2000) ?? "still running")")
+                // The command returned once n0's process had let go of its home: it has ended.
+                let exit = try #require(await fleet.daemon(0)?.finish())
+                #expect(exit.status == 0, "\(exit.stderr.suffix(2000))")
                 let status = try await fleet.clients[1].status()
                 let left = status.fleet?.nodes.first { $0.name == "n0" }
                 #expect(left?.stoppedAt != nil && left?.drainingSince == nil && left?.leases == 0)
-                #expect(
-                    try await waitUntil(timeout: .seconds(240)) {
-                        let infos = try await fleet.clients[1].tasks()
-                        return infos.count == 30 && infos.allSatisfy { $0.state == .completed }
-                    }
-                )
-                for index in 0..<30 {
-                    #expect(
-                        FleetDaemonTests.sha256("\(fleet.out)/f\(index)")
-                            == FleetDaemonTests.sha256("\(fleet.nginx.root)/f\(index)")
-                    )
-                }
-                let log = fleet.nginx.accessLog().filter { $0.first?.hasPrefix("/slow/") == true }
-                for index in 0..<30 {
-                    let fetches = log.filter { $0[0] == "/slow/f\(index)" }
-                    #expect(fetches.filter { $0[2].isEmpty }.count == 1, "f\(index): \(fetches.map { $0[1...2] })")
-                }
+                let log = try await FleetDaemonTests.expectAllWholeOnce(fleet, files: 30)
                 // n0's three went on elsewhere from their checkpoints.
                 for task in held {
                     guard let index = tasks.firstIndex(where: { $0.id == task.id }) else { continue }
@@ -85,26 +69,30 @@ extension FleetDaemonTests {
                 )
                 var held: [DownloadInfo] = []
                 #expect(
-                    try await waitUntil(timeout: .seconds(60)) {
+                    try await waitUntil {
                         held = try await fleet.clients[0].tasks().filter { $0.node == "n1" && $0.state == .running }
                         return held.count == 2
                     }
                 )
-                let drain = try await HaulProcess.run(
+                let asked = try await HaulProcess.run(
                     ["daemon", "drain", "--node", "n1", "--finish", "--no-wait"],
                     home: fleet.home(2)
                 )
-                #expect(drain.status == 0, "\(drain.stderr)")
+                #expect(asked.status == 0 && asked.stderr.contains("Node n1 drains"), "\(asked.stderr)")
                 // Seen draining by every node, until it leaves.
                 let draining = try await fleet.clients[0].status().fleet?.nodes.first { $0.name == "n1" }
                 #expect(draining?.drainingSince != nil || draining?.stoppedAt != nil)
-                let n1 = try #require(fleet.daemon(1))
-                let exit = await n1.finish(within: .seconds(60))
-                #expect(exit?.status == 0, "\(exit?.stderr.suffix(2000) ?? "still running")")
+                // Waiting, the command returns once n1 has left the fleet: n1's process ends.
+                let waited = try await HaulProcess.run(["daemon", "drain", "--node", "n1"], home: fleet.home(0))
+                let exit = try #require(await fleet.daemon(1)?.finish())
+                #expect(exit.status == 0, "\(exit.stderr.suffix(2000))")
                 #expect(
-                    try await waitUntil(timeout: .seconds(120)) {
-                        try await fleet.clients[0].tasks().allSatisfy { $0.state == .completed }
-                    }
+                    waited.stderr.contains("Node n1 drained and left the fleet.")
+                        || waited.stderr.contains("No node 'n1' is running in this fleet"),
+                    "\(waited.stderr)"
+                )
+                #expect(
+                    try await waitUntil { try await fleet.clients[0].tasks().allSatisfy { $0.state == .completed } }
                 )
                 // n1's two finished there: each fetched by one request, whole.
                 let log = fleet.nginx.accessLog().filter { $0.first?.hasPrefix("/slow/") == true }
