@@ -211,6 +211,11 @@ enum PostgresSchema {
             "UPDATE haul_setting SET name = 'fleetMaxConcurrentDownloads' WHERE name = 'maxConcurrentDownloads'",
             "UPDATE haul_setting SET name = 'fleetMaxDownloadsPerHost' WHERE name = 'maxConnectionsPerHost'",
         ],
+        [
+            // A run claiming its part file asks whether another task names it: by index, as
+            // in SQLite, not by reading every task.
+            "CREATE INDEX haul_task_part ON haul_task (\"partPath\") WHERE \"partPath\" IS NOT NULL"
+        ],
     ]
 
     /// Creates or upgrades the schema. Several nodes may start at once: one migrates while

@@ -22,47 +22,80 @@ extension PostgresStore: EventLogStore {
                     "SELECT pg_advisory_xact_lock(\(Self.appendLock))",
                     logger: self.logger
                 )
-                // The rows whose announced state changes, locked in one order (the heartbeat's
-                // and the fleet queue's), so that appends and lease renewals never deadlock.
-                let announcing = Array(Set(records.compactMap { $0.announcedState == nil ? nil : $0.taskID }))
-                if !announcing.isEmpty {
-                    _ = try await connection.checkedQuery(
-                        "SELECT id FROM haul_task WHERE id = ANY(\(announcing)::uuid[]) ORDER BY id FOR UPDATE",
-                        logger: self.logger
-                    )
-                }
+                var told = try await Self.announcedStates(of: records, on: connection, logger: self.logger)
+                var announced: [UUID: String] = [:]
                 var logged: [EventRecord] = []
+                var sessions: [String] = []
+                var payloads: [String] = []
                 for var record in records {
                     guard let session = record.session ?? (record.taskID == nil ? EventLogRules.everySession : nil)
                     else { continue }
                     if let announces = record.announcedState, let taskID = record.taskID {
-                        var told: String?
-                        for try await state in try await connection.checkedQuery(
-                            "SELECT \"announcedState\" FROM haul_task WHERE id = \(taskID)",
-                            logger: self.logger
-                        ).decode(String?.self) {
-                            told = state
+                        // A final state already told is not told again (a repair racing a run's own event).
+                        if EventLogRules.finalStates.contains(announces), told[taskID] == announces.rawValue {
+                            continue
                         }
-                        if EventLogRules.finalStates.contains(announces), told == announces.rawValue { continue }
-                        _ = try await connection.checkedQuery(
-                            "UPDATE haul_task SET \"announcedState\" = \(announces.rawValue) WHERE id = \(taskID)",
-                            logger: self.logger
-                        )
+                        told[taskID] = announces.rawValue
+                        announced[taskID] = announces.rawValue
                     }
                     record.eventID = nil
-                    let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
-                    for try await id in try await connection.checkedQuery(
-                        "INSERT INTO haul_event (session, payload) VALUES (\(session), \(payload)) RETURNING id",
-                        logger: self.logger
-                    ).decode(Int64.self) {
-                        record.eventID = id
-                    }
+                    sessions.append(session)
+                    payloads.append(String(decoding: try encoder.encode(record), as: UTF8.self))
                     logged.append(record)
                 }
-                if !logged.isEmpty { try await FleetSignals.send(.events, on: connection, logger: self.logger) }
+                if !announced.isEmpty {
+                    _ = try await connection.checkedQuery(
+                        """
+                        UPDATE haul_task t SET "announcedState" = a.state
+                        FROM unnest(\(Array(announced.keys))::uuid[], \(Array(announced.values))::text[]) AS a(id, state)
+                        WHERE t.id = a.id
+                        """,
+                        logger: self.logger
+                    )
+                }
+                guard !logged.isEmpty else { return [] }
+                // One insert, its rows in the batch's order: the ids (a sequence, under the
+                // append lock) ascend in that order.
+                var ids: [Int64] = []
+                for try await id in try await connection.checkedQuery(
+                    """
+                    INSERT INTO haul_event (session, payload)
+                    SELECT e.session, e.payload FROM unnest(\(sessions)::text[], \(payloads)::text[])
+                        WITH ORDINALITY AS e(session, payload, i) ORDER BY e.i
+                    RETURNING id
+                    """,
+                    logger: self.logger
+                ).decode(Int64.self) {
+                    ids.append(id)
+                }
+                guard ids.count == logged.count else { throw HaulError(.store, "PostgreSQL did not log every event") }
+                for (index, id) in ids.sorted().enumerated() { logged[index].eventID = id }
+                try await FleetSignals.send(.events, on: connection, logger: self.logger)
                 return logged
             }
         }
+    }
+
+    /// The states last told of the tasks whose events announce one, their rows locked in
+    /// one order (the heartbeat's and the fleet queue's), so that appends and lease renewals
+    /// never deadlock. A removed task has none.
+    private static func announcedStates(
+        of records: [EventRecord],
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> [UUID: String] {
+        let announcing = Array(Set(records.compactMap { $0.announcedState == nil ? nil : $0.taskID }))
+        var told: [UUID: String] = [:]
+        guard !announcing.isEmpty else { return told }
+        for try await (id, state) in try await connection.checkedQuery(
+            """
+            SELECT id, "announcedState" FROM haul_task WHERE id = ANY(\(announcing)::uuid[]) ORDER BY id FOR UPDATE
+            """,
+            logger: logger
+        ).decode((UUID, String?).self) {
+            if let state { told[id] = state }
+        }
+        return told
     }
 
     package func loggedEvents(session: String?, after: Int64, limit: Int) async throws -> [EventRecord] {
@@ -213,15 +246,16 @@ extension PostgresStore: EventLogStore {
         }
     }
 
-    package func session(ofTask id: UUID) async throws -> String? {
-        try await Postgres.run("read a task") {
-            for try await session in try await client.query(
-                "SELECT session FROM haul_task WHERE id = \(id)",
+    package func sessions(ofTasks ids: [UUID]) async throws -> [UUID: String] {
+        try await Postgres.run("read the tasks' sessions") {
+            var sessions: [UUID: String] = [:]
+            for try await (id, session) in try await client.query(
+                "SELECT id, session FROM haul_task WHERE id = ANY(\(ids)::uuid[])",
                 logger: logger
-            ).decode(String.self) {
-                return session
+            ).decode((UUID, String).self) {
+                sessions[id] = session
             }
-            return nil
+            return sessions
         }
     }
 

@@ -142,4 +142,43 @@ extension PostgresStore: FleetView {
     package func drainRequest() async throws -> Bool? { try await fleet.drainRequest() }
 
     package func stopTakingWork() { leases.stopTakingWork() }
+
+    package func placeFinished(
+        _ id: UUID,
+        completing checkpoint: CheckpointRecord?,
+        _ place: @escaping @Sendable () async throws -> Void
+    ) async throws {
+        guard leases.isBooked(id) else {
+            try await place()
+            if let checkpoint {
+                try await self.checkpoint(
+                    id,
+                    segments: checkpoint.segments,
+                    sources: checkpoint.sources,
+                    verifiedPieces: checkpoint.verifiedPieces,
+                    completing: true
+                )
+            }
+            return
+        }
+        let sources = try checkpoint?.sources.map { try TaskRecord.json($0) }
+        try await leases.fenced(id, "record a finished download", final: true) { connection in
+            // The row is locked under this node's lease until the commit: a pause or cancel
+            // from another node waits, then finds the task completed.
+            try await place()
+            try await self.tables.setCompleted(connection, id)
+            if let checkpoint {
+                try await self.tables.replaceSegments(connection, of: id, with: checkpoint.segments)
+                try await self.tables.checkpoint(
+                    connection,
+                    id,
+                    verifiedPieces: checkpoint.verifiedPieces,
+                    sources: sources
+                )
+            }
+        }
+        // Completed toward every node: the full completion that follows is this node's to
+        // record, with no lease left to check.
+        leases.end(id)
+    }
 }

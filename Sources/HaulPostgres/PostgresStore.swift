@@ -137,6 +137,12 @@ public final class PostgresStore: TaskStore {
         }
     }
 
+    package func tasks(ids: [UUID]) async throws -> [TaskRecord] {
+        try await Postgres.run("read tasks") {
+            try await self.tables.tasks(client, where: "id = ANY($1::uuid[])", binds: { $0.append(ids) })
+        }
+    }
+
     package func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await Postgres.run("read a task") {
             try await client.withCheckedTransaction(logger: logger) { connection in
@@ -148,11 +154,7 @@ public final class PostgresStore: TaskStore {
 
     package func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await Postgres.run("read a task") {
-            try await client.withCheckedTransaction(logger: logger) { connection in
-                guard var task = try await self.tables.task(connection, id: id) else { return nil }
-                task.storedPieces = .some(try await self.tables.pieces(connection, of: id))
-                return (task, try await self.tables.segments(connection, of: task))
-            }
+            try await TaskTable.forRun(client, id: id, logger: logger)
         }
     }
 
@@ -200,10 +202,8 @@ public final class PostgresStore: TaskStore {
                     "SELECT pg_advisory_xact_lock(\(Self.addLock))",
                     logger: self.logger
                 )
-                var results: [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] = []
-                for (new, reAdd) in items {
-                    results.append(try await self.tables.findOrInsert(connection, new, reAdd: reAdd, accept: accept))
-                }
+                let results = try await AddBatch(tables: self.tables, logger: self.logger)
+                    .findOrInsert(connection, items, accept: accept)
                 if results.contains(where: \.isNew) {
                     try await FleetSignals.send(.queue, on: connection, logger: self.logger)
                 }
@@ -312,22 +312,6 @@ public final class PostgresStore: TaskStore {
             )
         }
         if state != .running { leases.end(id) }
-    }
-
-    package func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws {
-        guard leases.isBooked(id) else {
-            try await place()
-            return
-        }
-        try await leases.fenced(id, "record a finished download", final: true) { connection in
-            // The row is locked under this node's lease until the commit: a pause or cancel
-            // from another node waits, then finds the task completed.
-            try await place()
-            try await self.tables.setCompleted(connection, id)
-        }
-        // Completed toward every node: the full completion that follows is this node's to
-        // record, with no lease left to check.
-        leases.end(id)
     }
 
     package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {

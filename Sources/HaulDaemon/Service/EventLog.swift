@@ -74,6 +74,16 @@ final class EventLog: Sendable {
         await repair()
         while let batch = await events.nextBatch() {
             var records: [EventRecord] = []
+            // The sessions of the batch's tasks not known here (run here, added elsewhere),
+            // asked of the store at once; unanswered, their final states are logged once it answers.
+            var lookedUp = Set(Self.unknownTasks(in: batch, known: sessions))
+            if !lookedUp.isEmpty {
+                if let found = await self.sessions(ofTasks: Array(lookedUp)) {
+                    sessions.merge(found) { _, stored in stored }
+                } else {
+                    needsRepair = true
+                }
+            }
             for event in batch {
                 guard let taskID = event.taskID else {
                     // About no task (the network): every session's listeners hear it.
@@ -81,21 +91,21 @@ final class EventLog: Sendable {
                     continue
                 }
                 if case .added(let info) = event { sessions[taskID] = info.session }
-                var session = sessions[taskID]
-                if session == nil {
-                    switch await self.session(ofTask: taskID) {
-                    case .found(let found): session = found
-                    case .removed: break
-                    case .unanswered: needsRepair = true  // Its final state is logged once the store answers.
+                if sessions[taskID] == nil, !lookedUp.contains(taskID) {
+                    lookedUp.insert(taskID)
+                    if let found = await self.sessions(ofTasks: [taskID]) {
+                        sessions[taskID] = found[taskID]
+                    } else {
+                        needsRepair = true
                     }
-                    sessions[taskID] = session
                 }
                 // A task removed meanwhile has no session to tell.
-                guard let session else { continue }
+                guard let session = sessions[taskID] else { continue }
                 let record = EventRecord(event, session: session)
                 if record.kind == .completed || record.kind == .failed || record.to == .cancelled {
                     // Its last event: a later one (after a re-add) looks the session up again.
                     sessions[taskID] = nil
+                    lookedUp.remove(taskID)
                 }
                 if record.kind == .progress {
                     broadcast(.progress(LiveEvent(record)))
@@ -120,29 +130,30 @@ final class EventLog: Sendable {
         }
     }
 
-    /// What the store says of a task's session.
-    private enum SessionLookup {
-        case found(String)
-        /// No such task: it was removed.
-        case removed
-        /// The store did not answer, after a few seconds of asking.
-        case unanswered
+    /// The tasks of `batch` whose session is not known here: those whose first event in it
+    /// is not their add.
+    private static func unknownTasks(in batch: [DownloadEvent], known: [UUID: String]) -> [UUID] {
+        var seen: Set<UUID> = []
+        var unknown: [UUID] = []
+        for event in batch {
+            guard let taskID = event.taskID, seen.insert(taskID).inserted else { continue }
+            if case .added = event { continue }
+            if known[taskID] == nil { unknown.append(taskID) }
+        }
+        return unknown
     }
 
-    /// The session of a task whose events are to be logged, asked of the store a few times
-    /// a second apart when it refuses (under load a database may, for a moment): an event
-    /// skipped for want of its session would be lost to every follower.
-    private func session(ofTask id: UUID) async -> SessionLookup {
-        let found = await asked(
-            "cannot read a task's session",
-            givingUp: "cannot read the session of task \(id.shown); its final state is logged once the store answers",
-            { try await self.store.session(ofTask: id) }
+    /// The sessions of tasks whose events are to be logged (a task removed has none), asked
+    /// of the store a few times a second apart when it refuses (under load a database may,
+    /// for a moment): an event skipped for want of its session would be lost to every
+    /// follower. Nil when the store did not answer, after a few seconds of asking.
+    private func sessions(ofTasks ids: [UUID]) async -> [UUID: String]? {
+        await asked(
+            "cannot read the sessions of tasks",
+            givingUp:
+                "cannot read the sessions of \(ids.count) tasks; their final states are logged once the store answers",
+            { try await self.store.sessions(ofTasks: ids) }
         )
-        switch found {
-        case .some(.some(let session)): return .found(session)
-        case .some(.none): return .removed
-        case .none: return .unanswered
-        }
     }
 
     /// Asks the store, and again a second apart while it refuses, up to

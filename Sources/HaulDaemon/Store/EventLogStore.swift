@@ -29,8 +29,8 @@ package protocol EventLogStore: Sendable {
     func pruneEventLog(keepingPerSession limit: Int) async throws -> Int
     /// Background tasks whose last state the log does not have yet (after a crash).
     func unannouncedTasks() async throws -> [UnannouncedTask]
-    /// The session of a task, if the task exists.
-    func session(ofTask id: UUID) async throws -> String?
+    /// The session of each of the tasks that exists.
+    func sessions(ofTasks ids: [UUID]) async throws -> [UUID: String]
     /// Every session with tasks or unacknowledged events.
     func sessionSummaries() async throws -> [(name: String, tasks: Int, pendingEvents: Int)]
     /// Background tasks by state.

@@ -184,9 +184,18 @@ extension Store {
         }
     }
 
-    /// The session of a task, nil when there is no such task.
-    package func session(ofTask id: UUID) async throws -> String? {
-        try await read { db in try String.fetchOne(db, sql: "SELECT session FROM task WHERE id = ?", arguments: [id]) }
+    /// The session of each of the tasks that exists.
+    package func sessions(ofTasks ids: [UUID]) async throws -> [UUID: String] {
+        try await read { db in
+            var sessions: [UUID: String] = [:]
+            for id in ids {
+                if let session = try String.fetchOne(db, sql: "SELECT session FROM task WHERE id = ?", arguments: [id])
+                {
+                    sessions[id] = session
+                }
+            }
+            return sessions
+        }
     }
 
     /// Each session with background tasks or logged events: its task count and unacknowledged events.

@@ -93,6 +93,49 @@ import Testing
             #expect(try await store.appendEvents([event(task, .resumed), event(task, .resumed)]).count == 2)
             let ids = try await store.loggedEvents(session: "s", after: 0).compactMap(\.eventID)
             #expect(ids == ids.sorted() && Set(ids).count == ids.count)
+
+            // In one append: a final state twice is told once, and each event gets the id
+            // the log reads it back with, in the batch's order.
+            let other = try await backgroundTask(store, state: .running)
+            let batch = [(other, EventRecord.Kind.resumed), (other, .completed), (other, .completed), (task, .resumed)]
+            let logged = try await store.appendEvents(batch.map { event($0, $1) })
+            #expect(logged.map(\.kind) == [.resumed, .completed, .resumed])
+            #expect(logged.map(\.taskID) == [other, other, task])
+            let read = try await store.loggedEvents(session: "s", after: ids.last ?? 0)
+            #expect(read.map(\.eventID) == logged.map(\.eventID) && read.map(\.kind) == logged.map(\.kind))
+            #expect(try await store.appendEvents([event(other, .completed)]).isEmpty)
+        }
+    }
+
+    @Test(
+        "events of tasks added elsewhere are logged under each task's own session, asked of the store once per batch; a removed task's are dropped",
+        arguments: StoreEngine.allCases
+    )
+    func sessionsAskedPerBatch(_ engine: StoreEngine) async throws {
+        try await withStore(engine) { store in
+            let a = try await backgroundTask(store, state: .running, session: "a")
+            let b = try await backgroundTask(store, state: .running, session: "b")
+            let removed = try await backgroundTask(store, state: .running, session: "a")
+            try await store.delete(removed)
+            let asking = SessionRefusingStore(store, refusals: 0)
+            let log = EventLog(store: asking, limitPerSession: 100, logger: Logger(label: "test"))
+            let hub = EventHub()
+            let events = hub.subscribe()
+            // No `added` for any of them (as on a node running tasks another node added).
+            for id in [a, removed, b] {
+                hub.publish(.stateChanged(id: id, from: .queued, to: .running, reason: .started))
+            }
+            let pump = Task { await log.run(events) }
+            hub.publish(.stateChanged(id: b, from: .running, to: .paused, reason: .paused))
+            #expect(try await waitUntil { try await store.loggedEvents(session: "b", after: 0).count == 2 })
+            let toldA = try await store.loggedEvents(session: "a", after: 0)
+            let toldB = try await store.loggedEvents(session: "b", after: 0)
+            #expect(toldA.map(\.taskID) == [a] && toldA.map(\.to) == [.running])
+            #expect(toldB.map(\.taskID) == [b, b] && toldB.map(\.to) == [.running, .paused])
+            // The first batch's three asked together; b's session known since.
+            #expect(asking.asked.withLock { $0 } == [[a, removed, b]])
+            hub.finish()
+            await pump.value
         }
     }
 
@@ -354,47 +397,4 @@ struct FollowerTests {
             }
         }
     }
-}
-
-/// A session event log whose first `session(ofTask:)` fails, as a database under load may.
-final class SessionRefusingStore: EventLogStore {
-    let base: any EventLogStore
-    private let refusals = Mutex(1)
-
-    init(_ base: any EventLogStore) { self.base = base }
-
-    func session(ofTask id: UUID) async throws -> String? {
-        let refuse = refusals.withLock { left -> Bool in
-            defer { left = max(0, left - 1) }
-            return left > 0
-        }
-        if refuse { throw HaulError(.store, "Cannot read the tasks in the store: it did not answer") }
-        return try await base.session(ofTask: id)
-    }
-
-    func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] { try await base.appendEvents(records) }
-    func loggedEvents(session: String?, after: Int64, limit: Int) async throws -> [EventRecord] {
-        try await base.loggedEvents(session: session, after: after, limit: limit)
-    }
-    func lastEventID() async throws -> Int64 { try await base.lastEventID() }
-    func acknowledgedEventID(session: String) async throws -> Int64 {
-        try await base.acknowledgedEventID(session: session)
-    }
-    func acknowledgeEvents(
-        _ marks: [(session: String, through: Int64)],
-        keepingAfter floor: @escaping @Sendable (String) -> Int64?
-    ) async throws -> Int64 {
-        try await base.acknowledgeEvents(marks, keepingAfter: floor)
-    }
-    func dropAcknowledgedEvents(session: String, keepingAfter floor: Int64?) async throws {
-        try await base.dropAcknowledgedEvents(session: session, keepingAfter: floor)
-    }
-    func pruneEventLog(keepingPerSession limit: Int) async throws -> Int {
-        try await base.pruneEventLog(keepingPerSession: limit)
-    }
-    func unannouncedTasks() async throws -> [UnannouncedTask] { try await base.unannouncedTasks() }
-    func sessionSummaries() async throws -> [(name: String, tasks: Int, pendingEvents: Int)] {
-        try await base.sessionSummaries()
-    }
-    func backgroundStateCounts() async throws -> [String: Int] { try await base.backgroundStateCounts() }
 }
