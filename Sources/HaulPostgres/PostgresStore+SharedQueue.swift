@@ -161,21 +161,21 @@ extension PostgresStore: FleetView {
             }
             return
         }
-        let sources = try checkpoint?.sources.map { try TaskRecord.json($0) }
-        try await leases.fenced(id, "record a finished download", final: true) { connection in
-            // The row is locked under this node's lease until the commit: a pause or cancel
-            // from another node waits, then finds the task completed.
-            try await place()
-            try await self.tables.setCompleted(connection, id)
-            if let checkpoint {
-                try await self.tables.replaceSegments(connection, of: id, with: checkpoint.segments)
-                try await self.tables.checkpoint(
-                    connection,
-                    id,
-                    verifiedPieces: checkpoint.verifiedPieces,
-                    sources: sources
-                )
+        let write = try Self.checkpointWrite(checkpoint, completing: true)
+        try await leases.fencedStatement(id, "record a finished download", final: true, transaction: true) {
+            connection,
+            fence in
+            // The row is written, and locked under this node's lease, before the file is
+            // placed, until the commit: a pause or cancel from another node waits, then finds
+            // the task completed. A placement that fails rolls the completion back.
+            guard try await write.run(on: connection, id: id, fence: fence, logger: self.logger) != nil else {
+                return (false, ())
             }
+            try await place()
+            if let verified = checkpoint?.verifiedPieces {
+                try await self.tables.setVerifiedPieces(connection, id, verified)
+            }
+            return (true, ())
         }
         // Completed toward every node: the full completion that follows is this node's to
         // record, with no lease left to check.

@@ -227,19 +227,17 @@ public final class PostgresStore: TaskStore {
         claimingPart part: (path: String, identity: String?)?,
         recordingRunning: Bool
     ) async throws -> Bool {
-        try await leases.fenced(task.id, "record a server's response") { connection in
-            if recordingRunning {
-                try await self.tables.setState(connection, task.id, .running)
-            }
-            var claimed = false
-            if let part {
-                claimed = try await self.tables.claimPart(connection, task.id, path: part.path, identity: part.identity)
-            }
-            var task = task
-            task.updatedAt = Date()
-            try await self.tables.update(connection, task, columns: TaskTable.responseColumns)
-            try await self.tables.replaceSegments(connection, of: task.id, with: segments)
-            return claimed
+        var task = task
+        task.updatedAt = Date()
+        var write = TaskWrite()
+        if recordingRunning { write.set(state: .running) }
+        if let part { write.claimPart(path: part.path, identity: part.identity, of: task.id) }
+        try write.set(columns: TaskTable.responseColumns, of: task)
+        write.replaceSegments(with: segments)
+        let (id, statement) = (task.id, write)
+        return try await leases.fencedStatement(id, "record a server's response") { connection, fence in
+            let claimed = try await statement.run(on: connection, id: id, fence: fence, logger: self.logger)
+            return (claimed != nil, claimed ?? false)
         }
     }
 
@@ -250,13 +248,32 @@ public final class PostgresStore: TaskStore {
         verifiedPieces: [UInt8]?,
         completing: Bool
     ) async throws {
-        let sourcesText = try sources.map { try TaskRecord.json($0) }
-        try await leases.fenced(id, "record a checkpoint") { connection in
-            if completing { try await self.tables.setCompleted(connection, id) }
-            try await self.tables.replaceSegments(connection, of: id, with: segments)
-            try await self.tables.checkpoint(connection, id, verifiedPieces: verifiedPieces, sources: sourcesText)
+        let write = try Self.checkpointWrite(
+            CheckpointRecord(segments: segments, sources: sources, verifiedPieces: verifiedPieces),
+            completing: completing
+        )
+        // One statement, unless the verified pieces (another table) are written with it.
+        try await leases.fencedStatement(id, "record a checkpoint", transaction: verifiedPieces != nil) {
+            connection,
+            fence in
+            guard try await write.run(on: connection, id: id, fence: fence, logger: self.logger) != nil else {
+                return (false, ())
+            }
+            if let verifiedPieces { try await self.tables.setVerifiedPieces(connection, id, verifiedPieces) }
+            return (true, ())
         }
         if completing { leases.end(id) }
+    }
+
+    /// The write of a checkpoint: the segments, the sources when they changed, the time;
+    /// with `completing`, the task completed (its part file forgotten, its lease ended).
+    static func checkpointWrite(_ checkpoint: CheckpointRecord?, completing: Bool) throws -> TaskWrite {
+        var write = TaskWrite()
+        if completing { write.set(state: .completed, forgettingPart: true) }
+        if let sources = checkpoint?.sources { write.set("sources", JSONB(try TaskRecord.json(sources))) }
+        write.set("updatedAt", Date())
+        if let segments = checkpoint?.segments { write.replaceSegments(with: segments) }
+        return write
     }
 
     package func setPart(_ id: UUID, path: String?, identity: String?) async throws {

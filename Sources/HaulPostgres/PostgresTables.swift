@@ -150,11 +150,6 @@ struct PostgresTables: Sendable {
         )
     }
 
-    /// Records task `id` completed, its part file forgotten (it is the finished file now).
-    func setCompleted(_ db: some PostgresQueryable, _ id: UUID) async throws {
-        try await setState(db, id, .completed, forgettingPart: true)
-    }
-
     /// Locks task `id`'s row for the rest of the transaction and throws
     /// ``HaulError/Code/invalidArgument`` if it is completed: a stop decided on an older
     /// reading of it comes too late.
@@ -274,26 +269,12 @@ struct PostgresTables: Sendable {
         )
     }
 
-    /// A checkpoint's writes beside its segments: the verified pieces and the sources when
-    /// they changed, and the time of the change.
-    func checkpoint(_ db: some PostgresQueryable, _ id: UUID, verifiedPieces: [UInt8]?, sources: String?) async throws {
-        if let verifiedPieces {
-            _ = try await db.rows(
-                "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verifiedPieces)) WHERE \"taskID\" = \(id)",
-                logger: logger
-            )
-        }
-        if let sources {
-            _ = try await db.rows(
-                "UPDATE haul_task SET sources = \(JSONB(sources)), \"updatedAt\" = \(Date()) WHERE id = \(id)",
-                logger: logger
-            )
-        } else {
-            _ = try await db.rows(
-                "UPDATE haul_task SET \"updatedAt\" = \(Date()) WHERE id = \(id)",
-                logger: logger
-            )
-        }
+    /// Records which of a task's pieces are verified (one bit each).
+    func setVerifiedPieces(_ db: some PostgresQueryable, _ id: UUID, _ verified: [UInt8]) async throws {
+        _ = try await db.rows(
+            "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verified)) WHERE \"taskID\" = \(id)",
+            logger: logger
+        )
     }
 
     /// Records that `id` waits to try again at `nextTryAt`, in a streak that began at

@@ -181,6 +181,12 @@ package struct CheckpointRecord: Sendable {
     package var segments: [SegmentRecord]
     package var sources: [DownloadSource]?
     package var verifiedPieces: [UInt8]?
+
+    package init(segments: [SegmentRecord], sources: [DownloadSource]?, verifiedPieces: [UInt8]?) {
+        self.segments = segments
+        self.sources = sources
+        self.verifiedPieces = verifiedPieces
+    }
 }
 
 /// What the store keeps of a task's pieces (table `piece`).

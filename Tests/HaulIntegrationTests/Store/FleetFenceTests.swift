@@ -32,7 +32,15 @@ extension FleetQueueTests {
                     "UPDATE haul_task SET lease_expires = now() - interval '1 second' WHERE id = \(id)"
                 )
                 #expect(try await b.claim(wanted: 1, maxRunning: 5, perHost: 5) == [id])
-                // A wakes up: every write it tries about the task is refused and changes nothing.
+                // A wakes up: every write it tries about the task is refused and changes nothing —
+                // a response (its fence checked by the write's own statement), then a checkpoint.
+                var response = try #require(try await a.task(id: id))
+                response.totalLength = 9_999
+                let refused = await #expect(throws: HaulError.self) {
+                    try await a.saveResponse(response, segments: segment(5000))
+                }
+                #expect(refused?.code == .revoked)
+                #expect(try await a.task(id: id)?.totalLength != 9_999)
                 let lost = await #expect(throws: HaulError.self) { try await a.checkpoint(id, segments: segment(5000)) }
                 #expect(lost?.code == .revoked)
                 #expect(lost?.message.contains("This node (a) no longer holds task") == true)
