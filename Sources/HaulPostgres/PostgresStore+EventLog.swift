@@ -44,10 +44,11 @@ extension PostgresStore: EventLogStore {
                     logged.append(record)
                 }
                 if !announced.isEmpty {
+                    let changes = Array(announced)
                     _ = try await connection.checkedQuery(
                         """
                         UPDATE haul_task t SET "announcedState" = a.state
-                        FROM unnest(\(Array(announced.keys))::uuid[], \(Array(announced.values))::text[]) AS a(id, state)
+                        FROM unnest(\(changes.map(\.key))::uuid[], \(changes.map(\.value))::text[]) AS a(id, state)
                         WHERE t.id = a.id
                         """,
                         logger: self.logger

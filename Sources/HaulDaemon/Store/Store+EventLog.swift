@@ -187,12 +187,10 @@ extension Store {
     /// The session of each of the tasks that exists.
     package func sessions(ofTasks ids: [UUID]) async throws -> [UUID: String] {
         try await read { db in
+            let statement = try db.cachedStatement(sql: "SELECT session FROM task WHERE id = ?")
             var sessions: [UUID: String] = [:]
             for id in ids {
-                if let session = try String.fetchOne(db, sql: "SELECT session FROM task WHERE id = ?", arguments: [id])
-                {
-                    sessions[id] = session
-                }
+                sessions[id] = try String.fetchOne(statement, arguments: [id])
             }
             return sessions
         }
