@@ -3,6 +3,7 @@ import Foundation
 import HaulClient
 import HaulPostgres
 import HaulTestSupport
+import HaulTesting
 import HaulWire
 import HaulWireMapping
 import PostgresNIO
@@ -90,8 +91,7 @@ struct FleetDaemonTests {
         let out = try temp.directory("out")
         try await ExternalServer.with(try await ExternalServer.startNginx(slowRate: rate)) { nginx in
             for index in 0..<files {
-                var generator = SystemRandomNumberGenerator()
-                let bytes = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                let bytes = TestContent.bytes(count: size, seed: UInt64(index) &+ 0xF1EE7)
                 _ = FileManager.default.createFile(atPath: "\(nginx.root)/f\(index)", contents: Data(bytes))
             }
             let fleet = Fleet(
