@@ -3,6 +3,7 @@ import HaulClient
 import HaulTesting
 import HaulWire
 import HaulWireMapping
+import Logging
 import Testing
 
 @testable import Haul
@@ -42,8 +43,17 @@ package func testConfiguration(store: String, retries: Int = 5, connections: Int
         readTimeout: .seconds(10),
         checkpointInterval: .milliseconds(50),
         retry: RetryPolicy(maxRetries: retries, baseDelay: .milliseconds(10), maxDelay: .milliseconds(50)),
-        connectionsPerDownload: connections
+        connectionsPerDownload: connections,
+        logger: testLogger
     )
+}
+
+/// Silent, unless `HAUL_TEST_DEBUG` is set: then notices (retries and their causes) and above
+/// go to standard error, to read why a download under test did what it did.
+package var testLogger: Logger {
+    var logger = Logger(label: "haul.test", factory: { StreamLogHandler.standardError(label: $0) })
+    logger.logLevel = ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil ? .notice : .critical
+    return logger
 }
 
 /// A test server, a downloader on a fresh store and a download directory, all torn down after.
