@@ -143,6 +143,8 @@ let package = Package(
                 "Haul", "HaulWire", "HaulWireMapping", "HaulClient", "HaulDaemon", "HaulTesting", "HaulPostgres",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             path: "Tests/HaulTestSupport"
         ),

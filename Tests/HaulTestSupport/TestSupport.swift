@@ -37,7 +37,8 @@ package final class TemporaryDirectory: Sendable {
 /// Configuration for in-process tests: quick retries and frequent checkpoints; one
 /// connection per download unless a test asks for segments.
 package func testConfiguration(store: String, retries: Int = 5, connections: Int = 1) -> Downloader.Configuration {
-    Downloader.Configuration(
+    StallWatch.startIfAsked()
+    return Downloader.Configuration(
         store: .sqlite(at: store),
         connectTimeout: .seconds(5),
         readTimeout: .seconds(10),
@@ -174,5 +175,16 @@ extension AsyncSequence {
         var elements: [Element] = []
         for try await element in self { elements.append(element) }
         return elements
+    }
+}
+
+/// Runs `work` on a thread of its own and returns its result: for seconds of synchronous CPU
+/// work in a test (parsing hundreds of commands in a debug build), which on Swift's
+/// cooperative pool — two threads here, shared by every test running and their in-process
+/// servers — would stall the others' servers past their read timeouts. `work` records no
+/// issues itself (it runs outside the test's task): it returns what the test then expects.
+package func offCooperativePool<Result: Sendable>(_ work: @escaping @Sendable () -> Result) async -> Result {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: work()) }.start()
     }
 }

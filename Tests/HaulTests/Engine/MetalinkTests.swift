@@ -201,29 +201,41 @@ struct MetalinkCommandTests {
             try await TestServer.withServer { b in
                 let temp = try TemporaryDirectory()
                 let size = PieceTests.size
-                a.set("/f.bin", .init(size: size, bytesPerSecond: 4 << 20))
-                let damaged = (16..<32).map { $0 * Fixtures.pieceLength + 7..<$0 * Fixtures.pieceLength + 8 }
-                b.set("/f.bin", .init(size: size, etag: .fixed("\"b\""), corrupted: damaged))
-                let pieces = try Fixtures.pieceHashes(of: a.content("/f.bin"))
-                let hashes = (0..<pieces.count).map { "<hash>\(pieces.hex($0))</hash>" }.joined(separator: "\n")
-                try """
-                <metalink xmlns="urn:ietf:params:xml:ns:metalink">
-                  <file name="f.bin">
-                    <size>\(size)</size>
-                    <pieces length="\(Fixtures.pieceLength)" type="sha-256">\(hashes)</pieces>
-                    <url priority="1">\(a.url("/f.bin").absoluteString)</url>
-                    <url priority="2">\(b.url("/f.bin").absoluteString)</url>
-                  </file>
-                </metalink>
-                """.write(toFile: temp.file("f.meta4"), atomically: true, encoding: .utf8)
+                // The same file at two paths: one for haul get, one for the daemon. The good
+                // mirror holds each response at 1 MiB until the damaged one has served its
+                // part, so the damaged pieces are fetched however slow the machine is.
+                for path in ["/f.bin", "/d.bin"] {
+                    a.set(path, .init(size: size, holdAt: 1 << 20))
+                    let damaged = (16..<32).map { $0 * Fixtures.pieceLength + 7..<$0 * Fixtures.pieceLength + 8 }
+                    b.set(path, .init(size: size, etag: .fixed("\"b\""), corrupted: damaged))
+                    let pieces = try Fixtures.pieceHashes(of: a.content(path))
+                    let hashes = (0..<pieces.count).map { "<hash>\(pieces.hex($0))</hash>" }.joined(separator: "\n")
+                    try """
+                    <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+                      <file name="f.bin">
+                        <size>\(size)</size>
+                        <pieces length="\(Fixtures.pieceLength)" type="sha-256">\(hashes)</pieces>
+                        <url priority="1">\(a.url(path).absoluteString)</url>
+                        <url priority="2">\(b.url(path).absoluteString)</url>
+                      </file>
+                    </metalink>
+                    """.write(toFile: temp.file("\(path.dropFirst()).meta4"), atomically: true, encoding: .utf8)
+                }
+                /// Lets the good mirror go on once the damaged one has answered and ended.
+                func releaseOnceDamagedServed(_ path: String) async throws {
+                    #expect(try await waitUntil { b.bodyBytesSent(path) > 0 && b.activeResponses == 0 })
+                    a.release(path)
+                }
 
-                let got = try await HaulProcess.get(
+                async let getting = HaulProcess.get(
                     [
-                        "-M", temp.file("f.meta4"), "-d", temp.file("get"), "-x", "2", "--max-connections-per-server",
-                        "1",
+                        "-M", temp.file("f.bin.meta4"), "-d", temp.file("get"), "-x", "2",
+                        "--max-connections-per-server", "1",
                     ],
                     in: temp
                 )
+                try await releaseOnceDamagedServed("/f.bin")
+                let got = try await getting
                 #expect(got.status == 0, "\(got.stderr)")
                 #expect(TestContent.sha256(file: temp.file("get/f.bin")) == a.sha256("/f.bin"))
                 #expect(got.stderr.contains("fetched again; from 2 of 2 sources"), "\(got.stderr)")
@@ -240,15 +252,16 @@ struct MetalinkCommandTests {
                 #expect(started.status == 0, "\(started.stderr)")
                 let added = try await HaulProcess.run(
                     [
-                        "add", "-M", temp.file("f.meta4"), "-d", temp.file("add"), "-x", "2",
+                        "add", "-M", temp.file("d.bin.meta4"), "-d", temp.file("add"), "-x", "2",
                         "--max-connections-per-server", "1",
                     ],
                     home: home
                 )
                 #expect(added.status == 0, "\(added.stderr)")
+                try await releaseOnceDamagedServed("/d.bin")
                 let waited = try await HaulProcess.run(["wait"], home: home)
                 #expect(waited.status == 0, "\(waited.stderr)")
-                #expect(TestContent.sha256(file: temp.file("add/f.bin")) == a.sha256("/f.bin"))
+                #expect(TestContent.sha256(file: temp.file("add/f.bin")) == a.sha256("/d.bin"))
                 let listed = try await HaulProcess.run(["list", "--json"], home: home)
                 #expect(listed.stdout.contains("did not match their sha256 hashes"), "\(listed.stdout)")
                 _ = try await HaulProcess.run(["daemon", "stop"], home: home)
