@@ -219,14 +219,54 @@ final class LeaseBook: Sendable {
             holds = true
         }
         guard !holds else { return }
+        throw fenceFailed(id, fence: lease.fence)
+    }
+
+    /// Marks the lease `fence` on task `id` lost (a write found it no longer holds) and says so.
+    private func fenceFailed(_ id: UUID, fence: Int64) -> HaulError {
         book.withLock { held in
-            if held[id]?.lease.fence == lease.fence { held[id]?.lost = true }
+            if held[id]?.lease.fence == fence { held[id]?.lost = true }
         }
         logger.warning(
             "lost the lease: the task was taken over, paused or cancelled elsewhere, or the lease ran out; nothing written",
-            metadata: ["haul.task": "\(id)", "fence": "\(lease.fence)", "node": "\(node)"]
+            metadata: ["haul.task": "\(id)", "fence": "\(fence)", "node": "\(node)"]
         )
-        throw lost(id)
+        return lost(id)
+    }
+
+    /// This node's lease on a task as a write that checks it itself sees it
+    /// (``TaskWrite/query(id:fence:)``): the node, and the lease's token — nil when this node
+    /// holds no lease on the task, and the write is not fenced.
+    struct Fence: Sendable {
+        let node: String
+        let token: Int64?
+    }
+
+    /// Runs `body`, whose first statement writes task `id`'s row only while ``Fence`` holds
+    /// and says whether it wrote (``TaskWrite``): alone, one round trip; or, with
+    /// `transaction`, in a transaction whose other work (a file's placement) runs after that
+    /// statement, under the row's lock, until the commit. A fence that did not hold is a
+    /// lease lost, as in ``checkFence(_:_:)``; the rules of ``fenced(_:_:final:_:)`` apply.
+    func fencedStatement<T: Sendable>(
+        _ id: UUID,
+        _ what: String,
+        final: Bool = false,
+        transaction: Bool = false,
+        _ body: @escaping @Sendable (PostgresConnection, Fence) async throws -> (wrote: Bool, value: T)
+    ) async throws -> T {
+        try await guarded(id, final: final) { held in
+            let fence = Fence(node: self.node, token: held?.lease.fence)
+            let (wrote, value) = try await Postgres.run(what) {
+                if transaction {
+                    return try await self.client.withCheckedTransaction(logger: self.logger) {
+                        try await body($0, fence)
+                    }
+                }
+                return try await self.client.withConnection { try await body($0, fence) }
+            }
+            if !wrote, let token = fence.token { throw self.fenceFailed(id, fence: token) }
+            return value
+        }
     }
 
     /// The refusal of a write about task `id`, whose `lease` this node lost.
@@ -250,11 +290,7 @@ final class LeaseBook: Sendable {
         final: Bool = false,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
-        // A lease known lost is refused at once, without waiting for a connection (the
-        // database may be the reason it was lost).
-        let held = book.withLock { $0[id] }
-        if held?.lost == true { throw lost(id) }
-        let write: @Sendable () async throws -> T = {
+        try await guarded(id, final: final) { _ in
             try await Postgres.run(what) {
                 try await self.client.withCheckedTransaction(logger: self.logger) { connection in
                     try await self.checkFence(connection, id)
@@ -262,6 +298,21 @@ final class LeaseBook: Sendable {
                 }
             }
         }
+    }
+
+    /// Runs `write` about task `id` given this node's lease on it (nil: none), as
+    /// ``fenced(_:_:final:_:)`` describes: refused at once when the lease is known lost; not
+    /// waited for past the lease's time unless `final`.
+    private func guarded<T: Sendable>(
+        _ id: UUID,
+        final: Bool,
+        _ body: @escaping @Sendable (Held?) async throws -> T
+    ) async throws -> T {
+        // A lease known lost is refused at once, without waiting for a connection (the
+        // database may be the reason it was lost).
+        let held = book.withLock { $0[id] }
+        if held?.lost == true { throw lost(id) }
+        let write: @Sendable () async throws -> T = { try await body(held) }
         guard held != nil, !final else { return try await write() }
         // A write made while the run may still write bytes (a checkpoint, a response, a part
         // file) is not waited for past the lease's time (the database not answering: a request

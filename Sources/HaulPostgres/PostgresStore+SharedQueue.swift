@@ -142,4 +142,43 @@ extension PostgresStore: FleetView {
     package func drainRequest() async throws -> Bool? { try await fleet.drainRequest() }
 
     package func stopTakingWork() { leases.stopTakingWork() }
+
+    package func placeFinished(
+        _ id: UUID,
+        completing checkpoint: CheckpointRecord?,
+        _ place: @escaping @Sendable () async throws -> Void
+    ) async throws {
+        guard leases.isBooked(id) else {
+            try await place()
+            if let checkpoint {
+                try await self.checkpoint(
+                    id,
+                    segments: checkpoint.segments,
+                    sources: checkpoint.sources,
+                    verifiedPieces: checkpoint.verifiedPieces,
+                    completing: true
+                )
+            }
+            return
+        }
+        let write = try Self.checkpointWrite(checkpoint, completing: true)
+        try await leases.fencedStatement(id, "record a finished download", final: true, transaction: true) {
+            connection,
+            fence in
+            // The row is written, and locked under this node's lease, before the file is
+            // placed, until the commit: a pause or cancel from another node waits, then finds
+            // the task completed. A placement that fails rolls the completion back.
+            guard try await write.run(on: connection, id: id, fence: fence, logger: self.logger) != nil else {
+                return (false, ())
+            }
+            try await place()
+            if let verified = checkpoint?.verifiedPieces {
+                try await self.tables.setVerifiedPieces(connection, id, verified)
+            }
+            return (true, ())
+        }
+        // Completed toward every node: the full completion that follows is this node's to
+        // record, with no lease left to check.
+        leases.end(id)
+    }
 }

@@ -137,6 +137,12 @@ public final class PostgresStore: TaskStore {
         }
     }
 
+    package func tasks(ids: [UUID]) async throws -> [TaskRecord] {
+        try await Postgres.run("read tasks") {
+            try await self.tables.tasks(client, where: "id = ANY($1::uuid[])", binds: { $0.append(ids) })
+        }
+    }
+
     package func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await Postgres.run("read a task") {
             try await client.withCheckedTransaction(logger: logger) { connection in
@@ -148,11 +154,7 @@ public final class PostgresStore: TaskStore {
 
     package func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await Postgres.run("read a task") {
-            try await client.withCheckedTransaction(logger: logger) { connection in
-                guard var task = try await self.tables.task(connection, id: id) else { return nil }
-                task.storedPieces = .some(try await self.tables.pieces(connection, of: id))
-                return (task, try await self.tables.segments(connection, of: task))
-            }
+            try await TaskTable.forRun(client, id: id, logger: logger)
         }
     }
 
@@ -200,10 +202,8 @@ public final class PostgresStore: TaskStore {
                     "SELECT pg_advisory_xact_lock(\(Self.addLock))",
                     logger: self.logger
                 )
-                var results: [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] = []
-                for (new, reAdd) in items {
-                    results.append(try await self.tables.findOrInsert(connection, new, reAdd: reAdd, accept: accept))
-                }
+                let results = try await AddBatch(tables: self.tables, logger: self.logger)
+                    .findOrInsert(connection, items, accept: accept)
                 if results.contains(where: \.isNew) {
                     try await FleetSignals.send(.queue, on: connection, logger: self.logger)
                 }
@@ -227,19 +227,17 @@ public final class PostgresStore: TaskStore {
         claimingPart part: (path: String, identity: String?)?,
         recordingRunning: Bool
     ) async throws -> Bool {
-        try await leases.fenced(task.id, "record a server's response") { connection in
-            if recordingRunning {
-                try await self.tables.setState(connection, task.id, .running)
-            }
-            var claimed = false
-            if let part {
-                claimed = try await self.tables.claimPart(connection, task.id, path: part.path, identity: part.identity)
-            }
-            var task = task
-            task.updatedAt = Date()
-            try await self.tables.update(connection, task, columns: TaskTable.responseColumns)
-            try await self.tables.replaceSegments(connection, of: task.id, with: segments)
-            return claimed
+        var task = task
+        task.updatedAt = Date()
+        var write = TaskWrite()
+        if recordingRunning { write.set(state: .running) }
+        if let part { write.claimPart(path: part.path, identity: part.identity, of: task.id) }
+        try write.set(columns: TaskTable.responseColumns, of: task)
+        write.replaceSegments(with: segments)
+        let (id, statement) = (task.id, write)
+        return try await leases.fencedStatement(id, "record a server's response") { connection, fence in
+            let claimed = try await statement.run(on: connection, id: id, fence: fence, logger: self.logger)
+            return (claimed != nil, claimed ?? false)
         }
     }
 
@@ -250,13 +248,32 @@ public final class PostgresStore: TaskStore {
         verifiedPieces: [UInt8]?,
         completing: Bool
     ) async throws {
-        let sourcesText = try sources.map { try TaskRecord.json($0) }
-        try await leases.fenced(id, "record a checkpoint") { connection in
-            if completing { try await self.tables.setCompleted(connection, id) }
-            try await self.tables.replaceSegments(connection, of: id, with: segments)
-            try await self.tables.checkpoint(connection, id, verifiedPieces: verifiedPieces, sources: sourcesText)
+        let write = try Self.checkpointWrite(
+            CheckpointRecord(segments: segments, sources: sources, verifiedPieces: verifiedPieces),
+            completing: completing
+        )
+        // One statement, unless the verified pieces (another table) are written with it.
+        try await leases.fencedStatement(id, "record a checkpoint", transaction: verifiedPieces != nil) {
+            connection,
+            fence in
+            guard try await write.run(on: connection, id: id, fence: fence, logger: self.logger) != nil else {
+                return (false, ())
+            }
+            if let verifiedPieces { try await self.tables.setVerifiedPieces(connection, id, verifiedPieces) }
+            return (true, ())
         }
         if completing { leases.end(id) }
+    }
+
+    /// The write of a checkpoint: the segments, the sources when they changed, the time;
+    /// with `completing`, the task completed (its part file forgotten, its lease ended).
+    static func checkpointWrite(_ checkpoint: CheckpointRecord?, completing: Bool) throws -> TaskWrite {
+        var write = TaskWrite()
+        if completing { write.set(state: .completed, forgettingPart: true) }
+        if let sources = checkpoint?.sources { write.set("sources", JSONB(try TaskRecord.json(sources))) }
+        write.set("updatedAt", Date())
+        if let segments = checkpoint?.segments { write.replaceSegments(with: segments) }
+        return write
     }
 
     package func setPart(_ id: UUID, path: String?, identity: String?) async throws {
@@ -312,22 +329,6 @@ public final class PostgresStore: TaskStore {
             )
         }
         if state != .running { leases.end(id) }
-    }
-
-    package func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws {
-        guard leases.isBooked(id) else {
-            try await place()
-            return
-        }
-        try await leases.fenced(id, "record a finished download", final: true) { connection in
-            // The row is locked under this node's lease until the commit: a pause or cancel
-            // from another node waits, then finds the task completed.
-            try await place()
-            try await self.tables.setCompleted(connection, id)
-        }
-        // Completed toward every node: the full completion that follows is this node's to
-        // record, with no lease left to check.
-        leases.end(id)
     }
 
     package func setRetrying(_ id: UUID, error: String, nextTryAt: Date, since: Date) async throws {

@@ -101,9 +101,17 @@ struct PostgresTables: Sendable {
         path: String,
         identity: String?
     ) async throws -> Bool {
-        if try await isPartPathTaken(db, path, byOtherThan: id) { return false }
-        try await setPart(db, id, path: path, identity: identity)
-        return true
+        for try await _ in try await db.rows(
+            """
+            UPDATE haul_task SET "partPath" = \(path), "partIdentity" = \(identity), "updatedAt" = \(Date())
+            WHERE id = \(id) AND NOT EXISTS (SELECT 1 FROM haul_task WHERE "partPath" = \(path) AND id <> \(id))
+            RETURNING 1
+            """,
+            logger: logger
+        ) {
+            return true
+        }
+        return false
     }
 
     /// Records (or, with nil, forgets) `id`'s part file.
@@ -140,11 +148,6 @@ struct PostgresTables: Sendable {
             """,
             logger: logger
         )
-    }
-
-    /// Records task `id` completed, its part file forgotten (it is the finished file now).
-    func setCompleted(_ db: some PostgresQueryable, _ id: UUID) async throws {
-        try await setState(db, id, .completed, forgettingPart: true)
     }
 
     /// Locks task `id`'s row for the rest of the transaction and throws
@@ -225,17 +228,20 @@ struct PostgresTables: Sendable {
         )
     }
 
+    /// Inserts segments in one statement, however many.
     func insertSegments(_ db: some PostgresQueryable, _ segments: [SegmentRecord]) async throws {
-        for segment in segments {
-            _ = try await db.rows(
-                """
-                INSERT INTO haul_segment ("taskID", ordinal, start, "end", committed)
-                VALUES (\(segment.taskID), \(Int64(segment.ordinal)), \(segment.start), \(segment.end),
-                    \(segment.committed))
-                """,
-                logger: logger
-            )
-        }
+        guard !segments.isEmpty else { return }
+        _ = try await db.rows(
+            """
+            INSERT INTO haul_segment ("taskID", ordinal, start, "end", committed)
+            SELECT task, ordinal, start, CASE WHEN open THEN NULL ELSE "end" END, committed
+            FROM unnest(\(segments.map(\.taskID))::uuid[], \(segments.map { Int64($0.ordinal) })::bigint[],
+                \(segments.map(\.start))::bigint[], \(segments.map { $0.end == nil })::boolean[],
+                \(segments.map { $0.end ?? 0 })::bigint[], \(segments.map(\.committed))::bigint[])
+                AS s(task, ordinal, start, open, "end", committed)
+            """,
+            logger: logger
+        )
     }
 
     func replaceSegments(
@@ -263,47 +269,12 @@ struct PostgresTables: Sendable {
         )
     }
 
-    /// The task that is not cancelled for `new`'s URL into its directory, with the name the
-    /// user fixed (or with none fixed): what a re-add finds instead of adding.
-    func existing(_ db: some PostgresQueryable, like new: TaskRecord) async throws -> TaskRecord? {
-        let fileName = new.explicitName ? new.fileName : nil
-        return try await tasks(
-            db,
-            where: """
-                url = $1 AND directory = $2 AND state <> 'cancelled'
-                    AND (CASE WHEN $3::text IS NULL THEN NOT "explicitName"
-                        ELSE "explicitName" AND "fileName" = $3::text END)
-                ORDER BY "createdAt" DESC LIMIT 1
-                """,
-            ordered: false,
-            binds: {
-                $0.append(new.url.absoluteString)
-                $0.append(new.directory)
-                $0.append(fileName)
-            }
-        ).first
-    }
-
-    /// A checkpoint's writes beside its segments: the verified pieces and the sources when
-    /// they changed, and the time of the change.
-    func checkpoint(_ db: some PostgresQueryable, _ id: UUID, verifiedPieces: [UInt8]?, sources: String?) async throws {
-        if let verifiedPieces {
-            _ = try await db.rows(
-                "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verifiedPieces)) WHERE \"taskID\" = \(id)",
-                logger: logger
-            )
-        }
-        if let sources {
-            _ = try await db.rows(
-                "UPDATE haul_task SET sources = \(JSONB(sources)), \"updatedAt\" = \(Date()) WHERE id = \(id)",
-                logger: logger
-            )
-        } else {
-            _ = try await db.rows(
-                "UPDATE haul_task SET \"updatedAt\" = \(Date()) WHERE id = \(id)",
-                logger: logger
-            )
-        }
+    /// Records which of a task's pieces are verified (one bit each).
+    func setVerifiedPieces(_ db: some PostgresQueryable, _ id: UUID, _ verified: [UInt8]) async throws {
+        _ = try await db.rows(
+            "UPDATE haul_piece SET verified = \(ByteBuffer(bytes: verified)) WHERE \"taskID\" = \(id)",
+            logger: logger
+        )
     }
 
     /// Records that `id` waits to try again at `nextTryAt`, in a streak that began at
@@ -370,27 +341,5 @@ struct PostgresTables: Sendable {
             result[id] = order
         }
         return result
-    }
-
-    /// Applies a re-add to the task `new` finds (``existing(_:like:)``), once `accept` saw
-    /// it, or inserts `new` with one empty segment; returns it with its segments.
-    func findOrInsert(
-        _ db: some PostgresQueryable,
-        _ new: TaskRecord,
-        reAdd: TaskReAdd,
-        accept: (TaskRecord) throws -> Void
-    ) async throws -> (record: TaskRecord, segments: [SegmentRecord], isNew: Bool) {
-        guard var existing = try await existing(db, like: new) else {
-            let task = try await insert(db, new)
-            let segment = SegmentRecord(taskID: task.id, ordinal: 0, start: 0, committed: 0)
-            try await insertSegments(db, [segment])
-            return (task, [segment], true)
-        }
-        try accept(existing)
-        reAdd.apply(to: &existing)
-        existing.updatedAt = Date()
-        try await update(db, existing, columns: TaskTable.requestColumns)
-        if let pieces = new.pieces { try await insertPieces(db, taskID: existing.id, pieces) }
-        return (existing, try await segments(db, of: existing), false)
     }
 }

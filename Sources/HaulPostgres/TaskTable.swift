@@ -73,6 +73,72 @@ enum TaskTable {
         return try TaskRecord(row: Row(values))
     }
 
+    /// What a run of task `id` reads first — the task, its piece hashes and its segments
+    /// (checked) — in one statement, so one snapshot: nil when there is no such task.
+    static func forRun(
+        _ db: some PostgresQueryable,
+        id: UUID,
+        logger: Logger
+    ) async throws -> (TaskRecord, [SegmentRecord])? {
+        let sql = """
+            SELECT \(columns.map { "t.\"\($0.name)\"" }.joined(separator: ", ")),
+                p.algorithm, p.length, p.digests, p.verified, s.ordinals, s.starts, s.open, s.ends, s.committed
+            FROM haul_task t
+            LEFT JOIN haul_piece p ON p."taskID" = t.id
+            LEFT JOIN LATERAL (
+                SELECT array_agg(ordinal ORDER BY ordinal) AS ordinals, array_agg(start ORDER BY ordinal) AS starts,
+                    array_agg("end" IS NULL ORDER BY ordinal) AS open,
+                    array_agg(COALESCE("end", 0) ORDER BY ordinal) AS ends,
+                    array_agg(committed ORDER BY ordinal) AS committed
+                FROM haul_segment WHERE "taskID" = t.id
+            ) s ON true
+            WHERE t.id = $1
+            """
+        var binds = PostgresBindings()
+        binds.append(id)
+        for try await row in try await db.rows(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
+            var task = try record(row)
+            let cells = row.makeRandomAccess()
+            let at = columns.count
+            if let algorithm = try cells[at].decode(String?.self) {
+                task.storedPieces = .some(
+                    try StoredPieces(
+                        task: id,
+                        algorithm: algorithm,
+                        length: try cells[at + 1].decode(Int64?.self),
+                        digests: try cells[at + 2].decode(ByteBuffer?.self).map { Array(buffer: $0) },
+                        verified: try cells[at + 3].decode(ByteBuffer?.self).map { Array(buffer: $0) }
+                    )
+                )
+            } else {
+                task.storedPieces = .some(nil)
+            }
+            let ordinals = try cells[at + 4].decode([Int64]?.self) ?? []
+            let starts = try cells[at + 5].decode([Int64]?.self) ?? []
+            let open = try cells[at + 6].decode([Bool]?.self) ?? []
+            let ends = try cells[at + 7].decode([Int64]?.self) ?? []
+            let committed = try cells[at + 8].decode([Int64]?.self) ?? []
+            guard [starts.count, open.count, ends.count, committed.count].allSatisfy({ $0 == ordinals.count }) else {
+                throw HaulError(
+                    .store,
+                    "Task \(id.shown) in PostgreSQL cannot be read: its segments are not whole",
+                    hint: "Remove it with 'haul remove \(id.shown)'"
+                )
+            }
+            let segments = ordinals.indices.map { index in
+                SegmentRecord(
+                    taskID: id,
+                    ordinal: int(ordinals[index]),
+                    start: starts[index],
+                    end: open[index] ? nil : ends[index],
+                    committed: committed[index]
+                )
+            }
+            return (task, try SegmentRecord.checked(segments, of: task))
+        }
+        return nil
+    }
+
     /// Appends a record's value of `column` to `binds`, typed as the column is.
     static func bind(_ value: DatabaseValue, of column: String, task: UUID, to binds: inout PostgresBindings) throws {
         guard let kind = kinds[column] else { preconditionFailure("no column \(column)") }

@@ -60,6 +60,11 @@ struct Checkpointer: Sendable {
         fileprivate let verified: [UInt8]?
         fileprivate let snapshot: [SegmentRecord]
         fileprivate let changedSources: [DownloadSource]?
+
+        /// What the store writes of it.
+        var record: CheckpointRecord {
+            CheckpointRecord(segments: snapshot, sources: changedSources, verifiedPieces: verified)
+        }
     }
 
     /// Takes what is written now, for ``record(_:)`` once the part file is synced.
@@ -80,6 +85,12 @@ struct Checkpointer: Sendable {
     ///   part file forgotten) in the same transaction.
     func record(_ pending: Pending, completing: Bool = false) async throws {
         try await uncancellable { try await commit(pending, completing: completing) }
+    }
+
+    /// Takes note that the store recorded `pending` with something else (a finished file's
+    /// placement): the plan's committed offsets move up as after ``record(_:completing:)``.
+    func recorded(_ pending: Pending) {
+        plan.committed(pending.snapshot)
     }
 
     private func commit(_ pending: Pending, completing: Bool = false) async throws {

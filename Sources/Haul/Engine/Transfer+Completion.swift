@@ -98,13 +98,15 @@ extension Transfer {
             try await makeWorker(plan: SegmentPlan(segments, minSplit: .max), part: part).checkAllPieces(pieces)
         }
         try await checkWholeFile(part, total: total, destination: destination, partPath: partPath)
+        var recordedWithPlacement = false
         do {
             try checkDestinationFree()
             let replacing = mayReplaceDestination
             // Placed as the store's step making the task completed: with a shared queue,
             // under this manager's claim, so that a pause or cancel from another manager
-            // cannot land between the claim's check and the file's placement.
-            try await environment.placeFinished(task.id) {
+            // cannot land between the claim's check and the file's placement (and the last
+            // checkpoint recorded in that step too).
+            recordedWithPlacement = try await environment.placeFinished(task.id, unrecorded?.1.record) {
                 try await FileIO.run {
                     try FileOps.rename(partPath, to: destination, replacing: replacing)
                     part.unmark()  // The finished file is the user's, not a part file.
@@ -118,17 +120,7 @@ extension Transfer {
         part.close()
         // A crash right here leaves the file in place and the task not yet completed; the
         // next run recognises it (see alreadyComplete) instead of calling it a stranger's file.
-        if let (checkpointer, pending) = unrecorded {
-            try await checkpointer.record(pending, completing: true)
-            recorder.adoptSegments(checkpointer.plan.records(taskID: task.id))
-            recorder.completed(.completed)
-            recorder.update {
-                $0.partPath = nil
-                $0.partIdentity = nil
-            }
-        } else {
-            try await recorder.record(.completed, forgettingPart: true)
-        }
+        try await recordCompleted(unrecorded, withPlacement: recordedWithPlacement)
         let fetched = progress.snapshot().bytesThisRun
         logger.info("completed", metadata: ["path": "\(destination)", "bytes": "\(total)"])
         var result = DownloadResult(
@@ -146,6 +138,29 @@ extension Transfer {
         result.verifiedAgainst = verifiedAgainst(hadPieces: pieces != nil)
         result.isMetalink = Metalink.isMetalink(contentType: contentType, path: destination)
         return result
+    }
+
+    /// Records the completion of a file in place: with the run's last checkpoint, unless
+    /// its placement recorded both already; or the state alone when there is none.
+    private func recordCompleted(
+        _ unrecorded: (Checkpointer, Checkpointer.Pending)?,
+        withPlacement recorded: Bool
+    ) async throws {
+        guard let (checkpointer, pending) = unrecorded else {
+            try await recorder.record(.completed, forgettingPart: true)
+            return
+        }
+        if recorded {
+            checkpointer.recorded(pending)
+        } else {
+            try await checkpointer.record(pending, completing: true)
+        }
+        recorder.adoptSegments(checkpointer.plan.records(taskID: task.id))
+        recorder.completed(.completed)
+        recorder.update {
+            $0.partPath = nil
+            $0.partIdentity = nil
+        }
     }
 
     /// Gives the finished part file its length, the server's modification time and its

@@ -32,11 +32,17 @@ struct TransferEnvironment: Sendable {
     /// The time transfers measure and wait by (the downloader's clock).
     var timeline = Timeline()
     /// Runs the placement of a finished file (its rename) as the step that makes the task
-    /// completed: at once on its own, or guarded by a shared queue (``SharedQueue/placeFinished(_:_:)``).
-    var placeFinished: @Sendable (UUID, @escaping @Sendable () async throws -> Void) async throws -> Void = {
-        _,
-        place in try await place()
-    }
+    /// completed: at once on its own, or guarded by a shared queue
+    /// (``SharedQueue/placeFinished(_:completing:_:)``), which records the run's last
+    /// checkpoint in the same transaction. Returns whether it recorded that checkpoint.
+    var placeFinished:
+        @Sendable (UUID, CheckpointRecord?, @escaping @Sendable () async throws -> Void) async throws -> Bool = {
+            _,
+            _,
+            place in
+            try await place()
+            return false
+        }
     var logger: Logger
 
     /// One request before a run's connections (`-N`'s condition, `--continue`'s check),

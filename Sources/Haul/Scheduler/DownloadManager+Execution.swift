@@ -83,7 +83,10 @@ extension DownloadManager {
         environment.connectionCap = hostConnections.cap
         if let sharedQueue {
             // The file is placed under this manager's claim on the task.
-            environment.placeFinished = { id, place in try await sharedQueue.placeFinished(id, place) }
+            environment.placeFinished = { id, checkpoint, place in
+                try await sharedQueue.placeFinished(id, completing: checkpoint, place)
+                return checkpoint != nil
+            }
         }
         // This manager decides what a failure becomes (failed, retrying, waiting).
         environment.defersFailureRecord = await defersFailureRecord

@@ -73,8 +73,10 @@ extension DownloadManager {
             logger.warning("cannot claim tasks in the shared queue", metadata: ["error": "\(error)"])
             return
         }
+        // Read in one go; in the order claimed (the queue's).
+        let records = Dictionary(((try? await store.tasks(ids: ids)) ?? []).map { ($0.id, $0) }) { first, _ in first }
         for id in ids {
-            guard let record = try? await store.task(id: id), mayStart(record, under: sharedQueue) else { continue }
+            guard let record = records[id], mayStart(record, under: sharedQueue) else { continue }
             disarmRetry(id)
             machine.claimed(DownloadManager.entry(for: record))
         }

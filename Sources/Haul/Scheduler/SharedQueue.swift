@@ -38,9 +38,14 @@ package protocol SharedQueue: Sendable {
     /// holds the task under this manager's claim and records it completed — refused
     /// (``HaulError/Code/revoked``) before anything is placed when the claim no longer holds.
     /// A pause or cancel from another manager so lands either before (nothing placed) or
-    /// after (it finds the task completed), never in between. The full completion (last
-    /// checkpoint, file details) is recorded after.
-    func placeFinished(_ id: UUID, _ place: @escaping @Sendable () async throws -> Void) async throws
+    /// after (it finds the task completed), never in between. The run's last checkpoint,
+    /// when given, is recorded in the same transaction (a tiny file's whole run is then its
+    /// response and this); the file's details are recorded after.
+    func placeFinished(
+        _ id: UUID,
+        completing checkpoint: CheckpointRecord?,
+        _ place: @escaping @Sendable () async throws -> Void
+    ) async throws
     /// Sends the tasks running over the queue's own caps (over every manager together) back
     /// to waiting, the most recently started first, wherever they run; the managers running
     /// them stop. Returns them.

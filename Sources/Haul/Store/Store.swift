@@ -41,6 +41,12 @@ public final class Store: TaskStore {
         try await read { db in try TaskTables.task(db, id: id) }
     }
 
+    package func tasks(ids: [UUID]) async throws -> [TaskRecord] {
+        try await read { db in
+            try ids.compactMap { try TaskTables.task(db, id: $0) }.sorted { $0.queueOrder < $1.queueOrder }
+        }
+    }
+
     /// A task and its segments, read together.
     package func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
         try await read { db in

@@ -16,6 +16,8 @@ package protocol TaskStore: AnyObject, Sendable {
 
     /// A task by its id.
     func task(id: UUID) async throws -> TaskRecord?
+    /// The tasks of `ids` that exist, in queue order, in one read.
+    func tasks(ids: [UUID]) async throws -> [TaskRecord]
     /// What a run of a task reads first: the task with its piece hashes
     /// (``TaskRecord/storedPieces``), and its segments (checked), in one read.
     func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])?
@@ -170,6 +172,20 @@ extension TaskStore {
             "meteredInterfaces",
             String(decoding: try JSONEncoder().encode(patterns), as: UTF8.self)
         )
+    }
+}
+
+/// What one checkpoint records: the segments with their committed offsets, and the sources
+/// and verified pieces when they changed (nil: unchanged).
+package struct CheckpointRecord: Sendable {
+    package var segments: [SegmentRecord]
+    package var sources: [DownloadSource]?
+    package var verifiedPieces: [UInt8]?
+
+    package init(segments: [SegmentRecord], sources: [DownloadSource]?, verifiedPieces: [UInt8]?) {
+        self.segments = segments
+        self.sources = sources
+        self.verifiedPieces = verifiedPieces
     }
 }
 

@@ -32,7 +32,15 @@ extension FleetQueueTests {
                     "UPDATE haul_task SET lease_expires = now() - interval '1 second' WHERE id = \(id)"
                 )
                 #expect(try await b.claim(wanted: 1, maxRunning: 5, perHost: 5) == [id])
-                // A wakes up: every write it tries about the task is refused and changes nothing.
+                // A wakes up: every write it tries about the task is refused and changes nothing —
+                // a response (its fence checked by the write's own statement), then a checkpoint.
+                var response = try #require(try await a.task(id: id))
+                response.totalLength = 9_999
+                let refused = await #expect(throws: HaulError.self) {
+                    try await a.saveResponse(response, segments: segment(5000))
+                }
+                #expect(refused?.code == .revoked)
+                #expect(try await a.task(id: id)?.totalLength != 9_999)
                 let lost = await #expect(throws: HaulError.self) { try await a.checkpoint(id, segments: segment(5000)) }
                 #expect(lost?.code == .revoked)
                 #expect(lost?.message.contains("This node (a) no longer holds task") == true)
@@ -122,7 +130,7 @@ extension FleetQueueTests {
                 // Cancelled elsewhere first: the file is not placed, the cancel stands.
                 try await b.setState(ids[0], .cancelled)
                 let refused = await #expect(throws: HaulError.self) {
-                    try await a.placeFinished(ids[0]) { placed.add(ids[0]) }
+                    try await a.placeFinished(ids[0], completing: nil) { placed.add(ids[0]) }
                 }
                 #expect(refused?.code == .revoked && placed.all.isEmpty)
                 #expect(try await b.task(id: ids[0])?.state == .cancelled)
@@ -130,7 +138,7 @@ extension FleetQueueTests {
                 // A cancel decided before the placement, written while it is under way (the row
                 // locked): it waits for the commit, then is refused.
                 let late = Mutex<Task<Void, any Error>?>(nil)
-                try await a.placeFinished(ids[1]) {
+                try await a.placeFinished(ids[1], completing: nil) {
                     placed.add(ids[1])
                     late.withLock { $0 = Task { try await b.setState(ids[1], .cancelled) } }
                 }
@@ -171,7 +179,7 @@ extension FleetQueueTests {
                 // a task the store calls completed, whose completion nobody then tells.
                 clock.advance(by: lease + .seconds(1))
                 let placed = PlacedFiles()
-                try await a.placeFinished(ids[0]) { placed.add(ids[0]) }
+                try await a.placeFinished(ids[0], completing: nil) { placed.add(ids[0]) }
                 #expect(placed.all == ids)
                 #expect(try await a.task(id: ids[0])?.state == .completed)
                 #expect(try await a.fleet.report.entries().map(\.owner) == [nil])

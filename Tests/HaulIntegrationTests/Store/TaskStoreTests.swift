@@ -150,6 +150,44 @@ struct TaskStoreTests {
     }
 
     @Test(
+        "a batch of adds: new and existing keep the batch's order, a name makes another destination, one destination twice is one task, and thousands go in together",
+        arguments: StoreEngine.allCases
+    )
+    func batchOfAdds(_ engine: StoreEngine) async throws {
+        let temp = try TemporaryDirectory()
+        try await engine.withStore(temp) { store in
+            let a = Self.record("http://h.test/a", into: temp.path)
+            _ = try await store.findOrInsert(a, reAdd: Self.plainReAdd) { _ in }
+            let named = Self.record("http://h.test/a", into: temp.path, name: "other")
+            let d = Self.record("http://h.test/d", into: temp.path)
+            let mixed = try await store.findOrInsert(
+                [
+                    (d, Self.plainReAdd), (Self.record("http://h.test/a", into: temp.path), Self.plainReAdd),
+                    (named, Self.plainReAdd),
+                ]
+            ) { _ in }
+            #expect(mixed.map(\.record.id) == [d.id, a.id, named.id] && mixed.map(\.isNew) == [true, false, true])
+            #expect(mixed[1].segments == [SegmentRecord(taskID: a.id, ordinal: 0, start: 0, committed: 0)])
+
+            let e = Self.record("http://h.test/e", into: temp.path)
+            let eAgain = Self.record("http://h.test/e", into: temp.path)
+            let twice = try await store.findOrInsert([(e, Self.plainReAdd), (eAgain, Self.plainReAdd)]) { _ in }
+            #expect(twice.map(\.record.id) == [e.id, e.id] && twice.map(\.isNew) == [true, false])
+
+            let many = (0..<2_500).map { (Self.record("http://h.test/many/\($0)", into: temp.path), Self.plainReAdd) }
+            let added = try await store.findOrInsert(many) { _ in }
+            #expect(added.map(\.record.id) == many.map(\.0.id) && added.allSatisfy(\.isNew))
+            let orders = added.map(\.record.queueOrder)
+            #expect(zip(orders, orders.dropFirst()).allSatisfy { $0 < $1 } && orders[0] > mixed[2].record.queueOrder)
+            let stored = try await store.tasks(inStates: [.queued], background: true).map(\.id)
+            #expect(stored == [a.id, d.id, named.id, e.id] + many.map(\.0.id))
+            let last = try #require(try await store.taskWithSegments(many[2_499].0.id))
+            #expect(last.0.queueOrder == added[2_499].record.queueOrder && last.0.url == many[2_499].0.url)
+            #expect(last.1 == [SegmentRecord(taskID: many[2_499].0.id, ordinal: 0, start: 0, committed: 0)])
+        }
+    }
+
+    @Test(
         "a response, checkpoints with verified pieces and sources, completion: each in one intent, read back for the run",
         arguments: StoreEngine.allCases
     )
