@@ -137,10 +137,14 @@ let package = Package(
         ),
         // What the test targets share: the servers they start (nginx, PostgreSQL, proxies),
         // haul processes, paths and tags. Built with the tests only (it imports Testing).
+        // Bounds how many tests run at once in the test process (eight per core): a C
+        // constructor sets Swift Testing's width before it starts (docs/testing.md).
+        .target(name: "CHaulTestWidth", path: "Tests/CHaulTestWidth"),
         .target(
             name: "HaulTestSupport",
             dependencies: [
                 "Haul", "HaulWire", "HaulWireMapping", "HaulClient", "HaulDaemon", "HaulTesting", "HaulPostgres",
+                "CHaulTestWidth",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

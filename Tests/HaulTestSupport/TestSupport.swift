@@ -1,3 +1,4 @@
+import CHaulTestWidth
 import Foundation
 import HaulClient
 import HaulTesting
@@ -188,3 +189,7 @@ package func offCooperativePool<Result: Sendable>(_ work: @escaping @Sendable ()
         Thread { continuation.resume(returning: work()) }.start()
     }
 }
+
+/// How many test cases Swift Testing runs at once here, as CHaulTestWidth's constructor set
+/// it before the runner started (0: unbounded).
+package var testParallelizationWidth: Int { Int(chaul_test_parallelization_width()) }

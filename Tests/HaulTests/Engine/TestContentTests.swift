@@ -1,9 +1,11 @@
+import Foundation
+import HaulTestSupport
 import HaulTesting
 import Testing
 
 /// The content every test server serves: the same bytes for the same seed and version, on
 /// every machine and run, so the hashes the tests compare are stable.
-@Suite("Deterministic test content", .timeLimit(.minutes(1)))
+@Suite("Test support: deterministic content, a bounded number of tests at once", .timeLimit(.minutes(1)))
 struct TestContentTests {
     @Test("the bytes are xorshift64* words in little-endian order; a shorter count is a prefix")
     func wordsInOrder() {
@@ -19,5 +21,13 @@ struct TestContentTests {
         #expect(TestContent.bytes(count: 64, seed: 8) != base)
         #expect(TestContent.bytes(count: 64, seed: 7, version: 2) != base)
         #expect(TestContent.bytes(count: 64, seed: 7) == base)
+    }
+
+    @Test("the test process runs a bounded number of tests at once: eight per core unless set")
+    func boundedWidth() {
+        let set = ProcessInfo.processInfo.environment["SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH"]
+        #expect(set != nil)
+        #expect(testParallelizationWidth == Int(set ?? "") ?? -1)
+        #expect(testParallelizationWidth > 0)
     }
 }
