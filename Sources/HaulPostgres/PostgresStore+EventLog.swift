@@ -43,27 +43,27 @@ extension PostgresStore: EventLogStore {
                     payloads.append(String(decoding: try encoder.encode(record), as: UTF8.self))
                     logged.append(record)
                 }
-                if !announced.isEmpty {
-                    let changes = Array(announced)
-                    _ = try await connection.checkedQuery(
-                        """
-                        UPDATE haul_task t SET "announcedState" = a.state
-                        FROM unnest(\(changes.map(\.key))::uuid[], \(changes.map(\.value))::text[]) AS a(id, state)
-                        WHERE t.id = a.id
-                        """,
-                        logger: self.logger
-                    )
-                }
                 guard !logged.isEmpty else { return [] }
-                // One insert, its rows in the batch's order: the ids (a sequence, under the
-                // append lock) ascend in that order.
+                // One statement: the states told, one insert whose rows are in the batch's
+                // order (the ids, a sequence under the append lock, ascend in that order), and
+                // the note to the other nodes (sent when the transaction commits).
+                let changes = Array(announced)
                 var ids: [Int64] = []
                 for try await id in try await connection.checkedQuery(
                     """
-                    INSERT INTO haul_event (session, payload)
-                    SELECT e.session, e.payload FROM unnest(\(sessions)::text[], \(payloads)::text[])
-                        WITH ORDINALITY AS e(session, payload, i) ORDER BY e.i
-                    RETURNING id
+                    WITH told AS (
+                        UPDATE haul_task t SET "announcedState" = a.state
+                        FROM unnest(\(changes.map(\.key))::uuid[], \(changes.map(\.value))::text[]) AS a(id, state)
+                        WHERE t.id = a.id
+                    ), logged AS (
+                        INSERT INTO haul_event (session, payload)
+                        SELECT e.session, e.payload FROM unnest(\(sessions)::text[], \(payloads)::text[])
+                            WITH ORDINALITY AS e(session, payload, i) ORDER BY e.i
+                        RETURNING id
+                    ), signalled AS (
+                        SELECT pg_notify(\(FleetSignals.channel), \(FleetSignal.events.payload))
+                    )
+                    SELECT logged.id FROM logged, signalled
                     """,
                     logger: self.logger
                 ).decode(Int64.self) {
@@ -71,7 +71,6 @@ extension PostgresStore: EventLogStore {
                 }
                 guard ids.count == logged.count else { throw HaulError(.store, "PostgreSQL did not log every event") }
                 for (index, id) in ids.sorted().enumerated() { logged[index].eventID = id }
-                try await FleetSignals.send(.events, on: connection, logger: self.logger)
                 return logged
             }
         }
