@@ -51,15 +51,16 @@ final class FleetSignals: Sendable {
     }
 
     /// Listens until cancelled, on a connection of its own; a broken connection is replaced
-    /// after a second, and the subscribers then hear ``FleetSignal/resumed``.
+    /// after a second. Each time listening begins — the first time too, since notes sent
+    /// between a subscription and the `LISTEN` are not heard — the subscribers hear
+    /// ``FleetSignal/resumed``: from then on no note is missed, and what came before is read
+    /// from the tables.
     private func listen(client: PostgresClient, logger: Logger) async {
-        var first = true
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
                     try await connection.listen(on: Self.channel) { notes in
-                        if !first { self.broadcast(.resumed) }
-                        first = false
+                        self.broadcast(.resumed)
                         for try await note in notes {
                             if let signal = FleetSignal(note.payload) { self.broadcast(signal) }
                         }
@@ -72,7 +73,6 @@ final class FleetSignals: Sendable {
                     metadata: ["error": "\(Postgres.reason(error))"]
                 )
             }
-            first = false
             try? await Task.sleep(for: .seconds(1))
         }
     }
