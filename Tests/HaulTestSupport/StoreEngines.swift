@@ -105,11 +105,7 @@ package enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sen
         }
     }
 
-    package static var logger: Logger {
-        var logger = Logger(label: "haul.store.test", factory: { StreamLogHandler.standardError(label: $0) })
-        logger.logLevel = ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil ? .info : .critical
-        return logger
-    }
+    package static var logger: Logger { debugLogger(label: "haul.store.test", level: .info) }
 }
 
 /// Starts one PostgreSQL server for a whole suite (`@Suite(.postgresServer)`), seen by its

@@ -52,9 +52,12 @@ package func testConfiguration(store: String, retries: Int = 5, connections: Int
 
 /// Silent, unless `HAUL_TEST_DEBUG` is set: then notices (retries and their causes) and above
 /// go to standard error, to read why a download under test did what it did.
-package var testLogger: Logger {
-    var logger = Logger(label: "haul.test", factory: { StreamLogHandler.standardError(label: $0) })
-    logger.logLevel = ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil ? .notice : .critical
+package var testLogger: Logger { debugLogger(label: "haul.test", level: .notice) }
+
+/// A logger to standard error at `level` when `HAUL_TEST_DEBUG` is set, else silent.
+package func debugLogger(label: String, level: Logger.Level) -> Logger {
+    var logger = Logger(label: label, factory: { StreamLogHandler.standardError(label: $0) })
+    logger.logLevel = ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil ? level : .critical
     return logger
 }
 

@@ -37,11 +37,7 @@ struct FleetManagerTests {
         var downloader = testConfiguration(store: "")
         downloader.store = .postgres(store)
         downloader.checkpointInterval = checkpoints
-        if ProcessInfo.processInfo.environment["HAUL_TEST_DEBUG"] != nil {
-            var logger = Logger(label: store.node, factory: { StreamLogHandler.standardError(label: $0) })
-            logger.logLevel = .info
-            downloader.logger = logger
-        }
+        downloader.logger = debugLogger(label: store.node, level: .info)
         var configuration = DownloadManager.Configuration(
             downloader: downloader,
             maxConcurrentDownloads: limit,
