@@ -22,7 +22,9 @@ struct FleetAdmission {
     /// The advisory lock key of admission (``PostgresSchema`` has the others).
     static let lock: Int64 = 0x4841_554c_0002
 
-    /// Waiting tasks are counted up to this many: past it there is work for every node.
+    /// Waiting tasks are counted up to the fleet's free room (this node's capacity and the
+    /// other nodes' free downloads), and never past this many: work beyond that is work for
+    /// every node, and a count of a long queue at each admission costs a scan of it.
     static let countedWaiting = 10_000
 
     /// What admission weighs, read under its lock: this node's limits, the fleet's caps, the
@@ -40,7 +42,8 @@ struct FleetAdmission {
         var mine: [String: Int] = [:]
         /// Downloads the other nodes alive could still take (their capacity less their leases).
         var othersFree = 0
-        /// Tasks waiting in the queue (counted up to ``FleetAdmission/countedWaiting``).
+        /// Tasks waiting in the queue, counted up to `capacity + othersFree` (then: at least
+        /// as many as the fleet has room for) and at most ``FleetAdmission/countedWaiting``.
         var waiting = 0
 
         /// How many leases this node may take now, at most `wanted`.
@@ -111,7 +114,16 @@ struct FleetAdmission {
         publishing newCapacity: Bool
     ) async throws -> [FleetQueue.Lease] {
         try await client.withCheckedTransaction(logger: logger) { connection in
-            _ = try await connection.checkedQuery("SELECT pg_advisory_xact_lock(\(Self.lock))", logger: logger)
+            // The queue's rows change state several times each, faster than autovacuum runs
+            // after a large add: index entries of versions no longer live pile up. A plain
+            // index scan marks those it finds dead, and later scans skip them; a bitmap scan
+            // never does, and visits every such row again at each admission (and with
+            // statistics from before the add, the planner takes one, sorting thousands of
+            // rows for the first few). So, in this transaction only, none.
+            _ = try await connection.checkedQuery(
+                "SELECT pg_advisory_xact_lock(\(Self.lock)), set_config('enable_bitmapscan', 'off', true)",
+                logger: logger
+            )
             try await reclaim(seconds: seconds, on: connection)
             if newCapacity {
                 _ = try await connection.checkedQuery(
@@ -195,19 +207,24 @@ struct FleetAdmission {
         }
         for try await (fleetCap, fleetPerHost, othersFree, waiting) in try await connection.checkedQuery(
             """
+            WITH others AS (
+                SELECT COALESCE(sum(GREATEST(0, n.max_running - (
+                        SELECT count(*) FROM haul_task t
+                        WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()))), 0)::bigint
+                    AS free
+                FROM fleet_node n
+                WHERE n.name <> \(node) AND n.stopped_at IS NULL AND n.draining_at IS NULL
+                    AND n.heartbeat_at > now() - make_interval(secs => \(seconds))
+            )
             SELECT
                 (SELECT value FROM haul_setting WHERE name = 'fleetMaxConcurrentDownloads' AND value > 0),
                 (SELECT value FROM haul_setting WHERE name = 'fleetMaxDownloadsPerHost' AND value > 0),
-                (SELECT COALESCE(sum(GREATEST(0, n.max_running - (
-                        SELECT count(*) FROM haul_task t
-                        WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()))), 0)::bigint
-                    FROM fleet_node n
-                    WHERE n.name <> \(node) AND n.stopped_at IS NULL AND n.draining_at IS NULL
-                        AND n.heartbeat_at > now() - make_interval(secs => \(seconds))),
+                (SELECT free FROM others),
                 (SELECT count(*) FROM (
                     SELECT 1 FROM haul_task WHERE state = 'queued' AND background
                         AND id <> ALL(\(excluding)::uuid[])
-                    LIMIT \(Self.countedWaiting)) waiting)
+                    LIMIT (SELECT LEAST(\(Int64(Self.countedWaiting)), free + \(Int64(room.capacity))) FROM others)
+                ) waiting)
             """,
             logger: logger
         ).decode((Int64?, Int64?, Int64, Int).self) {

@@ -47,6 +47,15 @@ struct FleetAdmissionTests {
         // Nothing waits: nothing.
         room.waiting = 0
         #expect(room.leases(wanted: 4) == 0)
+        // Counted up to the fleet's free room (4 here, 8 on the others): as much as it has.
+        room = Room(capacity: 4, perHost: 8, mine: ["h": 1])
+        room.othersFree = 8
+        room.waiting = 12
+        #expect(room.leases(wanted: 4) == 3)
+        room.waiting = 10  // Fewer than the free room (11): its part, 3 × 10 / 11 rounded up.
+        #expect(room.leases(wanted: 4) == 3)
+        room.waiting = 5
+        #expect(room.leases(wanted: 4) == 2)
         // Past the count, work for every node.
         room = Room(capacity: 4, perHost: 8)
         room.othersFree = 100_000
