@@ -80,6 +80,18 @@ enum TaskTable {
         id: UUID,
         logger: Logger
     ) async throws -> (TaskRecord, [SegmentRecord])? {
+        guard let (task, segments) = try await forRun(db, ids: [id], logger: logger)[id] else { return nil }
+        return (task, try segments.get())
+    }
+
+    /// What the runs of tasks `ids` read first (``forRun(_:id:logger:)``), in one statement:
+    /// each task that exists, with its segments checked — or why they cannot be used, which
+    /// only that task's run is told. A task whose row cannot be read fails the whole read.
+    static func forRun(
+        _ db: some PostgresQueryable,
+        ids: [UUID],
+        logger: Logger
+    ) async throws -> [UUID: (TaskRecord, Result<[SegmentRecord], any Error>)] {
         let sql = """
             SELECT \(columns.map { "t.\"\($0.name)\"" }.joined(separator: ", ")),
                 p.algorithm, p.length, p.digests, p.verified, s.ordinals, s.starts, s.open, s.ends, s.committed
@@ -92,10 +104,11 @@ enum TaskTable {
                     array_agg(committed ORDER BY ordinal) AS committed
                 FROM haul_segment WHERE "taskID" = t.id
             ) s ON true
-            WHERE t.id = $1
+            WHERE t.id = ANY($1::uuid[])
             """
         var binds = PostgresBindings()
-        binds.append(id)
+        binds.append(ids)
+        var runs: [UUID: (TaskRecord, Result<[SegmentRecord], any Error>)] = [:]
         for try await row in try await db.rows(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
             var task = try record(row)
             let cells = row.makeRandomAccess()
@@ -103,7 +116,7 @@ enum TaskTable {
             if let algorithm = try cells[at].decode(String?.self) {
                 task.storedPieces = .some(
                     try StoredPieces(
-                        task: id,
+                        task: task.id,
                         algorithm: algorithm,
                         length: try cells[at + 1].decode(Int64?.self),
                         digests: try cells[at + 2].decode(ByteBuffer?.self).map { Array(buffer: $0) },
@@ -113,30 +126,43 @@ enum TaskTable {
             } else {
                 task.storedPieces = .some(nil)
             }
-            let ordinals = try cells[at + 4].decode([Int64]?.self) ?? []
-            let starts = try cells[at + 5].decode([Int64]?.self) ?? []
-            let open = try cells[at + 6].decode([Bool]?.self) ?? []
-            let ends = try cells[at + 7].decode([Int64]?.self) ?? []
-            let committed = try cells[at + 8].decode([Int64]?.self) ?? []
-            guard [starts.count, open.count, ends.count, committed.count].allSatisfy({ $0 == ordinals.count }) else {
-                throw HaulError(
-                    .store,
-                    "Task \(id.shown) in PostgreSQL cannot be read: its segments are not whole",
-                    hint: "Remove it with 'haul remove \(id.shown)'"
-                )
-            }
-            let segments = ordinals.indices.map { index in
-                SegmentRecord(
-                    taskID: id,
-                    ordinal: int(ordinals[index]),
-                    start: starts[index],
-                    end: open[index] ? nil : ends[index],
-                    committed: committed[index]
-                )
-            }
-            return (task, try SegmentRecord.checked(segments, of: task))
+            let segments = Result { try Self.segments(in: cells, at: at + 4, of: task) }
+            runs[task.id] = (task, segments)
         }
-        return nil
+        return runs
+    }
+
+    /// The segments of `task` that ``forRun(_:ids:logger:)`` aggregates into five arrays from
+    /// column `at` on, checked.
+    private static func segments(
+        in cells: PostgresRandomAccessRow,
+        at: Int,
+        of task: TaskRecord
+    ) throws
+        -> [SegmentRecord]
+    {
+        let ordinals = try cells[at].decode([Int64]?.self) ?? []
+        let starts = try cells[at + 1].decode([Int64]?.self) ?? []
+        let open = try cells[at + 2].decode([Bool]?.self) ?? []
+        let ends = try cells[at + 3].decode([Int64]?.self) ?? []
+        let committed = try cells[at + 4].decode([Int64]?.self) ?? []
+        guard [starts.count, open.count, ends.count, committed.count].allSatisfy({ $0 == ordinals.count }) else {
+            throw HaulError(
+                .store,
+                "Task \(task.id.shown) in PostgreSQL cannot be read: its segments are not whole",
+                hint: "Remove it with 'haul remove \(task.id.shown)'"
+            )
+        }
+        let segments = ordinals.indices.map { index in
+            SegmentRecord(
+                taskID: task.id,
+                ordinal: int(ordinals[index]),
+                start: starts[index],
+                end: open[index] ? nil : ends[index],
+                committed: committed[index]
+            )
+        }
+        return try SegmentRecord.checked(segments, of: task)
     }
 
     /// Appends a record's value of `column` to `binds`, typed as the column is.

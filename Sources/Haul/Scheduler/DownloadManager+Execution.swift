@@ -5,11 +5,13 @@ import Foundation
 extension DownloadManager {
     /// Runs a started task's transfer on the one execution path every download takes
     /// (``TransferHandles/execute(_:segments:environment:)``), then hands its end back.
-    nonisolated func execute(_ id: UUID, _ handles: TransferHandles) async {
+    /// `read`: the task and its segments as read already (with its claim), else read here.
+    nonisolated func execute(_ id: UUID, _ handles: TransferHandles, read: (TaskRecord, [SegmentRecord])?) async {
         let ended: Result<DownloadResult, HaulError>
         var task: TaskRecord?
         do {
-            guard let (record, segments) = try await store.taskForRun(id) else {
+            let stored = if let read { read } else { try await store.taskForRun(id) }
+            guard let (record, segments) = stored else {
                 throw HaulError(.store, "Task \(id.shown) vanished from the store")
             }
             task = record

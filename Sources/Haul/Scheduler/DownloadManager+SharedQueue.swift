@@ -73,15 +73,20 @@ extension DownloadManager {
             logger.warning("cannot claim tasks in the shared queue", metadata: ["error": "\(error)"])
             return
         }
-        // Read in one go; in the order claimed (the queue's).
-        let records = Dictionary(((try? await store.tasks(ids: ids)) ?? []).map { ($0.id, $0) }) { first, _ in first }
+        // Read in one go, as their runs read them first; in the order claimed (the queue's).
+        let read = (try? await store.tasksForRun(ids: ids)) ?? []
+        let records = Dictionary(read.map { ($0.task.id, $0) }) { first, _ in first }
         for id in ids {
-            guard let record = records[id], mayStart(record, under: sharedQueue) else { continue }
+            guard let (record, segments) = records[id], mayStart(record, under: sharedQueue) else { continue }
             disarmRetry(id)
             machine.claimed(DownloadManager.entry(for: record))
+            if let segments { claimedReads[id] = (record, segments) }
         }
         guard !ids.isEmpty else { return }
+        // Those that start now start from this read, taken under their claims; one that
+        // waits in line reads its task again when it starts (it may change meanwhile).
         admitAndStart()
+        claimedReads.removeAll()
         await giveBackUnstarted(ids, to: sharedQueue)
     }
 

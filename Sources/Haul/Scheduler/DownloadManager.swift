@@ -121,8 +121,12 @@ public actor DownloadManager {
     /// Hooks to run: ``ended(_:_:)`` asks, ``runHooks()`` runs.
     let hookRequests: AsyncStream<(UUID, Ending)>
     let hookSink: AsyncStream<(UUID, Ending)>.Continuation
-    private let starts: AsyncStream<(UUID, TransferHandles)>
-    private let startSink: AsyncStream<(UUID, TransferHandles)>.Continuation
+    /// The runs to start, each with what its run reads first when that was read already.
+    private let starts: AsyncStream<(UUID, TransferHandles, (TaskRecord, [SegmentRecord])?)>
+    private let startSink: AsyncStream<(UUID, TransferHandles, (TaskRecord, [SegmentRecord])?)>.Continuation
+    /// Tasks just claimed in a shared queue, as read with their claims, for the runs that
+    /// start at once (``claimWaitingTasks()``); empty between claims.
+    var claimedReads: [UUID: (TaskRecord, [SegmentRecord])] = [:]
     let logger: Logger
     private let recoversTasks: Bool
     let background: Bool
@@ -245,8 +249,8 @@ public actor DownloadManager {
             outer.addTask { await self.watchNetworkUntilShutdown() }
             outer.addTask { await self.claimUntilShutdown() }
             await withDiscardingTaskGroup { group in
-                for await (id, transfer) in starts {
-                    group.addTask { await self.execute(id, transfer) }
+                for await (id, transfer, read) in starts {
+                    group.addTask { await self.execute(id, transfer, read: read) }
                 }
             }
             // Every transfer has ended: wake the progress publisher from its sleep, so that
@@ -297,7 +301,7 @@ public actor DownloadManager {
             case .start(let id):
                 let transfer = TransferHandles(clock: downloader.timeline.clock)
                 runs[id] = RunningTransfer(handles: transfer)
-                startSink.yield((id, transfer))
+                startSink.yield((id, transfer, claimedReads.removeValue(forKey: id)))
             case .stop(let id, let reason):
                 runs[id]?.handles.control.request(reason)
             case .publish(let id, let from, let to, let reason):

@@ -21,6 +21,11 @@ package protocol TaskStore: AnyObject, Sendable {
     /// What a run of a task reads first: the task with its piece hashes
     /// (``TaskRecord/storedPieces``), and its segments (checked), in one read.
     func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])?
+    /// The tasks of `ids` that exist, in one read, each with what a run of it reads first
+    /// (``taskForRun(_:)``): its segments (checked) and piece hashes — segments nil when they
+    /// are not read here or cannot be used (the run then reads the task itself, and is told
+    /// why). A shared queue's claims start from it.
+    func tasksForRun(ids: [UUID]) async throws -> [(task: TaskRecord, segments: [SegmentRecord]?)]
     /// A task and its segments (checked), read together.
     func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])?
     /// Tasks in any of `states`, in queue order; with `background`, only the daemon's or only the others.
@@ -107,6 +112,11 @@ package protocol TaskStore: AnyObject, Sendable {
 // MARK: - What does not depend on the engine
 
 extension TaskStore {
+    /// The tasks alone: each run reads its own.
+    package func tasksForRun(ids: [UUID]) async throws -> [(task: TaskRecord, segments: [SegmentRecord]?)] {
+        try await tasks(ids: ids).map { ($0, nil) }
+    }
+
     /// Moves a task to the back of the waiting line in `state`; returns its new position.
     func requeue(_ id: UUID, state: TaskState) async throws -> Int64 {
         try await requeue(id, state: state, keepingPlace: false)

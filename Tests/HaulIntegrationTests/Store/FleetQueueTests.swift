@@ -47,8 +47,8 @@ struct FleetQueueTests {
     static func add(_ store: PostgresStore, _ count: Int, hosts: [String] = ["h"]) async throws -> [UUID] {
         var ids: [UUID] = []
         for index in 0..<count {
-            let record = TaskStoreTests.record("http://\(hosts[index % hosts.count])/\(index)", into: "/tmp/fleet")
-            ids.append(try await store.findOrInsert(record, reAdd: TaskStoreTests.plainReAdd) { _ in }.record.id)
+            let record = StoreRecords.record("http://\(hosts[index % hosts.count])/\(index)", into: "/tmp/fleet")
+            ids.append(try await store.findOrInsert(record, reAdd: StoreRecords.plainReAdd) { _ in }.record.id)
         }
         return ids
     }
@@ -202,9 +202,9 @@ struct FleetQueueTests {
             try await store.setPriority(ids[5], -1)
             // Paused, and not the daemon's: never leased.
             try await store.setState(ids[3], .paused)
-            var foreign = TaskStoreTests.record("http://h/foreign", into: "/tmp/fleet")
+            var foreign = StoreRecords.record("http://h/foreign", into: "/tmp/fleet")
             foreign.background = false
-            var reAdd = TaskStoreTests.plainReAdd
+            var reAdd = StoreRecords.plainReAdd
             reAdd.background = false
             _ = try await store.findOrInsert(foreign, reAdd: reAdd) { _ in }
             let first = try await store.claim(wanted: 3, maxRunning: 10, perHost: 10)

@@ -13,52 +13,11 @@ import Testing
 /// have written is refused in one sentence.
 @Suite("Task store engines", .postgresServer, .timeLimit(.minutes(10)))
 struct TaskStoreTests {
-    static func record(
-        _ url: String,
-        into directory: String,
-        name: String? = nil,
-        session: String = "default"
-    )
-        -> TaskRecord
-    {
-        TaskRecord(
-            id: UUID(),
-            url: URL(string: url)!,
-            destination: Destination(directory: directory, fileName: name),
-            explicitName: name != nil,
-            requestHeaders: [],
-            checksum: nil,
-            overwrite: false,
-            session: session,
-            background: true,
-            now: Date()
-        )
-    }
-
-    static let plainReAdd = TaskReAdd(
-        background: true,
-        session: "default",
-        requestHeaders: [],
-        checksum: nil,
-        overwrite: false,
-        connections: nil,
-        minSplitSize: nil,
-        rateLimit: nil,
-        tls: TLSOptions(),
-        proxy: .direct,
-        credentials: .none,
-        cookies: .standard,
-        allowsMetered: true,
-        checkNewer: false,
-        continuesExisting: false,
-        hooks: .none
-    )
-
     @Test("every column of a task reads back as written, each group non-default", arguments: StoreEngine.allCases)
     func everyColumn(_ engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         try await engine.withStore(temp) { store in
-            var task = Self.record("https://u:pw@example.test/a%20b.bin?x=1", into: temp.path, name: "a.bin")
+            var task = StoreRecords.record("https://u:pw@example.test/a%20b.bin?x=1", into: temp.path, name: "a.bin")
             task.requestHeaders = [HTTPHeaderField(name: "Authorization", value: "Bearer t")]
             task.checksum = try Checksum(parsing: "sha256=" + String(repeating: "ab", count: 32))
             task.overwrite = true
@@ -117,18 +76,23 @@ struct TaskStoreTests {
     func findOrInsert(_ engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         try await engine.withStore(temp) { store in
-            let a = Self.record("http://h.test/a", into: temp.path)
-            let b = Self.record("http://h.test/b", into: temp.path)
-            let added = try await store.findOrInsert([(a, Self.plainReAdd), (b, Self.plainReAdd)]) { _ in }
+            let a = StoreRecords.record("http://h.test/a", into: temp.path)
+            let b = StoreRecords.record("http://h.test/b", into: temp.path)
+            let added = try await store.findOrInsert([(a, StoreRecords.plainReAdd), (b, StoreRecords.plainReAdd)]) {
+                _ in
+            }
             #expect(added.map(\.isNew) == [true, true])
             #expect(added[0].record.queueOrder < added[1].record.queueOrder)
             #expect(added[0].segments == [SegmentRecord(taskID: a.id, ordinal: 0, start: 0, committed: 0)])
             try await store.setState(a.id, .paused)
 
-            var reAdd = Self.plainReAdd
+            var reAdd = StoreRecords.plainReAdd
             reAdd.session = "night"
             reAdd.rateLimit = 5000
-            let again = try await store.findOrInsert(Self.record("http://h.test/a", into: temp.path), reAdd: reAdd) {
+            let again = try await store.findOrInsert(
+                StoreRecords.record("http://h.test/a", into: temp.path),
+                reAdd: reAdd
+            ) {
                 _ in
             }
             #expect(!again.isNew && again.record.id == a.id)
@@ -136,9 +100,10 @@ struct TaskStoreTests {
             #expect(readA.session == "night" && readA.rateLimit == 5000 && readA.state == .paused)
 
             // A refusal of the second rolls back the first: nothing new is recorded.
-            let c = Self.record("http://h.test/c", into: temp.path)
+            let c = StoreRecords.record("http://h.test/c", into: temp.path)
             await #expect(throws: HaulError.self) {
-                _ = try await store.findOrInsert([(c, Self.plainReAdd), (b, Self.plainReAdd)]) { existing in
+                _ = try await store.findOrInsert([(c, StoreRecords.plainReAdd), (b, StoreRecords.plainReAdd)]) {
+                    existing in
                     if existing.id == b.id { throw HaulError(.invalidArgument, "refused") }
                 }
             }
@@ -156,25 +121,29 @@ struct TaskStoreTests {
     func batchOfAdds(_ engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         try await engine.withStore(temp) { store in
-            let a = Self.record("http://h.test/a", into: temp.path)
-            _ = try await store.findOrInsert(a, reAdd: Self.plainReAdd) { _ in }
-            let named = Self.record("http://h.test/a", into: temp.path, name: "other")
-            let d = Self.record("http://h.test/d", into: temp.path)
+            let a = StoreRecords.record("http://h.test/a", into: temp.path)
+            _ = try await store.findOrInsert(a, reAdd: StoreRecords.plainReAdd) { _ in }
+            let named = StoreRecords.record("http://h.test/a", into: temp.path, name: "other")
+            let d = StoreRecords.record("http://h.test/d", into: temp.path)
             let mixed = try await store.findOrInsert(
                 [
-                    (d, Self.plainReAdd), (Self.record("http://h.test/a", into: temp.path), Self.plainReAdd),
-                    (named, Self.plainReAdd),
+                    (d, StoreRecords.plainReAdd),
+                    (StoreRecords.record("http://h.test/a", into: temp.path), StoreRecords.plainReAdd),
+                    (named, StoreRecords.plainReAdd),
                 ]
             ) { _ in }
             #expect(mixed.map(\.record.id) == [d.id, a.id, named.id] && mixed.map(\.isNew) == [true, false, true])
             #expect(mixed[1].segments == [SegmentRecord(taskID: a.id, ordinal: 0, start: 0, committed: 0)])
 
-            let e = Self.record("http://h.test/e", into: temp.path)
-            let eAgain = Self.record("http://h.test/e", into: temp.path)
-            let twice = try await store.findOrInsert([(e, Self.plainReAdd), (eAgain, Self.plainReAdd)]) { _ in }
+            let e = StoreRecords.record("http://h.test/e", into: temp.path)
+            let eAgain = StoreRecords.record("http://h.test/e", into: temp.path)
+            let twice = try await store.findOrInsert([(e, StoreRecords.plainReAdd), (eAgain, StoreRecords.plainReAdd)])
+            { _ in }
             #expect(twice.map(\.record.id) == [e.id, e.id] && twice.map(\.isNew) == [true, false])
 
-            let many = (0..<2_500).map { (Self.record("http://h.test/many/\($0)", into: temp.path), Self.plainReAdd) }
+            let many = (0..<2_500).map {
+                (StoreRecords.record("http://h.test/many/\($0)", into: temp.path), StoreRecords.plainReAdd)
+            }
             let added = try await store.findOrInsert(many) { _ in }
             #expect(added.map(\.record.id) == many.map(\.0.id) && added.allSatisfy(\.isNew))
             let orders = added.map(\.record.queueOrder)
@@ -194,13 +163,13 @@ struct TaskStoreTests {
     func runRecords(_ engine: StoreEngine) async throws {
         let temp = try TemporaryDirectory()
         try await engine.withStore(temp) { store in
-            var task = Self.record("http://h.test/p.bin", into: temp.path)
+            var task = StoreRecords.record("http://h.test/p.bin", into: temp.path)
             task.pieces = try PieceHashes(
                 algorithm: .sha256,
                 length: 1024,
                 hexDigests: [String(repeating: "0", count: 64), String(repeating: "1", count: 64)]
             )
-            task = try await store.findOrInsert(task, reAdd: Self.plainReAdd) { _ in }.record
+            task = try await store.findOrInsert(task, reAdd: StoreRecords.plainReAdd) { _ in }.record
             task.fileName = "p.bin"
             task.validators = Validators(etag: "\"v\"", totalLength: 2048)
             let halves = [
@@ -218,8 +187,8 @@ struct TaskStoreTests {
             )
             // Another task cannot claim the same part file.
             let other = try await store.findOrInsert(
-                Self.record("http://h.test/q.bin", into: temp.path),
-                reAdd: Self.plainReAdd
+                StoreRecords.record("http://h.test/q.bin", into: temp.path),
+                reAdd: StoreRecords.plainReAdd
             ) { _ in }.record
             #expect(try await store.claimPart(other.id, path: part, identity: nil) == false)
             #expect(try await store.isPartPathTaken(part, byOtherThan: other.id))
@@ -239,6 +208,12 @@ struct TaskStoreTests {
             #expect(segments == done)
             let pieces = try #require(run.storedPieces ?? nil)
             #expect(pieces.hashes.count == 2 && pieces.verified == [0b01])
+            // A shared queue's claims read the same in one go (PostgreSQL), for the tasks
+            // that exist; SQLite leaves each run to read its own.
+            let claimed = try await store.tasksForRun(ids: [UUID(), task.id])
+            #expect(claimed.map(\.task.id) == [task.id] && claimed.first?.task.partPath == part)
+            #expect(claimed.first?.segments == (engine == .postgres ? done : nil))
+            #expect((claimed.first?.task.storedPieces ?? nil)?.verified == (engine == .postgres ? [0b01] : nil))
 
             try await store.checkpoint(task.id, segments: done, sources: nil, verifiedPieces: nil, completing: true)
             let completed = try #require(try await store.task(id: task.id))
@@ -257,9 +232,9 @@ struct TaskStoreTests {
         try await engine.withStore(temp) { store in
             var ids: [UUID] = []
             for (index, session) in ["a", "a", "b"].enumerated() {
-                var reAdd = Self.plainReAdd
+                var reAdd = StoreRecords.plainReAdd
                 reAdd.session = session
-                let record = Self.record("http://h.test/\(index)", into: temp.path, session: session)
+                let record = StoreRecords.record("http://h.test/\(index)", into: temp.path, session: session)
                 ids.append(try await store.findOrInsert(record, reAdd: reAdd) { _ in }.record.id)
             }
             try await store.setState(ids[0], .failed, error: "HTTP 404", code: .httpStatus, forgettingPart: false)
@@ -344,8 +319,8 @@ struct TaskStoreTests {
                     group.addTask {
                         for index in 0..<20 {
                             _ = try await store.findOrInsert(
-                                Self.record("http://h.test/\(index)", into: temp.path),
-                                reAdd: Self.plainReAdd
+                                StoreRecords.record("http://h.test/\(index)", into: temp.path),
+                                reAdd: StoreRecords.plainReAdd
                             ) { _ in }
                         }
                     }
@@ -376,8 +351,8 @@ struct TaskStoreTests {
         let temp = try TemporaryDirectory()
         try await engine.withStore(temp) { store in
             let task = try await store.findOrInsert(
-                Self.record("http://h.test/x", into: temp.path),
-                reAdd: Self.plainReAdd
+                StoreRecords.record("http://h.test/x", into: temp.path),
+                reAdd: StoreRecords.plainReAdd
             ) { _ in }.record
             // Two overlapping segments, as a damaged or hostile store could hold.
             try await store.checkpoint(
@@ -391,6 +366,9 @@ struct TaskStoreTests {
                 completing: false
             )
             let error = await #expect(throws: HaulError.self) { _ = try await store.taskForRun(task.id) }
+            // A claim's read of it still reads the task: its run is the one told.
+            let claimed = try await store.tasksForRun(ids: [task.id])
+            #expect(claimed.map(\.task.id) == [task.id] && claimed.first.map { $0.segments == nil } == true)
             #expect(
                 error?.message
                     == "Task \(task.id.shown) in the Haul store cannot be read: its segments are unusable (two segments overlap)"
