@@ -89,13 +89,21 @@ public final class HaulClient: Sendable {
         return try tasks.map(DownloadInfo.init)
     }
 
-    /// The daemon's tasks, in queue order; of one session, or all.
-    public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
-        let query = try session.map { name -> String in
-            try DownloadRequest.validateSession(name)
-            return "?session=\(name)"
+    /// The daemon's tasks, in queue order; of one session, or all; with `page`, only that
+    /// page of them (the next page: after the last task of this one).
+    /// - Throws: ``HaulError/Code/notFound`` when the page's `after` task no longer exists.
+    public func tasks(session: String? = nil, page: TaskPage? = nil) async throws -> [DownloadInfo] {
+        var query: [String] = []
+        if let session {
+            try DownloadRequest.validateSession(session)
+            query.append("session=\(session)")
         }
-        let tasks: [API.Task] = try await call("GET", "/tasks" + (query ?? ""))
+        if let page { query.append("limit=\(page.limit)") }
+        if let after = page?.after { query.append("after=\(after.uuidString)") }
+        let tasks: [API.Task] = try await call(
+            "GET",
+            "/tasks" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
+        )
         return try tasks.map(DownloadInfo.init)
     }
 

@@ -170,7 +170,7 @@ extension PostgresStore: FleetView {
             }
             return
         }
-        let write = try Self.checkpointWrite(checkpoint, completing: true)
+        let write = try TaskWrite.checkpoint(checkpoint, completing: true)
         try await leases.fencedStatement(id, "record a finished download", final: true, transaction: true) {
             connection,
             fence in

@@ -178,6 +178,12 @@ public final class PostgresStore: TaskStore {
         }
     }
 
+    package func infos(page: TaskPage, background: Bool?, session: String?) async throws -> [DownloadInfo] {
+        try await Postgres.run("list tasks") {
+            try await TaskTable.infos(client, background: background, session: session, page: page, logger: logger)
+        }
+    }
+
     package func pieces(of id: UUID) async throws -> StoredPieces? {
         try await Postgres.run("read a task's pieces") {
             try await self.tables.pieces(client, of: id)
@@ -248,7 +254,7 @@ public final class PostgresStore: TaskStore {
         verifiedPieces: [UInt8]?,
         completing: Bool
     ) async throws {
-        let write = try Self.checkpointWrite(
+        let write = try TaskWrite.checkpoint(
             CheckpointRecord(segments: segments, sources: sources, verifiedPieces: verifiedPieces),
             completing: completing
         )
@@ -263,17 +269,6 @@ public final class PostgresStore: TaskStore {
             return (true, ())
         }
         if completing { leases.end(id) }
-    }
-
-    /// The write of a checkpoint: the segments, the sources when they changed, the time;
-    /// with `completing`, the task completed (its part file forgotten, its lease ended).
-    static func checkpointWrite(_ checkpoint: CheckpointRecord?, completing: Bool) throws -> TaskWrite {
-        var write = TaskWrite()
-        if completing { write.set(state: .completed, forgettingPart: true) }
-        if let sources = checkpoint?.sources { write.set("sources", JSONB(try TaskRecord.json(sources))) }
-        write.set("updatedAt", Date())
-        if let segments = checkpoint?.segments { write.replaceSegments(with: segments) }
-        return write
     }
 
     package func setPart(_ id: UUID, path: String?, identity: String?) async throws {

@@ -202,14 +202,26 @@ enum TaskTable {
 
     /// Every task with its committed bytes, in queue order, in one query: only the columns a
     /// listing shows (the query a `haul list` of thousands runs), and the node running each.
+    /// Of `page`, only its tasks, read from the queue order's index up to its limit.
+    /// - Throws: ``HaulError/Code/notFound`` when the page's `after` task no longer exists.
     static func infos(
         _ db: some PostgresQueryable,
-        ids: [UUID]?,
+        ids: [UUID]? = nil,
         background: Bool?,
         session: String?,
+        page: TaskPage? = nil,
         logger: Logger
     ) async throws -> [DownloadInfo] {
+        var after: Int64?
+        if let id = page?.after {
+            let query: PostgresQuery = "SELECT \"queueOrder\" FROM haul_task WHERE id = \(id)"
+            for try await order in try await db.rows(query, logger: logger).decode(Int64.self) { after = order }
+            guard after != nil else { throw TaskPage.gone(id) }
+        }
+        let limit = page.map { Int64($0.limit) }
         var infos: [DownloadInfo] = []
+        // The committed bytes per task by a subquery, not a join and a grouping: a page is
+        // then read in queue order from its index and stops at its limit.
         let rows = try await db.rows(
             """
             SELECT t.id, t.url, t.directory, t."fileName", t.state, t.priority, t."totalLength",
@@ -217,15 +229,17 @@ enum TaskTable {
                 -- A completed file is whole: its length, also in the moment between placing
                 -- it (recorded completed) and the completing checkpoint's segments.
                 CASE WHEN t.state = 'completed' AND t."totalLength" IS NOT NULL THEN t."totalLength"
-                    ELSE COALESCE(SUM(s.committed - s.start), 0)::bigint END,
+                    ELSE (SELECT COALESCE(SUM(s.committed - s.start), 0) FROM haul_segment s WHERE s."taskID" = t.id)::bigint
+                END,
                 t.session,
                 t."rateLimit", t.connections, t."nextTryAt", t."errorCode", t.sources,
                 CASE WHEN t.state = 'running' THEN t.owner END
-            FROM haul_task t LEFT JOIN haul_segment s ON s."taskID" = t.id
+            FROM haul_task t
             WHERE (\(ids)::uuid[] IS NULL OR t.id = ANY(\(ids)::uuid[]))
                 AND (\(background)::boolean IS NULL OR t.background = \(background)::boolean)
                 AND (\(session)::text IS NULL OR t.session = \(session)::text)
-            GROUP BY t.id ORDER BY t."queueOrder"
+                AND (\(after)::bigint IS NULL OR t."queueOrder" > \(after)::bigint)
+            ORDER BY t."queueOrder" LIMIT \(limit)::bigint
             """,
             logger: logger
         )

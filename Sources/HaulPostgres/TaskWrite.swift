@@ -20,6 +20,17 @@ struct TaskWrite: Sendable {
     private var claimedPath: String?
     private var segments: [SegmentRecord]?
 
+    /// The write of a checkpoint: the segments, the sources when they changed, the time;
+    /// with `completing`, the task completed (its part file forgotten, its lease ended).
+    static func checkpoint(_ checkpoint: CheckpointRecord?, completing: Bool) throws -> TaskWrite {
+        var write = TaskWrite()
+        if completing { write.set(state: .completed, forgettingPart: true) }
+        if let sources = checkpoint?.sources { write.set("sources", JSONB(try TaskRecord.json(sources))) }
+        write.set("updatedAt", Date())
+        if let segments = checkpoint?.segments { write.replaceSegments(with: segments) }
+        return write
+    }
+
     /// `$n` for `value`, bound.
     private mutating func bind(_ value: some PostgresNonThrowingEncodable & Sendable) -> String {
         binds.append(value)

@@ -30,9 +30,15 @@ extension DownloadManager {
     // MARK: Looking
 
     /// Every task of this manager's kind (background or not) in the store, in queue order;
-    /// with `session`, only that session's.
-    public func tasks(session: String? = nil) async throws -> [DownloadInfo] {
-        let infos = try await store.infos(ids: nil, background: background, session: session)
+    /// with `session`, only that session's; with `page`, only that page of them.
+    /// - Throws: ``HaulError/Code/notFound`` when the page's `after` task no longer exists.
+    public func tasks(session: String? = nil, page: TaskPage? = nil) async throws -> [DownloadInfo] {
+        let infos =
+            if let page {
+                try await store.infos(page: page, background: background, session: session)
+            } else {
+                try await store.infos(ids: nil, background: background, session: session)
+            }
         let snapshot = machine.snapshot
         return infos.map(snapshot.shown)
     }

@@ -214,17 +214,20 @@ public final class Store: TaskStore {
         }
     }
 
-    /// Every task with its committed bytes, in queue order, in one query.
-    /// - Parameters:
-    ///   - ids: only these tasks.
-    ///   - background: only the daemon's tasks (true) or only the others (false).
-    ///   - session: only the tasks of this session.
+    /// Every task with its committed bytes, in queue order, in one query: only `ids` when
+    /// given, only the daemon's (`background`) or the others', only `session`'s.
     package func infos(
         ids: [UUID]? = nil,
         background: Bool? = nil,
         session: String? = nil
-    ) async throws -> [DownloadInfo] {
+    ) async throws
+        -> [DownloadInfo]
+    {
         try await read { db in try TaskTables.infos(db, ids: ids, background: background, session: session) }
+    }
+
+    package func infos(page: TaskPage, background: Bool?, session: String?) async throws -> [DownloadInfo] {
+        try await read { db in try TaskTables.infos(db, background: background, session: session, page: page) }
     }
 
     /// Records a task re-created from resume data — request, response, part file, state and

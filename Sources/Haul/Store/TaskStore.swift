@@ -32,6 +32,9 @@ package protocol TaskStore: AnyObject, Sendable {
     func tasks(inStates states: [TaskState], background: Bool?) async throws -> [TaskRecord]
     /// Every task (or those named), with its committed bytes, in queue order.
     func infos(ids: [UUID]?, background: Bool?, session: String?) async throws -> [DownloadInfo]
+    /// A page of them (``TaskPage``), read from the queue order's index.
+    /// - Throws: ``HaulError/Code/notFound`` when the page's `after` task no longer exists.
+    func infos(page: TaskPage, background: Bool?, session: String?) async throws -> [DownloadInfo]
     /// A task's piece hashes and verified pieces, nil when it has none.
     func pieces(of id: UUID) async throws -> StoredPieces?
     /// Whether another task than `id` records `path` as its part file.

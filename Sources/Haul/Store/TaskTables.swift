@@ -98,12 +98,24 @@ enum TaskTables {
 
     /// Every task with its committed bytes, in queue order, in one query: only the columns
     /// a listing shows, decoded by position (the query a `haul list` of thousands runs).
-    static func infos(_ db: Database, ids: [UUID]?, background: Bool?, session: String?) throws -> [DownloadInfo] {
+    /// Of `page`, only its tasks: those after its `after` task in queue order, read from the
+    /// queue order's index, at most its limit.
+    /// - Throws: ``HaulError/Code/notFound`` when the page's `after` task no longer exists.
+    static func infos(
+        _ db: Database,
+        ids: [UUID]? = nil,
+        background: Bool?,
+        session: String?,
+        page: TaskPage? = nil
+    ) throws -> [DownloadInfo] {
+        // The committed bytes per task by a subquery, not a join and a grouping: a page is
+        // then read in queue order from its index and stops at its limit.
         var sql = """
             SELECT task.id, task.url, task.directory, task.fileName, task.state, task.priority,
-                task.totalLength, task.errorMessage, COALESCE(SUM(segment.committed - segment.start), 0),
+                task.totalLength, task.errorMessage,
+                (SELECT COALESCE(SUM(segment.committed - segment.start), 0) FROM segment WHERE segment.taskID = task.id),
                 task.session, task.rateLimit, task.connections, task.nextTryAt, task.errorCode, task.sources
-            FROM task LEFT JOIN segment ON segment.taskID = task.id
+            FROM task
             """
         var conditions: [String] = []
         var arguments = StatementArguments()
@@ -119,8 +131,16 @@ enum TaskTables {
             conditions.append("task.session = ?")
             arguments += [session]
         }
+        if let after = page?.after {
+            guard
+                let order = try Int64.fetchOne(db, sql: "SELECT queueOrder FROM task WHERE id = ?", arguments: [after])
+            else { throw TaskPage.gone(after) }
+            conditions.append("task.queueOrder > ?")
+            arguments += [order]
+        }
         if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-        sql += " GROUP BY task.id ORDER BY task.queueOrder"
+        sql += " ORDER BY task.queueOrder"
+        if let page { sql += " LIMIT \(page.limit)" }
         var infos: [DownloadInfo] = []
         let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
         while let row = try rows.next() {

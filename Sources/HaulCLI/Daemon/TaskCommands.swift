@@ -112,6 +112,7 @@ extension HaulCommand {
                 \(Examples.block([
                     ("haul add https://example.org/big.iso", "queue one download here"),
                     ("haul add -d /data -i urls.txt --session nightly", "queue a list in a session"),
+                    ("haul add -i million.txt > ids.txt", "any number: sent 5,000 at a time, each batch all or nothing"),
                     ("haul add --priority 10 URL", "ahead of the queue"),
                     ("haul add -N -d /data URL", "check the file there for a newer version"),
                 ]))
@@ -129,7 +130,11 @@ extension HaulCommand {
         @Flag(help: "Print the tasks as JSON.")
         var json = false
 
+        @Option(help: "Send the downloads to the daemon this many at a time: 1 to 50000.")
+        var batch = AddBatches.defaultSize
+
         func validate() throws {
+            guard (1...50_000).contains(batch) else { throw ValidationError("--batch takes 1 to 50000") }
             if downloads.streamsToStandardOutput {
                 throw ValidationError(
                     "-o - streams to this command's stdout, which the daemon does not have; use haul get -o -"
@@ -143,12 +148,15 @@ extension HaulCommand {
                 try DownloadManager.validatePriority(priority)
                 let requests = try downloads.requests(session: session)
                 downloads.connection.warnIfInsecure()
-                let added = try await client.add(requests, priority: priority)
-                if json {
-                    print(try DaemonOutput.json(added))
-                } else {
-                    for info in added { print(info.id.shown) }
+                var output = AddOutput(json: json, total: requests.count, batch: batch)
+                let batches = AddBatches(size: batch) { try await client.add($0, priority: priority) }
+                do {
+                    try await batches.run(requests) { try output.print($0) }
+                } catch {
+                    try? output.finish()
+                    throw error
                 }
+                try output.finish()
             }
         }
     }
@@ -160,6 +168,7 @@ extension HaulCommand {
             discussion: Examples.block([
                 ("haul list", "every task, with the reasons of failures below"),
                 ("haul list --session nightly --json", "one session's, for scripts"),
+                ("haul list --limit 50", "the first 50; it says how to list the next"),
             ])
         )
 
@@ -169,15 +178,35 @@ extension HaulCommand {
         @Flag(help: "Print the tasks as JSON.")
         var json = false
 
+        @Option(help: "At most this many tasks: 1 to 10000.")
+        var limit: Int?
+
+        @Option(help: "The tasks after this one (its full id) in queue order: the next page.")
+        var after: String?
+
+        func validate() throws {
+            if let limit, !(1...TaskPage.maxLimit).contains(limit) { throw ValidationError("--limit takes 1 to 10000") }
+            if let after, UUID(uuidString: after) == nil {
+                throw ValidationError("--after takes a task's full id, as 'haul list --json' shows it")
+            }
+        }
+
         func run() async throws {
             try await withDaemon { client in
-                let tasks = try await client.tasks(session: session)
+                let page =
+                    try limit.map { try TaskPage(limit: $0, after: after.flatMap(UUID.init(uuidString:))) }
+                    ?? after.flatMap(UUID.init(uuidString:)).map { try TaskPage(limit: TaskPage.maxLimit, after: $0) }
+                let tasks = try await client.tasks(session: session, page: page)
                 if json {
                     print(try DaemonOutput.json(tasks))
                 } else if tasks.isEmpty {
-                    CLIError.note("No tasks.")
+                    CLIError.note(page?.after == nil ? "No tasks." : "No more tasks.")
                 } else {
                     print(DaemonOutput.table(tasks))
+                }
+                if let page, tasks.count == page.limit, let last = tasks.last, !json {
+                    let session = session.map { " --session \($0)" } ?? ""
+                    CLIError.note("More may follow: haul list\(session) --limit \(page.limit) --after \(last.id.shown)")
                 }
             }
         }

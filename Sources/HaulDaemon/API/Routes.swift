@@ -101,7 +101,8 @@ struct TaskRoutes {
         routes.get("tasks") { request, _ in
             let session = request.uri.queryParameters.get("session").map { String($0) }
             if let session { try DownloadRequest.validateSession(session) }
-            return try await core.manager.tasks(session: session).map(API.Task.init)
+            let page = try Self.page(request.uri.queryParameters)
+            return try await core.manager.tasks(session: session, page: page).map(API.Task.init)
         }
         routes.post("tasks") { request, context in
             let body = try await RequestBody.decode(API.AddRequest.self, from: request, context: context)
@@ -137,6 +138,21 @@ struct TaskRoutes {
                 return try await core.apply(operation, to: selector).map(API.Task.init)
             }
         }
+    }
+
+    /// The page `limit` and `after` ask for (``TaskPage``); nil when neither is given: every task.
+    static func page(_ query: Hummingbird.Parameters) throws -> TaskPage? {
+        let (limit, after) = (query.get("limit"), query.get("after"))
+        guard limit != nil || after != nil else { return nil }
+        let count = if let limit { Int(limit) } else { TaskPage.maxLimit }
+        guard let count, (1...TaskPage.maxLimit).contains(count) else {
+            throw HaulError(.invalidArgument, "limit takes a number of tasks from 1 to \(TaskPage.maxLimit)")
+        }
+        guard let after else { return try TaskPage(limit: count) }
+        guard let id = UUID(uuidString: String(after)) else {
+            throw HaulError(.invalidArgument, "after takes a task's id, as the last page listed it")
+        }
+        return try TaskPage(limit: count, after: id)
     }
 
     static func taskID(_ context: APIContext) throws -> UUID {

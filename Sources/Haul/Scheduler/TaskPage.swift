@@ -1,0 +1,32 @@
+import Foundation
+
+/// One page of a listing of tasks in queue order: at most ``limit`` tasks, those after task
+/// ``after`` (none: from the start). The next page starts after the last task of this one,
+/// so a listing of a million queued tasks is read a page at a time, each from an index.
+public struct TaskPage: Sendable, Hashable {
+    /// The most tasks one page holds.
+    public static let maxLimit = 10_000
+
+    /// At most this many tasks: 1 to ``maxLimit``.
+    public var limit: Int
+    /// The tasks after this one in queue order; nil: from the first.
+    public var after: UUID?
+
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a limit out of 1 to ``maxLimit``.
+    public init(limit: Int, after: UUID? = nil) throws {
+        guard (1...Self.maxLimit).contains(limit) else {
+            throw HaulError(.invalidArgument, "A page of tasks holds 1 to \(Self.maxLimit) tasks, not \(limit)")
+        }
+        self.limit = limit
+        self.after = after
+    }
+
+    /// The error of a page whose ``after`` task no longer exists (removed since the last page).
+    package static func gone(_ id: UUID) -> HaulError {
+        HaulError(
+            .notFound,
+            "No task \(id.shown) to list after: it was removed since the page that showed it",
+            hint: "List again from the start"
+        )
+    }
+}

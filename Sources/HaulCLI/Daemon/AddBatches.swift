@@ -1,0 +1,118 @@
+import Foundation
+import Haul
+
+/// `haul add`'s downloads sent to the daemon in batches it accepts, so that a list of any
+/// length goes in: in order, each batch all or nothing (the daemon checks every download of
+/// a request before it adds any). A batch the daemon finds too large for one request (its
+/// 16 MiB body limit: downloads with long headers or many cookies) is halved and sent again;
+/// nothing of it was added.
+struct AddBatches {
+    /// Downloads per request unless `--batch` says: a few hundred bytes each, well under the
+    /// daemon's body limit, and an add the daemon records in one transaction in about a second.
+    static let defaultSize = 5_000
+
+    /// Downloads per request, at most.
+    var size = AddBatches.defaultSize
+    /// Sends one batch; answers the tasks it added, in its order.
+    let send: ([DownloadRequest]) async throws -> [DownloadInfo]
+
+    /// Sends `requests` in order; `added` hears each batch's tasks once the daemon has them.
+    /// - Returns: how many were added.
+    /// - Throws: the error of the batch that failed, saying how many of the list were added
+    ///   before it (they stay added) and numbering a download the daemon named from the
+    ///   whole list's start.
+    @discardableResult
+    func run(_ requests: [DownloadRequest], added: ([DownloadInfo]) throws -> Void) async throws -> Int {
+        var (done, size) = (0, max(1, self.size))
+        while done < requests.count {
+            let batch = Array(requests[done..<min(done + size, requests.count)])
+            let tasks: [DownloadInfo]
+            do {
+                tasks = try await send(batch)
+            } catch let error as HaulError where error.status == 413 && batch.count > 1 {
+                size = batch.count / 2
+                continue
+            } catch let error as HaulError {
+                throw Self.failure(error, at: done, of: requests.count)
+            }
+            done += batch.count
+            try added(tasks)
+        }
+        return done
+    }
+
+    /// `error` of the batch that starts at list index `start`, as the whole list's: the
+    /// daemon's `downloads[i]` counted from the list's start, and what was added before it.
+    static func failure(_ error: HaulError, at start: Int, of total: Int) -> HaulError {
+        var error = error
+        let prefix = "downloads["
+        if error.message.hasPrefix(prefix), let close = error.message.firstIndex(of: "]"),
+            let index = Int(
+                error.message[error.message.index(error.message.startIndex, offsetBy: prefix.count)..<close]
+            )
+        {
+            error.message = "downloads[\(start + index)]" + error.message[close...].dropFirst()
+        }
+        guard start > 0 else { return error }
+        error.message = "Added \(start) of \(total) downloads, then: \(error.message)"
+        error.hint =
+            "The \(start) added stay queued; the same command again adds the rest (a download added already is not added twice)"
+        return error
+    }
+}
+
+/// What `haul add` prints as batches are added: each task's id (or, with `--json`, one JSON
+/// array of them all, written as it grows), and on a terminal a line saying how far it is.
+struct AddOutput {
+    let json: Bool
+    let total: Int
+    /// Says how far the add is on standard error: when that is a terminal and standard
+    /// output (the ids) is not.
+    let showsProgress: Bool
+    private(set) var printed = 0
+
+    /// For `total` downloads sent `batch` at a time.
+    init(json: Bool, total: Int, batch: Int) {
+        self.json = json
+        self.total = total
+        let terminal = isatty(STDERR_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
+        showsProgress = terminal && isatty(STDOUT_FILENO) != 1 && total > batch
+    }
+
+    /// Prints a batch's tasks.
+    mutating func print(_ tasks: [DownloadInfo]) throws {
+        FileHandle.standardOutput.write(Data(try text(tasks).utf8))
+        if showsProgress {
+            FileHandle.standardError.write(Data("\rAdded \(printed) of \(total) downloads…".utf8))
+        }
+    }
+
+    /// Ends the output: the JSON array closed, the progress line ended.
+    func finish() throws {
+        FileHandle.standardOutput.write(Data(try ending().utf8))
+        if showsProgress { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+
+    /// What a batch's tasks print: an id a line, or the JSON array's next elements.
+    mutating func text(_ tasks: [DownloadInfo]) throws -> String {
+        var text = ""
+        for task in tasks {
+            if json {
+                // The pretty array, element by element: the same text as the whole array's.
+                let element = try DaemonOutput.json(task).split(separator: "\n", omittingEmptySubsequences: false)
+                    .map { "  " + $0 }.joined(separator: "\n")
+                text += (printed == 0 ? "[\n" : ",\n") + element
+            } else {
+                text += task.id.shown + "\n"
+            }
+            printed += 1
+        }
+        return text
+    }
+
+    /// What ends the output: with `--json`, the array's end (an empty array when nothing was added).
+    func ending() throws -> String {
+        guard json else { return "" }
+        return printed == 0 ? try DaemonOutput.json([DownloadInfo]()) + "\n" : "\n]\n"
+    }
+}
