@@ -42,35 +42,50 @@ enum RequestBody {
     /// The first field of `data` that decoding `T` did not use, found by encoding what was
     /// decoded and looking for each given field in the result. A field given as null (the
     /// same as leaving it out) is looked for among the properties of the decoded value
-    /// instead, so `{"deleteFiles": null}` is fine and `{"": null}` is not.
+    /// instead, so `{"deleteFiles": null}` is fine and `{"": null}` is not. The decoded value
+    /// is reflected only down to such a null: a body of thousands of downloads without one
+    /// is checked by the two JSON trees alone.
     static func unknownField<T: Decodable>(in data: Data, decodedAs value: T) -> String? {
         guard let encodable = value as? any Encodable,
             let encoded = try? HaulJSON.encoder().encode(encodable),
             let given = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]),
             let used = try? JSONSerialization.jsonObject(with: encoded, options: [.fragmentsAllowed])
         else { return nil }
-        func walk(_ given: Any, _ used: Any, _ decoded: Any?, _ path: String) -> String? {
+        func walk(_ given: Any, _ used: Any, _ decoded: Reflected, _ path: String) -> String? {
             if let given = given as? [String: Any] {
                 let used = used as? [String: Any] ?? [:]
                 for key in given.keys.sorted() {
                     let field = path.isEmpty ? key : path + "." + key
                     if given[key] is NSNull {
-                        if used[key] == nil && !properties(of: decoded).contains(key) { return field }
+                        if used[key] == nil && !properties(of: decoded.value).contains(key) { return field }
                         continue
                     }
                     guard let inner = used[key] else { return field }
-                    if let unknown = walk(given[key]!, inner, property(key, of: decoded), field) { return unknown }
+                    let child = Reflected { property(key, of: decoded.value) }
+                    if let unknown = walk(given[key]!, inner, child, field) { return unknown }
                 }
             } else if let given = given as? [Any], let used = used as? [Any] {
-                let elements = unwrapped(decoded).map { Mirror(reflecting: $0).children.map(\.value) } ?? []
+                let elements = Reflected {
+                    unwrapped(decoded.value).map { Mirror(reflecting: $0).children.map(\.value) }
+                }
                 for (index, element) in given.enumerated() where index < used.count {
-                    let decodedElement = index < elements.count ? elements[index] : nil
+                    let decodedElement = Reflected {
+                        (elements.value as? [Any]).flatMap { index < $0.count ? $0[index] : nil }
+                    }
                     if let unknown = walk(element, used[index], decodedElement, path + "[\(index)]") { return unknown }
                 }
             }
             return nil
         }
-        return walk(given, used, value, "")
+        return walk(given, used, Reflected { value }, "")
+    }
+
+    /// A part of the decoded value, reflected the first time it is asked for.
+    private final class Reflected {
+        private let reflect: () -> Any?
+        private(set) lazy var value: Any? = reflect()
+
+        init(_ reflect: @escaping () -> Any?) { self.reflect = reflect }
     }
 
     /// `value` without its Optional wrapping; nil for nil.
