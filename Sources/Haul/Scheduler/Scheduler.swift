@@ -1,3 +1,4 @@
+import DequeModule
 import Foundation
 
 /// Decides which tasks run, by the scheduling rules of docs/architecture.md. A plain value: the manager
@@ -26,9 +27,14 @@ struct Scheduler: Sendable {
 
     private(set) var maxConcurrent: Int
     private(set) var perHostLimit: Int
-    /// In the order they will start.
-    private var waiting: [Entry] = []
-    /// In the order they started.
+    /// In the order they will start. A deque: the next to start leaves from the front and a
+    /// new task (the newest, at its priority) usually joins at the back, each in O(1); a
+    /// place in it is found by binary search. A line of a million stays cheap to keep.
+    private var waiting: Deque<Entry> = []
+    /// The waiting entries by id, and how many wait per host.
+    private var waitingByID: [UUID: Entry] = [:]
+    private var waitingPerHost: [String: Int] = [:]
+    /// In the order they started (at most the limit: a plain array).
     private var running: [Entry] = []
 
     /// - Precondition: both limits are at least 1 (the manager validates them first).
@@ -43,14 +49,15 @@ struct Scheduler: Sendable {
     /// Running tasks, oldest start first.
     var runningIDs: [UUID] { running.map(\.id) }
 
-    func isWaiting(_ id: UUID) -> Bool { waiting.contains { $0.id == id } }
+    func isWaiting(_ id: UUID) -> Bool { waitingByID[id] != nil }
     func isRunning(_ id: UUID) -> Bool { running.contains { $0.id == id } }
 
-    /// Adds a task to the waiting line at its place.
+    /// Adds a task to the waiting line at its place: after every task that runs before it.
     mutating func enqueue(_ entry: Entry) {
         remove(entry.id)
-        let index = waiting.firstIndex { Scheduler.runsBefore(entry, $0) } ?? waiting.endIndex
-        waiting.insert(entry, at: index)
+        waiting.insert(entry, at: partitionPoint { Scheduler.runsBefore(entry, $0) })
+        waitingByID[entry.id] = entry
+        waitingPerHost[entry.host, default: 0] += 1
     }
 
     /// Forgets a task, waiting or running (it finished, failed, was paused or cancelled).
@@ -60,24 +67,60 @@ struct Scheduler: Sendable {
             running.remove(at: index)
             return true
         }
-        if let index = waiting.firstIndex(where: { $0.id == id }) {
-            waiting.remove(at: index)
-            return true
+        guard let entry = waitingByID[id] else { return false }
+        // Its place: the first entry it does not run after; then past any of equal rank.
+        var index = partitionPoint { !Scheduler.runsBefore($0, entry) }
+        while index < waiting.endIndex, waiting[index].id != id, !Scheduler.runsBefore(entry, waiting[index]) {
+            index += 1
         }
-        return false
+        if index == waiting.endIndex || waiting[index].id != id {
+            index = waiting.firstIndex { $0.id == id } ?? waiting.endIndex
+        }
+        if index < waiting.endIndex { removeWaiting(at: index) }
+        return true
     }
 
     /// Moves as many waiting tasks to running as the limits allow, in order; returns them.
     mutating func admit() -> [UUID] {
         var started: [UUID] = []
-        while running.count < maxConcurrent,
+        while running.count < maxConcurrent, hasHostWithRoom(),
             let index = waiting.firstIndex(where: { runningCount(host: $0.host) < perHostLimit })
         {
-            let entry = waiting.remove(at: index)
+            let entry = removeWaiting(at: index)
             running.append(entry)
             started.append(entry.id)
         }
         return started
+    }
+
+    /// Whether a host with tasks waiting has room under the per-host limit: when none has,
+    /// the line is not searched (a million tasks of one full host would be, at every look).
+    private func hasHostWithRoom() -> Bool {
+        let full = Set(running.map(\.host)).filter { runningCount(host: $0) >= perHostLimit }
+        return waitingPerHost.count > full.filter { waitingPerHost[$0] != nil }.count
+    }
+
+    /// The first index of the line where `isAfter` holds, by binary search: it holds from
+    /// there to the end (the line is in order).
+    private func partitionPoint(where isAfter: (Entry) -> Bool) -> Int {
+        var (low, high) = (waiting.startIndex, waiting.endIndex)
+        while low < high {
+            let middle = low + (high - low) / 2
+            if isAfter(waiting[middle]) { high = middle } else { low = middle + 1 }
+        }
+        return low
+    }
+
+    @discardableResult
+    private mutating func removeWaiting(at index: Int) -> Entry {
+        let entry = waiting.remove(at: index)
+        waitingByID[entry.id] = nil
+        if let count = waitingPerHost[entry.host], count > 1 {
+            waitingPerHost[entry.host] = count - 1
+        } else {
+            waitingPerHost[entry.host] = nil
+        }
+        return entry
     }
 
     /// Changes the overall limit. Returns the running tasks that must go back to waiting,

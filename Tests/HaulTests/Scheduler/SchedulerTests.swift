@@ -192,4 +192,55 @@ struct SchedulerTests {
         #expect(scheduler.admit().count == limit)
         #expect(scheduler.waitingIDs.count == 3)
     }
+
+    @Test("a long line (4,000, random priorities, hosts, removals, equal ranks): the order of a plain sorted list")
+    func longLine() async {
+        // Thousands of steps against a reference kept by linear scans: off the pool.
+        let (waiting, expected, started, reference, removals) = await offCooperativePool {
+            var generator = ManagerMachineTests.SeededGenerator(state: 35)
+            var scheduler = Scheduler(maxConcurrent: 8, perHostLimit: 3)
+            // The reference: the line sorted by priority, then queue order, then as added.
+            var line: [(entry: Scheduler.Entry, added: Int)] = []
+            var (added, removals) = (0, [Bool]())
+            func enqueue(_ entry: Scheduler.Entry) {
+                line.removeAll { $0.entry.id == entry.id }
+                line.append((entry, added))
+                added += 1
+                scheduler.enqueue(entry)
+            }
+            for index in 0..<4_000 {
+                let host = "h\(Int.random(in: 0..<5, using: &generator))"
+                let priority = Int.random(in: -2...2, using: &generator)
+                // Equal ranks too: three tasks a queue position.
+                enqueue(.init(id: UUID(), host: host, priority: priority, queueOrder: Int64(index / 3)))
+                if index % 7 == 0, let victim = line.randomElement(using: &generator) {
+                    removals.append(scheduler.remove(victim.entry.id))
+                    line.removeAll { $0.entry.id == victim.entry.id }
+                }
+                if index % 11 == 0, var moved = line.randomElement(using: &generator)?.entry {
+                    moved.priority = 3
+                    enqueue(moved)  // Again at a new place: the old one forgotten.
+                }
+            }
+            removals.append(!scheduler.remove(UUID()))
+            let expected = line.sorted { a, b in
+                if a.entry.priority != b.entry.priority { return a.entry.priority > b.entry.priority }
+                if a.entry.queueOrder != b.entry.queueOrder { return a.entry.queueOrder < b.entry.queueOrder }
+                return a.added < b.added
+            }
+            removals.append(expected.allSatisfy { scheduler.isWaiting($0.entry.id) })
+            let waiting = scheduler.waitingIDs
+            // Admitted in that order, at most 3 a host and 8 in all: a full host is passed over.
+            var perHost: [String: Int] = [:]
+            let reference = expected.filter { item in
+                guard perHost[item.entry.host, default: 0] < 3, perHost.values.reduce(0, +) < 8 else { return false }
+                perHost[item.entry.host, default: 0] += 1
+                return true
+            }
+            return (waiting, expected.map(\.entry.id), scheduler.admit(), reference.map(\.entry.id), removals)
+        }
+        #expect(waiting == expected)
+        #expect(started == reference)
+        #expect(!removals.isEmpty && removals.allSatisfy { $0 })
+    }
 }
