@@ -79,6 +79,12 @@ public final class HaulClient: Sendable {
         try await call("GET", "/status", timeout: timeout)
     }
 
+    /// That the daemon answers, and which one: counts nothing, so it answers at once
+    /// however many tasks the daemon holds (what a client probes with).
+    public func health(timeout: Duration = .seconds(10)) async throws -> API.Health {
+        try await call("GET", "/health", timeout: timeout)
+    }
+
     /// Adds downloads to the daemon's queue (or finds them there, so a re-add does not duplicate).
     public func add(_ requests: [DownloadRequest], priority: Int? = nil) async throws -> [DownloadInfo] {
         let tasks: [API.Task] = try await call(

@@ -248,3 +248,20 @@ extension API {
         }
     }
 }
+
+extension API {
+    /// `GET /v1/health`: that the daemon answers, and which one — nothing it must count,
+    /// so it answers at once however many tasks it holds (clients probe with it).
+    public struct Health: Codable, Sendable, Equatable {
+        public var pid: Int32
+        public var version: String
+        /// `127.0.0.1:PORT` when a TCP listener runs.
+        public var listen: String?
+
+        public init(pid: Int32, version: String, listen: String?) {
+            self.pid = pid
+            self.version = version
+            self.listen = listen
+        }
+    }
+}

@@ -60,7 +60,7 @@ struct RouteTests {
         try JSONDecoder().decode(API.Failure.self, from: Data(buffer: response.body))
     }
 
-    @Test("status answers the daemon's facts as JSON")
+    @Test("status answers the daemon's facts as JSON; health which daemon answers")
     func status() async throws {
         try await withAPI { client in
             try await client.execute(uri: "/v1/status", method: .get) { response in
@@ -68,6 +68,12 @@ struct RouteTests {
                 let status = try HaulJSON.decoder.decode(API.Status.self, from: Data(buffer: response.body))
                 #expect(status.pid == getpid())
                 #expect(status.tasks.isEmpty && status.running == 0)
+            }
+            // The probe clients use: which daemon, counting nothing.
+            try await client.execute(uri: "/v1/health", method: .get) { response in
+                #expect(response.status == .ok)
+                let health = try HaulJSON.decoder.decode(API.Health.self, from: Data(buffer: response.body))
+                #expect(health == API.Health(pid: getpid(), version: HaulVersion.current, listen: nil))
             }
         }
     }

@@ -46,9 +46,9 @@ struct BackgroundDaemon {
             return
         }
         let client = HaulClient(home: home)
-        let status = try? await client.status(timeout: .seconds(5))
+        let health = try? await client.health(timeout: .seconds(5))
         try? await client.shutdown()
-        let listening = status?.listen
+        let listening = health?.listen
         if let listening, BackgroundDaemon.same(listening, listen) {
             CLIError.note("The Haul daemon is already running (pid \(pid)), listening on \(listening).")
             return

@@ -14,7 +14,7 @@ enum DaemonConnection {
         let home = HaulHome.resolve()
         let paths = DaemonPaths(home: home)
         let client = HaulClient(home: home)
-        if (try? await client.status(timeout: .seconds(5))) != nil { return client }
+        if (try? await client.health(timeout: .seconds(5))) != nil { return client }
         var started: StartedDaemon?
         let running = DaemonLock.holder(paths.lock) != nil
         if !running {
@@ -60,7 +60,7 @@ enum DaemonConnection {
     ) async throws {
         let deadline = ContinuousClock.now + .seconds(15)
         while ContinuousClock.now < deadline {
-            if let status = try? await client.status(timeout: .seconds(1)), !listening || status.listen != nil {
+            if let health = try? await client.health(timeout: .seconds(1)), !listening || health.listen != nil {
                 return
             }
             if let started, !started.process.isRunning, DaemonLock.holder(paths.lock) == nil {

@@ -88,6 +88,7 @@ enum APIFailure {
 // What the handlers answer with, encoded by the context's encoder.
 extension API.Task: ResponseEncodable {}
 extension API.Status: ResponseEncodable {}
+extension API.Health: ResponseEncodable {}
 extension API.Settings: ResponseEncodable {}
 extension API.Acknowledgement: ResponseEncodable {}
 extension API.Stopping: ResponseEncodable {}

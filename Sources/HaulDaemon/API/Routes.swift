@@ -240,6 +240,7 @@ struct DaemonRoutes {
 
     func register(on routes: APIRoutes) {
         routes.get("status") { _, _ in try await core.status() }
+        routes.get("health") { _, _ in API.Health(pid: getpid(), version: HaulVersion.current, listen: core.listen) }
         routes.get("settings") { request, _ in try await core.settings(node: try Self.node(request)) }
         routes.put("settings") { request, context in
             let body = try await RequestBody.decode(API.Settings.self, from: request, context: context)
