@@ -45,23 +45,34 @@ public final class TestServer: Sendable {
     private let runner = Mutex<Task<Void, Never>?>(nil)
     /// Finished when the accept loop has taken every connection the listener accepted.
     private let acceptEnded = AsyncStream<Void>.makeStream()
+    /// The connections accepted, until served or closed (each closed by exactly one owner).
+    private let accepted: AcceptedConnections
 
-    private init(channel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>, Never>) {
+    private init(
+        channel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>, Never>,
+        accepted: AcceptedConnections
+    ) {
         self.channel = channel
+        self.accepted = accepted
         self.port = channel.channel.localAddress?.port ?? 0
     }
 
     /// Starts a server on 127.0.0.1 and a free port (or `port`). Call ``shutdown()`` when done.
     public static func start(port: Int = 0) async throws -> TestServer {
+        let accepted = AcceptedConnections()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .bind(host: "127.0.0.1", port: port) { child in
                 child.eventLoop.makeCompletedFuture {
                     try child.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder()))
-                    return try NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>(wrappingChannelSynchronously: child)
+                    let connection = try NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>(
+                        wrappingChannelSynchronously: child
+                    )
+                    accepted.accepted(connection)
+                    return connection
                 }
             }
-        let server = TestServer(channel: channel)
+        let server = TestServer(channel: channel, accepted: accepted)
         let task = Task { await server.acceptLoop() }
         server.runner.withLock { $0 = task }
         return server
@@ -83,12 +94,15 @@ public final class TestServer: Sendable {
     /// Stops listening and closes every connection.
     ///
     /// The listener closes first and the accept loop takes what it had already accepted;
-    /// only then is the loop cancelled, with its connections. Cancelled earlier, a
-    /// connection accepted in that moment would be dropped without its writer finished,
-    /// which NIO traps on (swift-nio#2637).
+    /// a connection accepted as it closed, which the loop never sees, is closed by
+    /// ``AcceptedConnections``; only then is the loop cancelled, with its connections.
+    /// Dropped without its writer finished, a connection makes NIO trap (swift-nio#2637).
     public func shutdown() async {
         try? await channel.channel.close()
         for await _ in acceptEnded.stream {}
+        // Any accepted connection the loop did not take (one in flight as the listener
+        // closed) is closed here, not dropped.
+        await accepted.closeAll()
         let task = runner.withLock { $0 }
         task?.cancel()
         await task?.value
@@ -207,6 +221,7 @@ public final class TestServer: Sendable {
     }
 
     private func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>) async {
+        guard accepted.take(connection) else { return }  // Closed by the shutdown.
         state.withLock {
             $0.openConnections += 1
             $0.maxOpenConnections = max($0.maxOpenConnections, $0.openConnections)
