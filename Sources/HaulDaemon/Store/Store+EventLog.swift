@@ -219,7 +219,12 @@ extension Store {
     /// How many background tasks are in each state, by the state's name.
     package func backgroundStateCounts() async throws -> [String: Int] {
         try await read { db in
-            let rows = try Row.fetchAll(db, sql: "SELECT state, COUNT(*) FROM task WHERE background GROUP BY state")
+            // `background = 1`, not `background`: the comparison lets SQLite count from the
+            // (background, state) index alone.
+            let rows = try Row.fetchAll(
+                db,
+                sql: "SELECT state, COUNT(*) FROM task WHERE background = 1 GROUP BY state"
+            )
             return Dictionary(uniqueKeysWithValues: rows.map { ($0[0] as String, $0[1] as Int) })
         }
     }
