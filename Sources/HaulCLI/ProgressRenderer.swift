@@ -32,11 +32,17 @@ struct MultiProgressRenderer {
     /// Running files shown on a terminal; the rest are counted on the total line.
     static let maxRows = 10
 
+    /// Whether standard error is a terminal that redraws a line in place (not `TERM=dumb`):
+    /// where progress is drawn as a bar, not printed as lines.
+    static var stderrIsTerminal: Bool {
+        isatty(STDERR_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
+    }
+
     init(quiet: Bool, single: Bool) {
         self.single = single
         if quiet {
             mode = .quiet
-        } else if isatty(STDERR_FILENO) == 1, ProcessInfo.processInfo.environment["TERM"] != "dumb" {
+        } else if MultiProgressRenderer.stderrIsTerminal {
             mode = .terminal
         } else {
             mode = .lines

@@ -104,7 +104,7 @@ struct StandardOutputStream {
     /// seconds otherwise.
     struct Renderer {
         let name: String
-        let terminal = isatty(STDERR_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
+        let terminal = MultiProgressRenderer.stderrIsTerminal
         var lastLine = ContinuousClock.now
         var drawn = false
         var announcedRetries = 0

@@ -95,8 +95,11 @@ struct AddBatchesTests {
         #expect(heard == 5)
         #expect(daemon.sent.withLock { $0.count } == 2, "nothing sent after the failed batch")
         // In the first batch: the daemon's own words.
-        let first = AddBatches.failure(HaulError(.store, "downloads[3]: cannot be recorded"), at: 0, of: 9)
+        let first = AddBatches.failure(HaulError(.store, "downloads[3]: cannot be recorded"), at: 0, batch: 5, of: 9)
         #expect(first.message == "downloads[3]: cannot be recorded" && first.hint == nil)
+        // An index outside the batch (or past any number) is not counted on: left as said.
+        let huge = "downloads[9223372036854775807]: no"
+        #expect(AddBatches.failure(HaulError(.store, huge), at: 5, batch: 5, of: 9).message.hasSuffix(huge))
     }
 
     @Test("--json output written batch by batch is the same text as the whole array's")

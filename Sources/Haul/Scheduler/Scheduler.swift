@@ -83,21 +83,24 @@ struct Scheduler: Sendable {
     /// Moves as many waiting tasks to running as the limits allow, in order; returns them.
     mutating func admit() -> [UUID] {
         var started: [UUID] = []
-        while running.count < maxConcurrent, hasHostWithRoom(),
-            let index = waiting.firstIndex(where: { runningCount(host: $0.host) < perHostLimit })
+        var perHost = Dictionary(running.map { ($0.host, 1) }, uniquingKeysWith: +)
+        while running.count < maxConcurrent, hasHostWithRoom(perHost),
+            let index = waiting.firstIndex(where: { perHost[$0.host, default: 0] < perHostLimit })
         {
             let entry = removeWaiting(at: index)
             running.append(entry)
+            perHost[entry.host, default: 0] += 1
             started.append(entry.id)
         }
         return started
     }
 
-    /// Whether a host with tasks waiting has room under the per-host limit: when none has,
-    /// the line is not searched (a million tasks of one full host would be, at every look).
-    private func hasHostWithRoom() -> Bool {
-        let full = Set(running.map(\.host)).filter { runningCount(host: $0) >= perHostLimit }
-        return waitingPerHost.count > full.filter { waitingPerHost[$0] != nil }.count
+    /// Whether a host with tasks waiting has room under the per-host limit, given the
+    /// running per host: when none has, the line is not searched (a million tasks of one
+    /// full host would be, at every look).
+    private func hasHostWithRoom(_ perHost: [String: Int]) -> Bool {
+        let full = perHost.filter { $0.value >= perHostLimit && waitingPerHost[$0.key] != nil }
+        return waitingPerHost.count > full.count
     }
 
     /// The first index of the line where `isAfter` holds, by binary search: it holds from

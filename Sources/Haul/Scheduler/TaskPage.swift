@@ -21,6 +21,14 @@ public struct TaskPage: Sendable, Hashable {
         self.after = after
     }
 
+    /// The page a listing's `limit` and `after` ask for: nil when neither is given (every
+    /// task); `after` alone, a page of ``maxLimit``.
+    /// - Throws: ``HaulError/Code/invalidArgument`` for a limit out of 1 to ``maxLimit``.
+    public static func asked(limit: Int?, after: UUID?) throws -> TaskPage? {
+        guard limit != nil || after != nil else { return nil }
+        return try TaskPage(limit: limit ?? maxLimit, after: after)
+    }
+
     /// The error of a page whose ``after`` task no longer exists (removed since the last page).
     package static func gone(_ id: UUID) -> HaulError {
         HaulError(

@@ -33,7 +33,7 @@ struct AddBatches {
                 size = batch.count / 2
                 continue
             } catch let error as HaulError {
-                throw Self.failure(error, at: done, of: requests.count)
+                throw Self.failure(error, at: done, batch: batch.count, of: requests.count)
             }
             done += batch.count
             try added(tasks)
@@ -41,15 +41,17 @@ struct AddBatches {
         return done
     }
 
-    /// `error` of the batch that starts at list index `start`, as the whole list's: the
-    /// daemon's `downloads[i]` counted from the list's start, and what was added before it.
-    static func failure(_ error: HaulError, at start: Int, of total: Int) -> HaulError {
+    /// `error` of the batch of `count` that starts at list index `start`, as the whole
+    /// list's: the daemon's `downloads[i]` counted from the list's start (an index outside
+    /// the batch is left as the daemon said it), and what was added before it.
+    static func failure(_ error: HaulError, at start: Int, batch count: Int, of total: Int) -> HaulError {
         var error = error
         let prefix = "downloads["
         if error.message.hasPrefix(prefix), let close = error.message.firstIndex(of: "]"),
             let index = Int(
                 error.message[error.message.index(error.message.startIndex, offsetBy: prefix.count)..<close]
-            )
+            ),
+            (0..<count).contains(index)
         {
             error.message = "downloads[\(start + index)]" + error.message[close...].dropFirst()
         }
@@ -75,8 +77,7 @@ struct AddOutput {
     init(json: Bool, total: Int, batch: Int) {
         self.json = json
         self.total = total
-        let terminal = isatty(STDERR_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
-        showsProgress = terminal && isatty(STDOUT_FILENO) != 1 && total > batch
+        showsProgress = MultiProgressRenderer.stderrIsTerminal && isatty(STDOUT_FILENO) != 1 && total > batch
     }
 
     /// Prints a batch's tasks.

@@ -193,9 +193,7 @@ extension HaulCommand {
 
         func run() async throws {
             try await withDaemon { client in
-                let page =
-                    try limit.map { try TaskPage(limit: $0, after: after.flatMap(UUID.init(uuidString:))) }
-                    ?? after.flatMap(UUID.init(uuidString:)).map { try TaskPage(limit: TaskPage.maxLimit, after: $0) }
+                let page = try TaskPage.asked(limit: limit, after: after.flatMap(UUID.init(uuidString:)))
                 let tasks = try await client.tasks(session: session, page: page)
                 if json {
                     print(try DaemonOutput.json(tasks))

@@ -143,16 +143,19 @@ struct TaskRoutes {
     /// The page `limit` and `after` ask for (``TaskPage``); nil when neither is given: every task.
     static func page(_ query: Hummingbird.Parameters) throws -> TaskPage? {
         let (limit, after) = (query.get("limit"), query.get("after"))
-        guard limit != nil || after != nil else { return nil }
-        let count = if let limit { Int(limit) } else { TaskPage.maxLimit }
-        guard let count, (1...TaskPage.maxLimit).contains(count) else {
-            throw HaulError(.invalidArgument, "limit takes a number of tasks from 1 to \(TaskPage.maxLimit)")
+        let count = try limit.map { text in
+            guard let count = Int(text), (1...TaskPage.maxLimit).contains(count) else {
+                throw HaulError(.invalidArgument, "limit takes a number of tasks from 1 to \(TaskPage.maxLimit)")
+            }
+            return count
         }
-        guard let after else { return try TaskPage(limit: count) }
-        guard let id = UUID(uuidString: String(after)) else {
-            throw HaulError(.invalidArgument, "after takes a task's id, as the last page listed it")
+        let id = try after.map { text in
+            guard let id = UUID(uuidString: String(text)) else {
+                throw HaulError(.invalidArgument, "after takes a task's id, as the last page listed it")
+            }
+            return id
         }
-        return try TaskPage(limit: count, after: id)
+        return try TaskPage.asked(limit: count, after: id)
     }
 
     static func taskID(_ context: APIContext) throws -> UUID {

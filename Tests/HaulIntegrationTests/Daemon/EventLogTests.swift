@@ -31,18 +31,7 @@ import Testing
         session: String = "s"
     ) async throws -> UUID {
         let temp = try TemporaryDirectory()
-        var record = TaskRecord(
-            id: UUID(),
-            url: URL(string: "http://127.0.0.1/x")!,
-            destination: .file(temp.file("x")),
-            explicitName: true,
-            requestHeaders: [],
-            checksum: nil,
-            overwrite: false,
-            session: session,
-            background: true,
-            now: Date()
-        )
+        var record = StoreRecords.record("http://127.0.0.1/x", into: temp.path, name: "x", session: session)
         record.state = state
         record.totalLength = 1234
         try await store.adopt(record, segments: [SegmentRecord(taskID: record.id, ordinal: 0, start: 0, committed: 0)])
