@@ -232,15 +232,18 @@ extension DownloadManager {
     /// records `state` for it. When the store refuses, nothing changes: a queued task goes
     /// back where it was (in line, or held for the store) and the error is thrown.
     func recordStopped(_ id: UUID, as state: TaskState, was previous: TaskState) async throws {
-        let held = machine.stopBegins(id)
+        let origin = machine.stopBegins(id)
         do {
             try await store.setState(id, state)
         } catch {
-            machine.stopEnds(id, recorded: false, was: previous, held: held)
+            machine.stopEnds(id, recorded: false, was: previous, from: origin)
             if previous == .queued { admitAndStart() }
             throw error
         }
-        machine.stopEnds(id, recorded: true, was: previous, held: held)
+        machine.stopEnds(id, recorded: true, was: previous, from: origin)
+        // A claim taken while the stop was being recorded ended with it in the store (the
+        // state recorded clears the task's owner): none is held here any more.
+        sharedQueue?.abandonClaim(id)
     }
 
     /// Forgets a task (cancelling it first if it is unfinished); with `deleteFile`, also

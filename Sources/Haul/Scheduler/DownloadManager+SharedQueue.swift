@@ -95,9 +95,11 @@ extension DownloadManager {
     /// which this manager's line still holds for a moment (its per-host cap then says no),
     /// and it starts as soon as that run has ended here. One whose task vanished or was
     /// stopped meanwhile, or taken as the manager began to stop, goes straight back, so that
-    /// it does not hold a place for nothing.
+    /// it does not hold a place for nothing. One whose stop is being recorded is left to the
+    /// stop: its write ends the claim, and a claim given back meanwhile would queue the task
+    /// again under it, refusing the stop's write.
     private func giveBackUnstarted(_ ids: [UUID], to sharedQueue: any SharedQueue) async {
-        for id in ids where !machine.isRunning(id) && !machine.isWaiting(id) {
+        for id in ids where !machine.isRunning(id) && !machine.isWaiting(id) && !machine.stopping.contains(id) {
             guard sharedQueue.holdsClaim(id) else {
                 // Revoked before it started (its time ran out unrenewed): no run here holds
                 // it, so nothing is left to refuse. Forgotten — a revoked claim stays until
@@ -121,7 +123,9 @@ extension DownloadManager {
     /// would record "running" over the stop.
     private func mayStart(_ record: TaskRecord, under sharedQueue: any SharedQueue) -> Bool {
         if machine.stopping.contains(record.id) { return false }
-        if record.state == .running, sharedQueue.holdsClaim(record.id) { return true }
+        if record.state == .running { return sharedQueue.holdsClaim(record.id) }
+        // (Read running with its claim gone since: taken elsewhere, which changes nothing
+        // here, or stopped here after the read, which the read must not undo.)
         if !machine.isRunning(record.id), let state = machine.state(of: record.id), state != record.state {
             adopt(record)
         }

@@ -133,25 +133,35 @@ struct ManagerMachine: Sendable {
 
     // MARK: The user's operations
 
-    /// A task not running leaves the line while its stop is recorded; returns whether it
-    /// was held for the store (``stopEnds(_:recorded:was:held:)``).
-    mutating func stopBegins(_ id: UUID) -> Bool {
-        scheduler.remove(id)
+    /// Where a task that is not running was when its stop began: where it goes back to if
+    /// the stop is refused.
+    struct StopOrigin: Equatable {
+        /// Held for the store (it refused a write).
+        let heldForStore: Bool
+        /// In the line (with a shared queue, only a task claimed here is).
+        let inLine: Bool
+    }
+
+    /// A task not running leaves the line while its stop is recorded; returns where it was
+    /// (``stopEnds(_:recorded:was:from:)``).
+    mutating func stopBegins(_ id: UUID) -> StopOrigin {
+        let inLine = scheduler.remove(id)
         stopping.insert(id)
         let held = slots[id]?.heldForStore ?? false
         slots[id]?.heldForStore = false
-        return held
+        return StopOrigin(heldForStore: held, inLine: inLine)
     }
 
-    /// The stop is recorded, or refused: a queued task then goes back where it was.
-    mutating func stopEnds(_ id: UUID, recorded: Bool, was previous: TaskState, held: Bool) {
+    /// The stop is recorded, or refused: a queued task then goes back where it was — held
+    /// for the store, in line, or (with a shared queue, waiting there) neither.
+    mutating func stopEnds(_ id: UUID, recorded: Bool, was previous: TaskState, from origin: StopOrigin) {
         stopping.remove(id)
         if recorded {
             slots[id]?.unrecorded = nil
         } else if previous == .queued {
-            if held {
+            if origin.heldForStore {
                 slots[id]?.heldForStore = true
-            } else if let entry = slots[id]?.entry {
+            } else if origin.inLine, let entry = slots[id]?.entry {
                 scheduler.enqueue(entry)
             }
         }

@@ -115,8 +115,8 @@ struct ManagerMachineTests {
         /// A pause or cancel of a task that is not running, its record taken or refused.
         mutating func stopWaiting(_ id: UUID, _ event: TaskStateMachine.Event, recorded: Bool) {
             guard let state = machine.state(of: id) else { return }
-            let held = machine.stopBegins(id)
-            machine.stopEnds(id, recorded: recorded, was: state, held: held)
+            let origin = machine.stopBegins(id)
+            machine.stopEnds(id, recorded: recorded, was: state, from: origin)
             if recorded { perform(machine.move(id, event)) }
         }
     }
