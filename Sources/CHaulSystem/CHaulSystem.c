@@ -140,6 +140,20 @@ void chaul_retain_freed_memory(size_t bytes) {
 #endif
 }
 
+void chaul_limit_arenas(int arenas) {
+#if defined(__GLIBC__)
+    mallopt(M_ARENA_MAX, arenas);
+#else
+    (void)arenas;
+#endif
+}
+
+void chaul_return_freed_memory(void) {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+}
+
 int chaul_start_writeback(int fd, off_t offset, off_t length) {
 #if defined(__linux__)
     return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);

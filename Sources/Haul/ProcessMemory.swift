@@ -1,4 +1,6 @@
 import CHaulSystem
+import Foundation
+import Synchronization
 
 /// How a Haul program uses the C library's allocator.
 package enum ProcessMemory {
@@ -16,5 +18,27 @@ package enum ProcessMemory {
     /// For the `haul` program only: a library does not set its host's allocator.
     package static func retainFreedMemory() {
         chaul_retain_freed_memory(retained)
+    }
+
+    /// At most one allocator arena per core (at least two; glibc makes up to eight a core),
+    /// each keeping what its threads freed. For the daemon, at its start.
+    package static func limitArenas() {
+        chaul_limit_arenas(Int32(clamping: max(2, ProcessInfo.processInfo.activeProcessorCount)))
+    }
+
+    private static let returning = Atomic<Bool>(false)
+
+    /// After work that allocated much at once (thousands of downloads added): gives the free
+    /// pages of every arena back to the system, past what ``retainFreedMemory()`` keeps, on
+    /// the file threads (the trim takes each arena's lock in turn). One asked for while one
+    /// is under way is that one. Measured on 100,000 downloads added in batches to a daemon
+    /// whose live heap was about 30 MB: 195 MB anonymous memory held after, 98 MB trimmed,
+    /// 57 MB trimmed with an arena a core.
+    package static func returnFreedMemory() {
+        guard !returning.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        FileIO.pool.submit { _ in
+            chaul_return_freed_memory()
+            returning.store(false, ordering: .releasing)
+        }
     }
 }

@@ -158,17 +158,14 @@ public final class PostgresStore: TaskStore {
         }
     }
 
-    package func tasks(inStates states: [TaskState], background: Bool?) async throws -> [TaskRecord] {
-        let names = states.map(\.rawValue)
-        return try await Postgres.run("read tasks") {
-            try await self.tables.tasks(
-                client,
-                where: "state = ANY($1::text[]) AND ($2::boolean IS NULL OR background = $2)",
-                binds: {
-                    $0.append(names)
-                    $0.append(background)
-                }
-            )
+    package func tasks(
+        inStates states: [TaskState],
+        background: Bool?,
+        after: Int64?,
+        limit: Int?
+    ) async throws -> [TaskRecord] {
+        try await Postgres.run("read tasks") {
+            try await self.tables.tasks(client, inStates: states, background: background, after: after, limit: limit)
         }
     }
 

@@ -18,18 +18,42 @@ struct PostgresTables: Sendable {
 
     /// The tasks a condition selects (its `$n` bound by `binds`), in queue order unless the
     /// condition orders them itself.
+    /// Tasks in any of `states` in queue order (``TaskStore/tasks(inStates:background:after:limit:)``).
+    func tasks(
+        _ db: some PostgresQueryable,
+        inStates states: [TaskState],
+        background: Bool?,
+        after: Int64?,
+        limit: Int?
+    ) async throws -> [TaskRecord] {
+        try await tasks(
+            db,
+            where: """
+                state = ANY($1::text[]) AND ($2::boolean IS NULL OR background = $2)
+                    AND ($3::bigint IS NULL OR "queueOrder" > $3)
+                """,
+            limit: limit,
+            binds: {
+                $0.append(states.map(\.rawValue))
+                $0.append(background)
+                $0.append(after)
+            }
+        )
+    }
+
     func tasks(
         _ db: some PostgresQueryable,
         where condition: String,
         ordered: Bool = true,
+        limit: Int? = nil,
         binds fill: (inout PostgresBindings) throws -> Void
     ) async throws -> [TaskRecord] {
         var binds = PostgresBindings()
         try fill(&binds)
-        // Fixed text only: column names and the callers' conditions, never input.
+        // Fixed text only: column names, the callers' conditions and a number, never input.
         let sql =
             "SELECT \(TaskTable.selectList) FROM haul_task WHERE \(condition)"
-            + (ordered ? " ORDER BY \"queueOrder\"" : "")
+            + (ordered ? " ORDER BY \"queueOrder\"" : "") + (limit.map { " LIMIT \(max($0, 0))" } ?? "")
         var tasks: [TaskRecord] = []
         for try await row in try await db.rows(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
             tasks.append(try TaskTable.record(row))

@@ -219,6 +219,10 @@ enum TaskTable {
             guard after != nil else { throw TaskPage.gone(id) }
         }
         let limit = page.map { Int64($0.limit) }
+        let offset = Int64(page?.offset ?? 0)
+        let states = page?.stateNames
+        let fromEnd = page?.fromEnd == true
+        let idPrefix = page?.idPrefix
         var infos: [DownloadInfo] = []
         // The committed bytes per task by a subquery, not a join and a grouping: a page is
         // then read in queue order from its index and stops at its limit.
@@ -238,8 +242,10 @@ enum TaskTable {
             WHERE (\(ids)::uuid[] IS NULL OR t.id = ANY(\(ids)::uuid[]))
                 AND (\(background)::boolean IS NULL OR t.background = \(background)::boolean)
                 AND (\(session)::text IS NULL OR t.session = \(session)::text)
-                AND (\(after)::bigint IS NULL OR t."queueOrder" > \(after)::bigint)
-            ORDER BY t."queueOrder" LIMIT \(limit)::bigint
+                AND (\(states)::text[] IS NULL OR t.state = ANY(\(states)::text[]))
+                AND (\(idPrefix?.lowest)::uuid IS NULL OR t.id BETWEEN \(idPrefix?.lowest)::uuid AND \(idPrefix?.highest)::uuid)
+                AND (\(after)::bigint IS NULL OR t."queueOrder" \(unescaped: fromEnd ? "<" : ">") \(after)::bigint)
+            ORDER BY t."queueOrder" \(unescaped: fromEnd ? "DESC" : "ASC") LIMIT \(limit)::bigint OFFSET \(offset)
             """,
             logger: logger
         )

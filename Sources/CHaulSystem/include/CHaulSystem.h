@@ -42,4 +42,11 @@ int chaul_start_writeback(int fd, off_t offset, off_t length);
 /// it back to the system at once (M_TRIM_THRESHOLD; nothing where the C library is not glibc).
 void chaul_retain_freed_memory(size_t bytes);
 
+/// Makes glibc create at most `arenas` allocator arenas (M_ARENA_MAX; nothing elsewhere).
+void chaul_limit_arenas(int arenas);
+
+/// Gives the free pages of every glibc arena back to the system (malloc_trim(0)); nothing
+/// where the C library is not glibc.
+void chaul_return_freed_memory(void);
+
 #endif

@@ -43,6 +43,32 @@ extension DownloadManager {
         return infos.map(snapshot.shown)
     }
 
+    /// The tasks whose ids begin with `hex` (an aria2 GID or a prefix of one: 1 to 32 hex
+    /// digits), at most `limit`, shown as ``tasks(session:page:)`` shows them: read from the
+    /// ids' index, not found among every task. None for text that is not such digits.
+    package func tasks(idPrefix hex: String, limit: Int) async throws -> [DownloadInfo] {
+        guard let prefix = IDPrefix(hex: hex) else { return [] }
+        var page = try TaskPage(limit: limit)
+        page.idPrefix = prefix
+        return try await tasks(page: page)
+    }
+
+    /// The tasks running, as ``tasks(session:page:)`` shows them, read by their ids: with a
+    /// shared queue, those the store says run (on any manager), in queue order; then those
+    /// running here that the store does not call running yet (a run just started).
+    package func runningTasks() async throws -> [DownloadInfo] {
+        var infos: [DownloadInfo] = []
+        if sharedQueue != nil {
+            let page = try TaskPage(limit: TaskPage.maxLimit, states: [.running])
+            infos = try await store.infos(page: page, background: background, session: nil)
+        }
+        let listed = Set(infos.map(\.id))
+        let here = machine.runningIDs.filter { !listed.contains($0) }
+        if !here.isEmpty { infos += try await store.infos(ids: here, background: background, session: nil) }
+        let snapshot = machine.snapshot
+        return infos.map(snapshot.shown)
+    }
+
     /// `counts` (tasks per state, as the store has them) as ``tasks(session:)`` shows the
     /// tasks: a run started here that the store still calls queued counts as running, a
     /// state the store refused as the state kept here. Every count shown (`haul status`,

@@ -6,8 +6,8 @@ import Foundation
 /// recorded, a limit changed, a claim revoked — and performs the actions it returns, in
 /// order: start a transfer, ask one to stop, publish a change of state, announce an end.
 ///
-/// Each task has one ``TaskSlot``: its state (moved only by ``TaskStateMachine``), its place
-/// in the ``Scheduler``'s line, what the store owes it. Whether its transfer runs is the
+/// Each task has one ``TaskSlot`` (kept in ``TaskSlots``, most in a few bytes): its state (moved
+/// only by ``TaskStateMachine``), its place in the ``Scheduler``'s line, what the store owes it. Whether its transfer runs is the
 /// ``running`` index, kept by ``admit(mayRun:)`` and the run's end alone. A running
 /// transfer's handles and the timers of waiting tasks stay with the actor (the I/O).
 ///
@@ -17,7 +17,7 @@ struct ManagerMachine: Sendable {
     /// before the task fails (a store that refuses only its records is not waited for ever).
     static let storeFailureLimit = 5
 
-    private(set) var slots: [UUID: TaskSlot] = [:]
+    private(set) var slots = TaskSlots()
     private(set) var scheduler: Scheduler
     /// The tasks with a transfer running, from its start until its end is handled.
     private(set) var running: Set<UUID> = []
@@ -40,26 +40,22 @@ struct ManagerMachine: Sendable {
     subscript(id: UUID) -> TaskSlot? { slots[id] }
     func state(of id: UUID) -> TaskState? { slots[id]?.state }
     func isRunning(_ id: UUID) -> Bool { running.contains(id) }
-    var knownIDs: [UUID] { Array(slots.keys) }
-    /// Running tasks, oldest start first.
-    var runningIDs: [UUID] { scheduler.runningIDs }
-    /// Waiting tasks, next to start first.
-    var waitingIDs: [UUID] { scheduler.waitingIDs }
+    var knownIDs: [UUID] { slots.ids }
+    var runningIDs: [UUID] { scheduler.runningIDs }  // Oldest start first.
+    var waitingIDs: [UUID] { scheduler.waitingIDs }  // Next to start first.
     func isWaiting(_ id: UUID) -> Bool { scheduler.isWaiting(id) }
     var maxConcurrent: Int { scheduler.maxConcurrent }
     var perHostLimit: Int { scheduler.perHostLimit }
 
     /// What listings and counts show of the tasks, taken at once (ManagerSnapshot.swift).
-    var snapshot: ManagerSnapshot {
-        ManagerSnapshot(running: running, slots: slots, scheduler: scheduler)
-    }
+    var snapshot: ManagerSnapshot { ManagerSnapshot(running: running, slots: slots, scheduler: scheduler) }
 
     /// Tasks the store may not hold as they are here, or held back for it.
-    var owesStore: Bool { slots.values.contains { $0.unrecorded != nil || $0.heldForStore } }
+    var owesStore: Bool { !slots.owing.isEmpty }
 
     /// The states the store still owes, with the error message of each.
     var unrecordedStates: [(id: UUID, state: TaskState, message: String?)] {
-        slots.compactMap { id, slot in slot.unrecorded.map { (id, slot.state, $0) } }
+        slots.owing.compactMap { id in slots[id].flatMap { slot in slot.unrecorded.map { (id, slot.state, $0) } } }
     }
 
     // MARK: Moves
@@ -132,15 +128,6 @@ struct ManagerMachine: Sendable {
     }
 
     // MARK: The user's operations
-
-    /// Where a task that is not running was when its stop began: where it goes back to if
-    /// the stop is refused.
-    struct StopOrigin: Equatable {
-        /// Held for the store (it refused a write).
-        let heldForStore: Bool
-        /// In the line (with a shared queue, only a task claimed here is).
-        let inLine: Bool
-    }
 
     /// A task not running leaves the line while its stop is recorded; returns where it was
     /// (``stopEnds(_:recorded:was:from:)``).
@@ -374,8 +361,9 @@ struct ManagerMachine: Sendable {
     /// After writing what the store owed: with nothing left to write it takes writes again,
     /// and the tasks held for it (and owed nothing) take their places in line.
     mutating func requeueHeld() {
-        if !slots.values.contains(where: { $0.unrecorded != nil }) { storeRefusing = false }
-        for (id, slot) in slots where slot.heldForStore && slot.unrecorded == nil {
+        let owing = slots.owing.compactMap { id in slots[id].map { (id, $0) } }
+        if !owing.contains(where: { $0.1.unrecorded != nil }) { storeRefusing = false }
+        for (id, slot) in owing where slot.heldForStore && slot.unrecorded == nil {
             slots[id]?.heldForStore = false
             guard slot.state == .queued, let entry = slot.entry else { continue }
             scheduler.enqueue(entry)

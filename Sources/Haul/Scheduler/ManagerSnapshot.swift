@@ -11,11 +11,11 @@ struct ManagerSnapshot: Sendable {
     /// The tasks whose transfer runs (in ``TaskState/running``; one asked to make room for
     /// others is running until it has stopped).
     let running: Set<UUID>
-    let slots: [UUID: TaskSlot]
+    let slots: TaskSlots
     let scheduler: Scheduler
 
     /// The queued tasks waiting in line.
-    var waiting: Int { scheduler.waitingIDs.reduce(0) { $0 + (running.contains($1) ? 0 : 1) } }
+    var waiting: Int { scheduler.waitingCount - running.reduce(0) { $0 + (scheduler.isWaiting($1) ? 1 : 0) } }
 
     /// `info`, read from the store, as the manager shows it: running, for a run started here
     /// that the store still calls queued (a new download records "running" with its first
@@ -33,5 +33,5 @@ struct ManagerSnapshot: Sendable {
     }
 
     /// The tasks whose shown state may differ from the store's (``shown(_:)``).
-    var overlaidIDs: [UUID] { Array(running) + slots.compactMap { $0.value.unrecorded != nil ? $0.key : nil } }
+    var overlaidIDs: [UUID] { Array(running) + slots.owing.filter { slots[$0]?.unrecorded != nil } }
 }

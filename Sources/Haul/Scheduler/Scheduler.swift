@@ -25,17 +25,33 @@ struct Scheduler: Sendable {
         var allowsMetered = true
     }
 
+    /// A task in the line or running, as kept here: 32 bytes, its host by number.
+    private struct Placed: Sendable {
+        var id: UUID
+        var queueOrder: Int64
+        var priority: Int32
+        var host: UInt32
+    }
+
+    /// A waiting task's place, by its id (``Placed`` without it).
+    private struct Place: Sendable {
+        var queueOrder: Int64
+        var priority: Int32
+        var host: UInt32
+    }
+
     private(set) var maxConcurrent: Int
     private(set) var perHostLimit: Int
     /// In the order they will start. A deque: the next to start leaves from the front and a
     /// new task (the newest, at its priority) usually joins at the back, each in O(1); a
     /// place in it is found by binary search. A line of a million stays cheap to keep.
-    private var waiting: Deque<Entry> = []
-    /// The waiting entries by id, and how many wait per host.
-    private var waitingByID: [UUID: Entry] = [:]
-    private var waitingPerHost: [String: Int] = [:]
+    private var waiting: Deque<Placed> = []
+    /// The waiting tasks' places by id, and how many wait per host.
+    private var waitingPlaces: [UUID: Place] = [:]
+    private var waitingPerHost: [UInt32: Int] = [:]
     /// In the order they started (at most the limit: a plain array).
-    private var running: [Entry] = []
+    private var running: [Placed] = []
+    private var hosts = HostNames()
 
     /// - Precondition: both limits are at least 1 (the manager validates them first).
     init(maxConcurrent: Int, perHostLimit: Int) {
@@ -46,18 +62,31 @@ struct Scheduler: Sendable {
 
     /// Waiting tasks, next to start first.
     var waitingIDs: [UUID] { waiting.map(\.id) }
+    /// How many wait (some of them may be running still, asked to make room).
+    var waitingCount: Int { waiting.count }
     /// Running tasks, oldest start first.
     var runningIDs: [UUID] { running.map(\.id) }
 
-    func isWaiting(_ id: UUID) -> Bool { waitingByID[id] != nil }
+    func isWaiting(_ id: UUID) -> Bool { waitingPlaces[id] != nil }
     func isRunning(_ id: UUID) -> Bool { running.contains { $0.id == id } }
 
     /// Adds a task to the waiting line at its place: after every task that runs before it.
     mutating func enqueue(_ entry: Entry) {
-        remove(entry.id)
-        waiting.insert(entry, at: partitionPoint { Scheduler.runsBefore(entry, $0) })
-        waitingByID[entry.id] = entry
-        waitingPerHost[entry.host, default: 0] += 1
+        enqueue(
+            Placed(
+                id: entry.id,
+                queueOrder: entry.queueOrder,
+                priority: Int32(clamping: entry.priority),
+                host: hosts.number(entry.host)
+            )
+        )
+    }
+
+    private mutating func enqueue(_ placed: Placed) {
+        remove(placed.id)
+        waiting.insert(placed, at: partitionPoint { Scheduler.runsBefore(placed, $0) })
+        waitingPlaces[placed.id] = Place(queueOrder: placed.queueOrder, priority: placed.priority, host: placed.host)
+        waitingPerHost[placed.host, default: 0] += 1
     }
 
     /// Forgets a task, waiting or running (it finished, failed, was paused or cancelled).
@@ -67,7 +96,8 @@ struct Scheduler: Sendable {
             running.remove(at: index)
             return true
         }
-        guard let entry = waitingByID[id] else { return false }
+        guard let place = waitingPlaces[id] else { return false }
+        let entry = Placed(id: id, queueOrder: place.queueOrder, priority: place.priority, host: place.host)
         // Its place: the first entry it does not run after; then past any of equal rank.
         var index = partitionPoint { !Scheduler.runsBefore($0, entry) }
         while index < waiting.endIndex, waiting[index].id != id, !Scheduler.runsBefore(entry, waiting[index]) {
@@ -98,14 +128,14 @@ struct Scheduler: Sendable {
     /// Whether a host with tasks waiting has room under the per-host limit, given the
     /// running per host: when none has, the line is not searched (a million tasks of one
     /// full host would be, at every look).
-    private func hasHostWithRoom(_ perHost: [String: Int]) -> Bool {
+    private func hasHostWithRoom(_ perHost: [UInt32: Int]) -> Bool {
         let full = perHost.filter { $0.value >= perHostLimit && waitingPerHost[$0.key] != nil }
         return waitingPerHost.count > full.count
     }
 
     /// The first index of the line where `isAfter` holds, by binary search: it holds from
     /// there to the end (the line is in order).
-    private func partitionPoint(where isAfter: (Entry) -> Bool) -> Int {
+    private func partitionPoint(where isAfter: (Placed) -> Bool) -> Int {
         var (low, high) = (waiting.startIndex, waiting.endIndex)
         while low < high {
             let middle = low + (high - low) / 2
@@ -115,9 +145,9 @@ struct Scheduler: Sendable {
     }
 
     @discardableResult
-    private mutating func removeWaiting(at index: Int) -> Entry {
+    private mutating func removeWaiting(at index: Int) -> Placed {
         let entry = waiting.remove(at: index)
-        waitingByID[entry.id] = nil
+        waitingPlaces[entry.id] = nil
         if let count = waitingPerHost[entry.host], count > 1 {
             waitingPerHost[entry.host] = count - 1
         } else {
@@ -153,11 +183,11 @@ struct Scheduler: Sendable {
         return yielded
     }
 
-    private func runningCount(host: String) -> Int {
+    private func runningCount(host: UInt32) -> Int {
         running.reduce(0) { $0 + ($1.host == host ? 1 : 0) }
     }
 
-    private static func runsBefore(_ a: Entry, _ b: Entry) -> Bool {
+    private static func runsBefore(_ a: Placed, _ b: Placed) -> Bool {
         if a.priority != b.priority { return a.priority > b.priority }
         return a.queueOrder < b.queueOrder
     }

@@ -71,7 +71,7 @@ public final class Store: TaskStore {
         try await read { db in try TaskTables.findTask(db, url: url, directory: directory, fileName: fileName) }
     }
 
-    /// Every task, oldest first.
+    /// Every task, oldest first, whatever it holds (a test's look at a store).
     package func allTasks() async throws -> [TaskRecord] {
         try await read { db in try TaskRecord.order(TaskRecord.Columns.createdAt).fetchAll(db) }
     }
@@ -205,17 +205,17 @@ public final class Store: TaskStore {
         }
     }
 
-    /// Tasks in any of `states`, in queue order; with `background`, only the daemon's or only the others.
-    package func tasks(inStates states: [TaskState], background: Bool? = nil) async throws -> [TaskRecord] {
+    package func tasks(
+        inStates states: [TaskState],
+        background: Bool?,
+        after: Int64?,
+        limit: Int?
+    ) async throws -> [TaskRecord] {
         try await read { db in
-            var request = TaskRecord.filter(states.map(\.rawValue).contains(TaskRecord.Columns.state))
-            if let background { request = request.filter(TaskRecord.Columns.background == background) }
-            return try request.order(TaskRecord.Columns.queueOrder).fetchAll(db)
+            try TaskTables.tasks(db, inStates: states, background: background, after: after, limit: limit)
         }
     }
 
-    /// Every task with its committed bytes, in queue order, in one query: only `ids` when
-    /// given, only the daemon's (`background`) or the others', only `session`'s.
     package func infos(
         ids: [UUID]? = nil,
         background: Bool? = nil,

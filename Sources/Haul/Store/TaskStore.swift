@@ -28,8 +28,10 @@ package protocol TaskStore: AnyObject, Sendable {
     func tasksForRun(ids: [UUID]) async throws -> [(task: TaskRecord, segments: [SegmentRecord]?)]
     /// A task and its segments (checked), read together.
     func taskWithSegments(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])?
-    /// Tasks in any of `states`, in queue order; with `background`, only the daemon's or only the others.
-    func tasks(inStates states: [TaskState], background: Bool?) async throws -> [TaskRecord]
+    /// Tasks in any of `states`, in queue order; with `background`, only the daemon's or only
+    /// the others; those past queue order `after`, at most `limit` of them (a page, read from
+    /// the queue order's index) when given.
+    func tasks(inStates states: [TaskState], background: Bool?, after: Int64?, limit: Int?) async throws -> [TaskRecord]
     /// Every task (or those named), with its committed bytes, in queue order.
     func infos(ids: [UUID]?, background: Bool?, session: String?) async throws -> [DownloadInfo]
     /// A page of them (``TaskPage``), read from the queue order's index.
@@ -147,9 +149,9 @@ extension TaskStore {
         try await findOrInsert([(new, reAdd)], accept: accept)[0]
     }
 
-    /// Every task, or only the daemon's (`background`), in queue order.
-    func tasks(inStates states: [TaskState]) async throws -> [TaskRecord] {
-        try await tasks(inStates: states, background: nil)
+    /// Every task in any of `states`, or only the daemon's (`background`), in queue order.
+    func tasks(inStates states: [TaskState], background: Bool? = nil) async throws -> [TaskRecord] {
+        try await tasks(inStates: states, background: background, after: nil, limit: nil)
     }
 
     /// A task's segments, checked like the task (empty when there is no such task).

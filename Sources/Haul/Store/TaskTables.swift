@@ -11,6 +11,22 @@ enum TaskTables {
         try TaskRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM task WHERE id = ?"), arguments: [id])
     }
 
+    /// Tasks in any of `states` in queue order (``TaskStore/tasks(inStates:background:after:limit:)``).
+    static func tasks(
+        _ db: Database,
+        inStates states: [TaskState],
+        background: Bool?,
+        after: Int64?,
+        limit: Int?
+    ) throws -> [TaskRecord] {
+        var request = TaskRecord.filter(states.map(\.rawValue).contains(TaskRecord.Columns.state))
+        if let background { request = request.filter(TaskRecord.Columns.background == background) }
+        if let after { request = request.filter(TaskRecord.Columns.queueOrder > after) }
+        request = request.order(TaskRecord.Columns.queueOrder)
+        if let limit { request = request.limit(limit) }
+        return try request.fetchAll(db)
+    }
+
     /// A task's segments in order, checked (``SegmentRecord/checked(_:of:)``).
     static func segments(_ db: Database, of task: TaskRecord) throws -> [SegmentRecord] {
         try SegmentRecord.checked(
@@ -117,30 +133,25 @@ enum TaskTables {
                 task.session, task.rateLimit, task.connections, task.nextTryAt, task.errorCode, task.sources
             FROM task
             """
-        var conditions: [String] = []
-        var arguments = StatementArguments()
-        if let ids {
-            conditions.append("task.id IN (\(ids.map { _ in "?" }.joined(separator: ",")))")
-            arguments += StatementArguments(ids)
+        var (conditions, arguments) = listingConditions(ids: ids, background: background, session: session)
+        if let idPrefix = page?.idPrefix {
+            conditions.append("task.id BETWEEN ? AND ?")
+            arguments += [idPrefix.lowest, idPrefix.highest]
         }
-        if let background {
-            conditions.append("task.background = ?")
-            arguments += [background]
-        }
-        if let session {
-            conditions.append("task.session = ?")
-            arguments += [session]
+        if let states = page?.stateNames {
+            conditions.append("task.state IN (\(states.map { _ in "?" }.joined(separator: ",")))")
+            arguments += StatementArguments(states)
         }
         if let after = page?.after {
             guard
                 let order = try Int64.fetchOne(db, sql: "SELECT queueOrder FROM task WHERE id = ?", arguments: [after])
             else { throw TaskPage.gone(after) }
-            conditions.append("task.queueOrder > ?")
+            conditions.append(page?.fromEnd == true ? "task.queueOrder < ?" : "task.queueOrder > ?")
             arguments += [order]
         }
         if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-        sql += " ORDER BY task.queueOrder"
-        if let page { sql += " LIMIT \(page.limit)" }
+        sql += page?.fromEnd == true ? " ORDER BY task.queueOrder DESC" : " ORDER BY task.queueOrder"
+        if let page { sql += " LIMIT \(page.limit) OFFSET \(page.offset)" }
         var infos: [DownloadInfo] = []
         let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
         while let row = try rows.next() {
@@ -165,6 +176,29 @@ enum TaskTables {
             )
         }
         return infos
+    }
+
+    /// A listing's conditions on ids, the daemon's tasks and a session, with their arguments.
+    private static func listingConditions(
+        ids: [UUID]?,
+        background: Bool?,
+        session: String?
+    ) -> ([String], StatementArguments) {
+        var conditions: [String] = []
+        var arguments = StatementArguments()
+        if let ids {
+            conditions.append("task.id IN (\(ids.map { _ in "?" }.joined(separator: ",")))")
+            arguments += StatementArguments(ids)
+        }
+        if let background {
+            conditions.append("task.background = ?")
+            arguments += [background]
+        }
+        if let session {
+            conditions.append("task.session = ?")
+            arguments += [session]
+        }
+        return (conditions, arguments)
     }
 
     /// Replaces a task's segments.

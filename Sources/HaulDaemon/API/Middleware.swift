@@ -107,3 +107,26 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         return response
     }
 }
+
+/// Once a large response is written (a long listing: its tasks read, encoded and sent), the
+/// C allocator's free pages go back to the system (``ProcessMemory/returnFreedMemory()``):
+/// a daemon that listed 100,000 tasks kept 175 MB for a live heap of a tenth of it.
+struct MemoryReturnMiddleware<Context: RequestContext>: RouterMiddleware {
+    /// Responses from this size on.
+    static var largeResponse: Int { 1 << 20 }
+
+    func handle(
+        _ request: Request,
+        context: Context,
+        next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        var response = try await next(request, context)
+        guard let length = response.body.contentLength, length >= Self.largeResponse else { return response }
+        let body = response.body
+        response.body = ResponseBody(contentLength: length) { writer in
+            try await body.write(writer)
+            ProcessMemory.returnFreedMemory()
+        }
+        return response
+    }
+}

@@ -24,6 +24,7 @@ enum Routes {
         metrics: PrometheusCollectorRegistry? = nil
     ) -> Router<APIContext> {
         let router = Router(context: APIContext.self)
+        router.add(middleware: MemoryReturnMiddleware())
         if let token {
             // aria2's clients carry their secret in each call (Aria2RPC), not in a header; the
             // dashboard's page holds no data, what it shows needs its login.
@@ -123,7 +124,9 @@ struct TaskRoutes {
                     throw error
                 }
             }
-            return try await core.manager.download(requests, priority: body.priority ?? 0).map(API.Task.init)
+            let added = try await core.manager.download(requests, priority: body.priority ?? 0).map(API.Task.init)
+            if requests.count >= 1_000 { ProcessMemory.returnFreedMemory() }
+            return added
         }
         routes.get("tasks/:id") { _, context in
             API.Task(try await core.manager.info(try Self.taskID(context)))

@@ -88,11 +88,11 @@ extension Aria2RPC {
             }
             return [["index": "1", "servers": .array(servers)]]
         case "aria2.tellActive":
-            return try await list(keys: try params.keys(0)) { $0.state == .running }
+            return try await active(keys: try params.keys(0))
         case "aria2.tellWaiting":
-            return try await window(params) { Self.isWaiting($0.state) }
+            return try await window(params, states: Self.waitingStates)
         case "aria2.tellStopped":
-            return try await window(params) { [.completed, .failed, .cancelled].contains($0.state) }
+            return try await window(params, states: [.completed, .failed, .cancelled])
         default:
             return nil
         }
@@ -195,7 +195,7 @@ extension Aria2RPC {
     func task(_ gid: String) async throws -> DownloadInfo {
         guard GID.isValid(gid) else { throw Failure.failed("Bad GID \(gid.prefix(40))") }
         let wanted = gid.lowercased()
-        let matches = try await core.manager.tasks().filter { GID.of($0.id).hasPrefix(wanted) }
+        let matches = try await core.manager.tasks(idPrefix: wanted, limit: 2)
         guard let only = matches.first else { throw Failure.failed("GID \(gid) is not found") }
         guard matches.count == 1 else { throw Failure.failed("GID \(gid) is ambiguous") }
         return only
@@ -212,46 +212,54 @@ extension Aria2RPC {
         return .string(GID.of(info.id))
     }
 
-    private func list(keys: Set<String>?, _ include: (DownloadInfo) -> Bool) async throws -> JSONValue {
+    /// `tellActive(keys)`: the downloads running, read by their ids.
+    private func active(keys: Set<String>?) async throws -> JSONValue {
         var statuses: [JSONValue] = []
-        for info in try await core.manager.tasks() where include(info) {
+        for info in try await core.manager.runningTasks() where info.state == .running {
             statuses.append(Aria2Status.json(info, progress: await core.manager.progress(of: info.id), keys: keys))
         }
         return .array(statuses)
     }
 
-    /// `tellWaiting`/`tellStopped(offset, num, keys)`: `[offset, offset + num)`, or with a
-    /// negative offset counted from the end, in reverse order (aria2's rule).
-    private func window(_ params: Parameters, _ include: (DownloadInfo) -> Bool) async throws -> JSONValue {
+    /// `tellWaiting`/`tellStopped(offset, num, keys)`: `[offset, offset + num)` of the tasks
+    /// in `states`, or with a negative offset counted from the end, in reverse order (aria2's
+    /// rule). Read from the store a page at a time in queue order (from its index, a window
+    /// at the front of a million tasks reads its own), each shown as the manager shows it:
+    /// one that left `states` meanwhile (a run just started) is left out.
+    private func window(_ params: Parameters, states: Set<TaskState>) async throws -> JSONValue {
         let offset = try params.integer(0)
         let count = try params.integer(1)
         guard count >= 0 else { throw Failure.failed("The parameter at 1 must be 0 or more") }
         let keys = try params.keys(2)
-        let tasks = try await core.manager.tasks().filter(include)
-        guard count > 0, !tasks.isEmpty else { return [] }
-        let picked: [DownloadInfo]
-        if offset >= 0 {
-            let start = min(Int(clamping: offset), tasks.count)
-            picked = Array(tasks[start..<min(tasks.count, start + Int(clamping: min(count, Int64(tasks.count))))])
-        } else {
-            // -1 is the last; then backwards.
-            let last = tasks.count + Int(clamping: max(offset, -Int64(tasks.count) - 1))
-            guard last >= 0 else { return [] }
-            let first = max(0, last - Int(clamping: min(count, Int64(tasks.count))) + 1)
-            picked = Array(tasks[first...last].reversed())
-        }
+        // -1 is the last: from the end, skipping none.
+        let skip = offset >= 0 ? offset : -(offset + 1)
+        var wanted = Int(clamping: count)
+        var page = try TaskPage(
+            limit: max(1, min(wanted, TaskPage.maxLimit)),
+            offset: Int(clamping: skip),
+            states: states,
+            fromEnd: offset < 0
+        )
         var statuses: [JSONValue] = []
-        for info in picked {
-            statuses.append(Aria2Status.json(info, progress: await core.manager.progress(of: info.id), keys: keys))
+        while wanted > 0 {
+            let infos = try await core.manager.tasks(page: page)
+            for info in infos.prefix(wanted) where states.contains(info.state) {
+                statuses.append(Aria2Status.json(info, progress: await core.manager.progress(of: info.id), keys: keys))
+            }
+            wanted -= min(wanted, infos.count)
+            guard infos.count == page.limit, let last = infos.last else { break }
+            page.after = last.id
+            page.offset = 0
         }
         return .array(statuses)
     }
 
-    /// Whether aria2 lists a task in this state among the waiting (`tellWaiting`): queued
-    /// and paused ones, and those waiting to try again or for the network.
-    static func isWaiting(_ state: TaskState) -> Bool {
-        [.queued, .retrying, .waitingForNetwork, .paused].contains(state)
-    }
+    /// The states aria2 lists among the waiting (`tellWaiting`): queued and paused tasks, and
+    /// those waiting to try again or for the network.
+    static let waitingStates: Set<TaskState> = [.queued, .retrying, .waitingForNetwork, .paused]
+
+    /// Whether aria2 lists a task in this state among the waiting (``waitingStates``).
+    static func isWaiting(_ state: TaskState) -> Bool { waitingStates.contains(state) }
 
     /// `aria2.changePosition(gid, pos, how)`: moves a waiting or paused download in the
     /// waiting list — to `pos` (`POS_SET`), by `pos` (`POS_CUR`), or to `pos` from the end

@@ -135,6 +135,7 @@ public final class DaemonService: Service, Sendable {
     public func run() async throws {
         let paths = self.paths
         let logger = configuration.logger
+        ProcessMemory.limitArenas()
         if let listen = configuration.listen {
             try DaemonService.checkListenAddress(listen.host, publicly: configuration.listenPublicly, logger: logger)
         }

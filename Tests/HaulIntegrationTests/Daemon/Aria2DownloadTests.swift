@@ -250,5 +250,46 @@ extension Aria2RPCTests {
             }
         }
 
+        @Test(
+            "tellWaiting and tellStopped windows, read from the store's index: from the front, past an offset, from the end backwards, out of range",
+            arguments: StoreEngine.allCases
+        )
+        func windows(engine: StoreEngine) async throws {
+            try await TestServer.withServer { server in
+                try await Aria2RPCTests.withHaul(on: engine) { haul, _ in
+                    func add(_ name: String, _ options: [String: JSONValue]) async throws -> String {
+                        server.set("/\(name)", .init(size: 1_024, seed: UInt64(name.utf8.reduce(0) { $0 &+ $1 })))
+                        let gid = try await haul.result(
+                            "aria2.addUri",
+                            [[.string(server.url("/\(name)").absoluteString)], .object(options)]
+                        )
+                        return try #require(gid.string)
+                    }
+                    var done: [String] = []
+                    for name in ["c0", "c1", "c2"] { done.append(try await add(name, [:])) }
+                    #expect(
+                        try await waitUntil {
+                            try await haul.result("aria2.tellStopped", [0, 10, ["gid"]]).array?.count == 3
+                        }
+                    )
+                    var paused: [String] = []
+                    for index in 0..<6 { paused.append(try await add("p\(index)", ["pause": "true"])) }
+                    func window(_ method: String, _ offset: Int, _ count: Int) async throws -> [String] {
+                        let answer = try await haul.result(method, [.int(Int64(offset)), .int(Int64(count)), ["gid"]])
+                        return answer.array?.compactMap { $0.object?["gid"]?.string } ?? []
+                    }
+                    #expect(try await window("aria2.tellWaiting", 0, 2) == Array(paused[0..<2]))
+                    #expect(try await window("aria2.tellWaiting", 2, 3) == Array(paused[2..<5]))
+                    #expect(try await window("aria2.tellWaiting", 4, 100) == Array(paused[4...]))
+                    #expect(try await window("aria2.tellWaiting", -1, 2) == [paused[5], paused[4]])
+                    #expect(try await window("aria2.tellWaiting", -2, 10) == Array(paused[0...4].reversed()))
+                    #expect(try await window("aria2.tellWaiting", 6, 1) == [])
+                    #expect(try await window("aria2.tellWaiting", -7, 1) == [])
+                    #expect(try await window("aria2.tellStopped", 0, 10) == done)
+                    #expect(try await window("aria2.tellStopped", 1, 1) == [done[1]])
+                    #expect(try await window("aria2.tellStopped", -1, 2) == [done[2], done[1]])
+                }
+            }
+        }
     }
 }

@@ -63,4 +63,39 @@ struct TaskPageTests {
             #expect(throws: HaulError.self) { try TaskPage(limit: TaskPage.maxLimit + 1) }
         }
     }
+
+    @Test(
+        "records a page at a time, as a manager's recovery reads them: past a place in the queue, of some states, at most a limit",
+        arguments: StoreEngine.allCases
+    )
+    func recordPages(_ engine: StoreEngine) async throws {
+        let temp = try TemporaryDirectory()
+        try await engine.withStore(temp) { store in
+            var records: [TaskRecord] = []
+            for index in 0..<7 {
+                let record = StoreRecords.record("http://h.test/\(index)", into: temp.path)
+                records.append(try await store.findOrInsert(record, reAdd: StoreRecords.plainReAdd) { _ in }.record)
+            }
+            try await store.setState(records[2].id, .paused)
+            let queued = try await store.tasks(inStates: [.queued], background: true, after: nil, limit: 3)
+            #expect(queued.map(\.id) == [0, 1, 3].map { records[$0].id })
+            let next = try await store.tasks(
+                inStates: [.queued],
+                background: true,
+                after: queued[2].queueOrder,
+                limit: 3
+            )
+            #expect(next.map(\.id) == [4, 5, 6].map { records[$0].id })
+            let all = try await store.tasks(
+                inStates: TaskState.allCases,
+                background: nil,
+                after: records[4].queueOrder,
+                limit: nil
+            )
+            #expect(all.map(\.id) == [5, 6].map { records[$0].id })
+            #expect(
+                try await store.tasks(inStates: TaskState.allCases, background: false, after: nil, limit: 5).isEmpty
+            )
+        }
+    }
 }
