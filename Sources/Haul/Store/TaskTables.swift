@@ -19,8 +19,13 @@ enum TaskTables {
         after: Int64?,
         limit: Int?
     ) throws -> [TaskRecord] {
-        var request = TaskRecord.filter(states.map(\.rawValue).contains(TaskRecord.Columns.state))
-        if let background { request = request.filter(TaskRecord.Columns.background == background) }
+        // `+`: in queue order from its index, never by the index on (background, state) and a
+        // sort of every task it names (a million: 0.4 s a page; see `listingConditions`).
+        var request = TaskRecord.filter(
+            sql: "+state IN (\(states.map { _ in "?" }.joined(separator: ",")))",
+            arguments: StatementArguments(states.map(\.rawValue))
+        )
+        if let background { request = request.filter(sql: "+background = ?", arguments: [background]) }
         if let after { request = request.filter(TaskRecord.Columns.queueOrder > after) }
         request = request.order(TaskRecord.Columns.queueOrder)
         if let limit { request = request.limit(limit) }
@@ -139,7 +144,7 @@ enum TaskTables {
             arguments += [idPrefix.lowest, idPrefix.highest]
         }
         if let states = page?.stateNames {
-            conditions.append("task.state IN (\(states.map { _ in "?" }.joined(separator: ",")))")
+            conditions.append("+task.state IN (\(states.map { _ in "?" }.joined(separator: ",")))")
             arguments += StatementArguments(states)
         }
         if let after = page?.after {
@@ -191,7 +196,12 @@ enum TaskTables {
             arguments += StatementArguments(ids)
         }
         if let background {
-            conditions.append("task.background = ?")
+            // `+`: not by the index on (background, state), which names nearly every task,
+            // and a sort of them all; a listing reads the queue order's index and stops at
+            // its limit (0.27 s → under a millisecond for a page of a million tasks). A
+            // window of a few states (aria2's) is read the same way: at worst, when no task
+            // is in them, the whole index.
+            conditions.append("+task.background = ?")
             arguments += [background]
         }
         if let session {

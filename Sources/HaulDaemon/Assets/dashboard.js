@@ -3,13 +3,17 @@
 "use strict";
 
 const GRAPH_SECONDS = 300;
-const SHOWN_PER_SESSION = 200;
+// Downloads are loaded a page at a time, in queue order: a queue of a million opens as
+// quickly as one of ten, and "Show more" loads the next page.
+const PAGE = 200;
 const ENDED = new Set(["completed", "failed", "cancelled"]);
 const tasks = new Map(); // id → task, as /v1/tasks gives it, plus live progress
 const live = new Map(); // id → {bytesPerSecond, etaSeconds, received, total}
 const speeds = []; // overall bytes per second, one sample a second, oldest first
 let events = null; // the live event stream's AbortController
 let refreshing = null;
+let pagesWanted = 1; // pages of downloads the user asked to see
+let more = false; // whether the daemon has downloads past those loaded
 const SESSION_KEY = "haul.session";
 
 const $ = (id) => document.getElementById(id);
@@ -144,19 +148,18 @@ function render() {
     const list = sessions.get(name);
     section.append(element("h3", "", `${name} · ${list.length} ${list.length === 1 ? "download" : "downloads"}`));
     const ul = element("ul", "task-list");
-    // A queue of thousands stays quick: the unfinished first (in queue order), then the
-    // finished, at most SHOWN_PER_SESSION of them.
-    const shown = list.filter((t) => !ENDED.has(t.state)).concat(list.filter((t) => ENDED.has(t.state)))
-      .slice(0, SHOWN_PER_SESSION);
+    // The unfinished first (in queue order), then the finished.
+    const shown = list.filter((t) => !ENDED.has(t.state)).concat(list.filter((t) => ENDED.has(t.state)));
     for (const task of shown) ul.append(renderTask(task));
     section.append(ul);
-    if (list.length > shown.length) {
-      section.append(element("p", "empty",
-        `Showing ${shown.length} of ${list.length}; the rest with haul list --session ${name}.`));
-    }
     container.append(section);
   }
   $("empty").hidden = tasks.size > 0;
+  $("more-tasks").hidden = !more;
+  $("more-note").hidden = !more;
+  $("more-note").textContent = more
+    ? `Showing the first ${tasks.size} downloads in queue order; the rest with Show more, or haul list --limit and --after.`
+    : "";
   refocus(container, focused);
 }
 
@@ -331,9 +334,10 @@ async function refreshAll() {
   if (refreshing) return refreshing;
   refreshing = (async () => {
     try {
-      const list = await api("GET", "/tasks");
+      const loaded = await loadPages(pagesWanted);
+      more = loaded.more;
       tasks.clear();
-      for (const task of list) tasks.set(task.id, task);
+      for (const task of loaded.list) tasks.set(task.id, task);
       for (const id of [...live.keys()]) if (!tasks.has(id)) live.delete(id);
       render();
     } finally {
@@ -341,6 +345,31 @@ async function refreshAll() {
     }
   })();
   return refreshing;
+}
+
+// The first `count` pages of downloads, each after the last of the one before; from the
+// start again when that one was removed meanwhile (the daemon answers 404).
+async function loadPages(count) {
+  for (let attempt = 0; ; attempt++) {
+    const list = [];
+    let after = null;
+    try {
+      for (let page = 0; page < count; page++) {
+        const chunk = await api("GET", "/tasks?limit=" + PAGE + (after ? "&after=" + encodeURIComponent(after) : ""));
+        list.push(...chunk);
+        if (chunk.length < PAGE) return { list, more: false };
+        after = chunk[chunk.length - 1].id;
+      }
+      return { list, more: true };
+    } catch (error) {
+      if (!(error instanceof APIError && error.status === 404) || attempt >= 2) throw error;
+    }
+  }
+}
+
+async function showMore() {
+  pagesWanted += 1;
+  await refreshAll();
 }
 
 const pending = new Set();
@@ -439,7 +468,7 @@ function onProgress(data) {
   const record = JSON.parse(data);
   live.set(record.id, { received: record.received, total: record.total, bytesPerSecond: record.bytesPerSecond, etaSeconds: record.etaSeconds });
   const task = tasks.get(record.id);
-  if (!task) { refreshTask(record.id); return; }
+  if (!task) { if (!more) refreshTask(record.id); return; } // Past the pages loaded: not shown.
   if (task.state !== "running") { refreshTask(record.id); return; }
   const old = document.querySelector(`li.task[data-id="${CSS.escape(record.id)}"]`);
   if (!old) return; // Not among those shown.
@@ -451,7 +480,7 @@ function onProgress(data) {
 
 function onChange(data) {
   const record = JSON.parse(data);
-  if (record.id) refreshTask(record.id);
+  if (record.id && (tasks.has(record.id) || !more)) refreshTask(record.id);
 }
 
 async function sample() {
@@ -547,6 +576,7 @@ async function start() {
     const ids = [...tasks.values()].filter((t) => ENDED.has(t.state)).map((t) => t.id);
     if (ids.length) await operate("remove", { ids });
   }));
+  $("more-tasks").addEventListener("click", () => attempt(showMore));
   window.addEventListener("resize", drawGraph);
   try {
     await logIn();

@@ -225,7 +225,8 @@ extension Aria2RPC {
     /// in `states`, or with a negative offset counted from the end, in reverse order (aria2's
     /// rule). Read from the store a page at a time in queue order (from its index, a window
     /// at the front of a million tasks reads its own), each shown as the manager shows it:
-    /// one that left `states` meanwhile (a run just started) is left out.
+    /// one that left `states` meanwhile (a run just started) is left out, and the window
+    /// filled from the next.
     private func window(_ params: Parameters, states: Set<TaskState>) async throws -> JSONValue {
         let offset = try params.integer(0)
         let count = try params.integer(1)
@@ -233,7 +234,7 @@ extension Aria2RPC {
         let keys = try params.keys(2)
         // -1 is the last: from the end, skipping none.
         let skip = offset >= 0 ? offset : -(offset + 1)
-        var wanted = Int(clamping: count)
+        let wanted = Int(clamping: count)
         var page = try TaskPage(
             limit: max(1, min(wanted, TaskPage.maxLimit)),
             offset: Int(clamping: skip),
@@ -241,12 +242,11 @@ extension Aria2RPC {
             fromEnd: offset < 0
         )
         var statuses: [JSONValue] = []
-        while wanted > 0 {
+        while statuses.count < wanted {
             let infos = try await core.manager.tasks(page: page)
-            for info in infos.prefix(wanted) where states.contains(info.state) {
+            for info in infos where states.contains(info.state) && statuses.count < wanted {
                 statuses.append(Aria2Status.json(info, progress: await core.manager.progress(of: info.id), keys: keys))
             }
-            wanted -= min(wanted, infos.count)
             guard infos.count == page.limit, let last = infos.last else { break }
             page.after = last.id
             page.offset = 0

@@ -229,4 +229,37 @@ struct DashboardBrowserTests {
         }
         withExtendedLifetime(refusing) {}
     }
+
+    @Test("a queue longer than a page opens with its first page, and Show more loads the next until none is left")
+    func pages() async throws {
+        guard let python = TestPaths.python, let chromium = Self.chromium, let chromedriver = Self.chromedriver else {
+            if ExternalServer.isCI { Issue.record("Chromium, chromedriver and selenium are needed") }
+            return
+        }
+        let temp = try TemporaryDirectory()
+        let out = try temp.directory("out")
+        try await TestServer.withServer { server in
+            // The first holds: the rest wait in line, none changes while the page is read.
+            server.set("/held", .init(size: 1 << 20, seed: 1, holdAt: 1_024))
+            try await withDaemon(home: temp.file("home"), maxConcurrent: 1, listen: ("127.0.0.1", 0)) { client, _ in
+                let requests = (0..<450).map {
+                    DownloadRequest(url: server.url("/held"), destination: .file(out + "/f\($0).bin"))
+                }
+                _ = try await client.add(requests)
+                let link = try await client.loginLink()
+                let script = TestPaths.file("Tests/dashboard/pages.py")
+                let (status, output) = try await Command.run(python, [script, link.url, chromium, chromedriver])
+                #expect(status == 0, "\(output.suffix(4000))")
+                let line = try #require(output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(output)")
+                let seen = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                let steps = seen?["steps"] as? [[String: Any]] ?? []
+                #expect(steps.map { $0["cards"] as? Int } == [200, 400, 450], "\(steps)")
+                #expect(steps.map { $0["more"] as? Bool } == [true, true, false], "\(steps)")
+                #expect((steps.first?["note"] as? String)?.hasPrefix("Showing the first 200 downloads") == true)
+                #expect(steps.last?["note"] is NSNull, "\(steps)")
+                #expect((seen?["errors"] as? [String])?.isEmpty == true, "\(seen?["errors"] ?? "")")
+                server.release()
+            }
+        }
+    }
 }
