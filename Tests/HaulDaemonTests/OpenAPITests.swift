@@ -128,6 +128,47 @@ struct OpenAPITests {
         }
     }
 
+    @Test(
+        "a body of many downloads alike is checked by one of each shape: a field unknown in one of forty is named at its place"
+    )
+    func unknownFieldAmongMany() async throws {
+        @Sendable func body(_ odd: [Int: String]) -> ByteBuffer {
+            let downloads = (0..<40).map { index in
+                odd[index] ?? #"{"url": "http://127.0.0.1:9/f\#(index)", "directory": "/tmp", "session": "s"}"#
+            }
+            return ByteBuffer(string: #"{"downloads": ["# + downloads.joined(separator: ",") + "]}")
+        }
+        try await RouteTests.withAPI { client, _ in
+            let cases: [([Int: String], String)] = [
+                (
+                    [33: #"{"url": "http://127.0.0.1:9/x", "directory": "/tmp", "colour": "red"}"#],
+                    "downloads[33].colour"
+                ),
+                (
+                    [
+                        21: #"{"url": "http://127.0.0.1:9/y", "directory": "/tmp", "checksum": null}"#,
+                        37: #"{"url": "http://127.0.0.1:9/z", "directory": "/tmp", "tls": {"verify": null}}"#,
+                    ], "downloads[37].tls.verify"
+                ),
+                // A key written in the shapes' own notation.
+                (
+                    [30: #"{"url": "http://127.0.0.1:9/w", "directory": "/tmp", "session": "s", "7:session1:v": 1}"#],
+                    "downloads[30].7:session1:v"
+                ),
+            ]
+            for (odd, field) in cases {
+                try await client.execute(uri: "/v1/tasks", method: .post, body: body(odd)) { response in
+                    #expect(response.status == .badRequest)
+                    let failure = try JSONDecoder().decode(API.Failure.self, from: Data(buffer: response.body))
+                    #expect(failure.error == "Invalid request body: field '\(field)' is not one the API knows")
+                }
+            }
+            try await client.execute(uri: "/v1/tasks", method: .post, body: body([:])) { response in
+                #expect(response.status == .ok, "\(String(buffer: response.body))")
+            }
+        }
+    }
+
     @Test("a path of a POST endpoint asked with GET is 405 allowing POST only, not a task id")
     func allowIsTheLiteralRoute() async throws {
         try await RouteTests.withAPI { client, _ in

@@ -45,10 +45,28 @@ enum RequestBody {
     /// instead, so `{"deleteFiles": null}` is fine and `{"": null}` is not. The decoded value
     /// is reflected only down to such a null: a body of thousands of downloads without one
     /// is checked by the two JSON trees alone.
+    ///
+    /// A long array of alike elements (a body of thousands of downloads) is checked by one
+    /// element of each shape (``BodyShapes``): the body with the others left out is decoded
+    /// again and checked, and a field found is named at its place in the whole body.
     static func unknownField<T: Decodable>(in data: Data, decodedAs value: T) -> String? {
+        guard let given = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) else {
+            return nil
+        }
+        var shapes = BodyShapes()
+        let reduced = shapes.reduce(given)
+        if shapes.reducedAny,
+            let reducedData = try? JSONSerialization.data(withJSONObject: reduced, options: [.fragmentsAllowed]),
+            let reducedValue = try? HaulJSON.decoder.decode(T.self, from: reducedData)
+        {
+            return unknownField(given: reduced, decodedAs: reducedValue).map(shapes.originalPath)
+        }
+        return unknownField(given: given, decodedAs: value)
+    }
+
+    private static func unknownField<T: Decodable>(given: Any, decodedAs value: T) -> String? {
         guard let encodable = value as? any Encodable,
             let encoded = try? HaulJSON.encoder().encode(encodable),
-            let given = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]),
             let used = try? JSONSerialization.jsonObject(with: encoded, options: [.fragmentsAllowed])
         else { return nil }
         func walk(_ given: Any, _ used: Any, _ decoded: Reflected, _ path: String) -> String? {
