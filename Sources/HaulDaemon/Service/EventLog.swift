@@ -256,6 +256,9 @@ final class EventLog: Sendable {
             defer { known = last }
             return known
         }
+        // No one listens: nothing to format (one that comes later reads the log from the
+        // store: the next events it hears are not after what it has seen).
+        guard listeners.withLock({ !$0.isEmpty }) else { return }
         broadcast(.logged(logged.map(LiveEvent.init), after: previous))
     }
 
