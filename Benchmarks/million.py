@@ -2,7 +2,7 @@
 million by default) that wait: their URLs point at a loopback listener that accepts and
 never answers, so four run for ever and the rest stay queued. Measured: the time of
 `haul add -i` of the whole list (batches of 5,000), the daemon's RSS (total and anonymous)
-after the add and after a restart's recovery, the recovery's time, and, best of three,
+once idle after the add, its peak during it, and after a restart's recovery, the recovery's time, and, best of three,
 `haul list --limit 50`, `haul status`, `GET /v1/tasks?limit=50`, aria2's `tellWaiting 0 50`,
 `tellWaiting -1 50`, `tellActive`, `tellStatus` of a GID, and the dashboard's first paint
 (headless Chromium through Selenium, when both are here). No peer keeps a queue this long
@@ -23,6 +23,11 @@ def rss(pid):
     fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
     kib = lambda name: int(fields.get(name, "0 kB").split()[0])
     return kib("VmRSS") / 1024, kib("RssAnon") / 1024
+
+
+def peak_rss(pid):
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    return int(fields.get("VmHWM", "0 kB").split()[0]) / 1024
 
 
 def cpu_ticks(pid):
@@ -130,7 +135,9 @@ def million(args, ctx, root, free_port):
         subprocess.run([haul, "add", "-d", os.path.join(work, "out"), "-i", urls], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         added = time.monotonic() - started
+        wait_idle(pid)  # What it keeps, once it has put the add's work away.
         after_add = rss(pid)
+        peak = peak_rss(pid)
         subprocess.run([haul, "daemon", "stop"], env=env, check=True, capture_output=True)
         pid = start_daemon(haul, env, port)
         recovered = wait_idle(pid)
@@ -143,7 +150,8 @@ def million(args, ctx, root, free_port):
     print(f"\n{args.queue:,} queued tasks (a loopback listener that never answers; -j 4)\n")
     print("| what | Haul | bar |\n|---|---:|---:|")
     print(f"| `haul add -i` of {args.queue:,} | {added:.1f} s | 120 s |")
-    print(f"| daemon RSS after the add: total, anonymous | {after_add[0]:.0f}, {after_add[1]:.0f} MiB | 300 MiB |")
+    print(f"| daemon RSS after the add (idle): total, anonymous | {after_add[0]:.0f}, {after_add[1]:.0f} MiB | 300 MiB |")
+    print(f"| daemon peak RSS during the add | {peak:.0f} MiB | |")
     print(f"| a restart's recovery (until idle) | {recovered:.1f} s | |")
     print(f"| daemon RSS after recovery: total, anonymous | {after_recovery[0]:.0f}, {after_recovery[1]:.0f} MiB | 300 MiB |")
     for what, ms, bar in rows:
