@@ -83,7 +83,7 @@ struct ManagerMachine: Sendable {
     mutating func admit(mayRun: ((UUID) -> Bool)? = nil) -> [ManagerAction] {
         guard !shuttingDown, !storeRefusing else { return [] }
         if let mayRun {
-            for id in scheduler.waitingIDs where !mayRun(id) { scheduler.remove(id) }
+            for id in scheduler.waitingIDs where !mayRun(id) { scheduler.remove(id, hint: slots[id]?.entry) }
         }
         return scheduler.admit().filter { !running.contains($0) }.flatMap { start($0) }
     }
@@ -132,7 +132,7 @@ struct ManagerMachine: Sendable {
     /// A task not running leaves the line while its stop is recorded; returns where it was
     /// (``stopEnds(_:recorded:was:from:)``).
     mutating func stopBegins(_ id: UUID) -> StopOrigin {
-        let inLine = scheduler.remove(id)
+        let inLine = scheduler.remove(id, hint: slots[id]?.entry)
         stopping.insert(id)
         let held = slots[id]?.heldForStore ?? false
         slots[id]?.heldForStore = false
@@ -171,15 +171,16 @@ struct ManagerMachine: Sendable {
     /// The task's entry changes (its place in the queue, its host); a waiting one moves in line.
     mutating func changeEntry(_ id: UUID, _ change: (inout Scheduler.Entry) -> Void) {
         guard var entry = slots[id]?.entry else { return }
+        let old = entry
         change(&entry)
         slots[id]?.entry = entry
-        if scheduler.isWaiting(id) { scheduler.enqueue(entry) }
+        if scheduler.isWaiting(id), scheduler.remove(id, hint: old) { scheduler.enqueue(entry) }
     }
 
     /// The task was removed: forgotten.
     mutating func forget(_ id: UUID) {
+        scheduler.remove(id, hint: slots[id]?.entry)
         slots[id] = nil
-        scheduler.remove(id)
     }
 
     /// Changes the overall limit: the tasks over it (most recently started first) stop.
@@ -203,29 +204,29 @@ struct ManagerMachine: Sendable {
         case .completed:
             slots[id]?.storeFailures = 0
             slots[id]?.retryAttempts = 0
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             actions = move(id, .complete) + [.end(id)]
         case .revoked:
             actions = revoked(id)
         case .storeRefused(_, sharing: true) where stop != .pause && stop != .cancel:
             // The claim is left to run out; the task goes back to the shared queue.
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             actions = move(id, .yield, reason: .storeRefused)
         case .storeRefused(let message, sharing: _):
             actions = storeRefused(id, message, stop: stop)
         case .paused where stop == .yield:
             // The scheduler moved it back to waiting (stopping, it stays queued); with a
             // shared queue, it waits there (the state recorded ended its claim).
-            if sharesQueue { scheduler.remove(id) }
+            if sharesQueue { scheduler.remove(id, hint: slots[id]?.entry) }
             actions = move(id, .yield)
         case .paused:
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             actions = move(id, .pause)
         case .cancelled:
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             actions = move(id, .cancel)
         case .failed:
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             actions = move(id, .fail) + [.end(id)]
         }
         if scheduler.isRunning(id), slots[id]?.state == .queued {
@@ -242,7 +243,7 @@ struct ManagerMachine: Sendable {
         reason: StateChangeReason? = nil
     ) -> [ManagerAction] {
         running.remove(id)
-        scheduler.remove(id)
+        scheduler.remove(id, hint: slots[id]?.entry)
         slots[id]?.offlinePending = false
         return move(id, event, reason: reason)
     }
@@ -252,7 +253,7 @@ struct ManagerMachine: Sendable {
     /// session's log, which has that state already, does not tell it twice); taken over by
     /// another manager, it just stops running here, queued; removed, it is forgotten.
     private mutating func revoked(_ id: UUID) -> [ManagerAction] {
-        scheduler.remove(id)
+        scheduler.remove(id, hint: slots[id]?.entry)
         switch slots[id]?.stateElsewhere {
         case .some(.some(.paused)): return move(id, .pause, reason: .revoked)
         case .some(.some(.cancelled)): return move(id, .cancel, reason: .revoked)
@@ -283,17 +284,17 @@ struct ManagerMachine: Sendable {
         var actions: [ManagerAction]
         switch stop {
         case .pause:
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             actions = move(id, .pause)
         case .yield:
             actions = move(id, .yield)
         case .cancel:
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             actions = move(id, .cancel)
         case nil:
             let failures = (slots[id]?.storeFailures ?? 0) + 1
             slots[id]?.storeFailures = failures
-            scheduler.remove(id)
+            scheduler.remove(id, hint: slots[id]?.entry)
             guard failures < ManagerMachine.storeFailureLimit else {
                 slots[id]?.storeFailures = 0
                 actions = move(id, .fail)

@@ -33,21 +33,15 @@ struct Scheduler: Sendable {
         var host: UInt32
     }
 
-    /// A waiting task's place, by its id (``Placed`` without it).
-    private struct Place: Sendable {
-        var queueOrder: Int64
-        var priority: Int32
-        var host: UInt32
-    }
-
     private(set) var maxConcurrent: Int
     private(set) var perHostLimit: Int
     /// In the order they will start. A deque: the next to start leaves from the front and a
     /// new task (the newest, at its priority) usually joins at the back, each in O(1); a
     /// place in it is found by binary search. A line of a million stays cheap to keep.
     private var waiting: Deque<Placed> = []
-    /// The waiting tasks' places by id, and how many wait per host.
-    private var waitingPlaces: [UUID: Place] = [:]
+    /// The waiting tasks (their places are in the line alone: a caller that knows a task's
+    /// entry gives it to find the task there at once), and how many wait per host.
+    private var waitingSet: Set<UUID> = []
     private var waitingPerHost: [UInt32: Int] = [:]
     /// In the order they started (at most the limit: a plain array).
     private var running: [Placed] = []
@@ -67,7 +61,7 @@ struct Scheduler: Sendable {
     /// Running tasks, oldest start first.
     var runningIDs: [UUID] { running.map(\.id) }
 
-    func isWaiting(_ id: UUID) -> Bool { waitingPlaces[id] != nil }
+    func isWaiting(_ id: UUID) -> Bool { waitingSet.contains(id) }
     func isRunning(_ id: UUID) -> Bool { running.contains { $0.id == id } }
 
     /// Adds a task to the waiting line at its place: after every task that runs before it.
@@ -85,23 +79,28 @@ struct Scheduler: Sendable {
     private mutating func enqueue(_ placed: Placed) {
         remove(placed.id)
         waiting.insert(placed, at: partitionPoint { Scheduler.runsBefore(placed, $0) })
-        waitingPlaces[placed.id] = Place(queueOrder: placed.queueOrder, priority: placed.priority, host: placed.host)
+        waitingSet.insert(placed.id)
         waitingPerHost[placed.host, default: 0] += 1
     }
 
     /// Forgets a task, waiting or running (it finished, failed, was paused or cancelled).
+    /// - Parameter hint: the task's entry as it was enqueued, if known: its place is then
+    ///   found by binary search; without it (or when it changed since), by a look along the line.
     @discardableResult
-    mutating func remove(_ id: UUID) -> Bool {
+    mutating func remove(_ id: UUID, hint: Entry? = nil) -> Bool {
         if let index = running.firstIndex(where: { $0.id == id }) {
             running.remove(at: index)
             return true
         }
-        guard let place = waitingPlaces[id] else { return false }
-        let entry = Placed(id: id, queueOrder: place.queueOrder, priority: place.priority, host: place.host)
-        // Its place: the first entry it does not run after; then past any of equal rank.
-        var index = partitionPoint { !Scheduler.runsBefore($0, entry) }
-        while index < waiting.endIndex, waiting[index].id != id, !Scheduler.runsBefore(entry, waiting[index]) {
-            index += 1
+        guard waitingSet.contains(id) else { return false }
+        var index = waiting.endIndex
+        if let hint, hint.id == id {
+            // Its place: the first entry it does not run after; then past any of equal rank.
+            let entry = Placed(id: id, queueOrder: hint.queueOrder, priority: Int32(clamping: hint.priority), host: 0)
+            index = partitionPoint { !Scheduler.runsBefore($0, entry) }
+            while index < waiting.endIndex, waiting[index].id != id, !Scheduler.runsBefore(entry, waiting[index]) {
+                index += 1
+            }
         }
         if index == waiting.endIndex || waiting[index].id != id {
             index = waiting.firstIndex { $0.id == id } ?? waiting.endIndex
@@ -147,7 +146,7 @@ struct Scheduler: Sendable {
     @discardableResult
     private mutating func removeWaiting(at index: Int) -> Placed {
         let entry = waiting.remove(at: index)
-        waitingPlaces[entry.id] = nil
+        waitingSet.remove(entry.id)
         if let count = waitingPerHost[entry.host], count > 1 {
             waitingPerHost[entry.host] = count - 1
         } else {

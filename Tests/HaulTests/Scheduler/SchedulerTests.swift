@@ -193,7 +193,9 @@ struct SchedulerTests {
         #expect(scheduler.waitingIDs.count == 3)
     }
 
-    @Test("a long line (4,000, random priorities, hosts, removals, equal ranks): the order of a plain sorted list")
+    @Test(
+        "a long line (4,000, random priorities, hosts, removals with and without their entries, equal ranks): the order of a plain sorted list"
+    )
     func longLine() async {
         // Thousands of steps against a reference kept by linear scans: off the pool.
         let (waiting, expected, started, reference, removals) = await offCooperativePool {
@@ -214,7 +216,12 @@ struct SchedulerTests {
                 // Equal ranks too: three tasks a queue position.
                 enqueue(.init(id: UUID(), host: host, priority: priority, queueOrder: Int64(index / 3)))
                 if index % 7 == 0, let victim = line.randomElement(using: &generator) {
-                    removals.append(scheduler.remove(victim.entry.id))
+                    // Found by its entry (binary search), by a look along the line, or past a
+                    // stale entry (another rank): the same task leaves.
+                    var stale = victim.entry
+                    stale.priority = -9
+                    let hint: Scheduler.Entry? = [victim.entry, nil, stale][index % 3]
+                    removals.append(scheduler.remove(victim.entry.id, hint: hint))
                     line.removeAll { $0.entry.id == victim.entry.id }
                 }
                 if index % 11 == 0, var moved = line.randomElement(using: &generator)?.entry {
