@@ -181,6 +181,8 @@ struct DownloadOptions: ParsableArguments {
         let proxy = connection.proxies()
         let credentials = connection.credentials()
         let cookies = connection.cookies()
+        // -d made absolute once, not once a URL (symbolic links resolved: a million lines, a million looks).
+        let intoBase = Destination.directory(base)
         func request(
             _ text: String,
             out: String?,
@@ -190,7 +192,7 @@ struct DownloadOptions: ParsableArguments {
             -> DownloadRequest
         {
             let url = try DownloadRequest.parseURL(text)
-            let destination = try Self.destination(out, confined: confined, in: base)
+            let destination = try out.map { try Self.destination($0, confined: confined, in: base) } ?? intoBase
             return DownloadRequest(
                 url: url,
                 destination: destination,
@@ -273,13 +275,13 @@ struct DownloadOptions: ParsableArguments {
         }
     }
 
-    /// Where a download named `out` (none: the server's name) goes, under `base` (-d). A name
+    /// Where a download named `out` goes, under `base` (-d). A name
     /// from an input file or a Metalink (`confined`) stays inside `base`, whoever wrote it.
-    private static func destination(_ out: String?, confined: Bool, in base: String) throws -> Destination {
-        if let out, confined {
+    private static func destination(_ out: String, confined: Bool, in base: String) throws -> Destination {
+        if confined {
             // A name from an input file stays inside -d, whoever wrote the file.
             return try Destination.file(out, confinedTo: base)
-        } else if let out {
+        } else {
             guard !out.hasSuffix("/") else {
                 throw HaulError(
                     .invalidArgument,
@@ -288,8 +290,6 @@ struct DownloadOptions: ParsableArguments {
                 )
             }
             return .file(out.hasPrefix("/") ? out : (base as NSString).appendingPathComponent(out))
-        } else {
-            return .directory(base)
         }
     }
 

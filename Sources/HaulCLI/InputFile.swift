@@ -30,7 +30,7 @@ struct InputFile {
     init(parsing text: String, source: String) throws {
         for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = index + 1
-            let trimmed = raw.trimmingCharacters(in: .whitespaces)
+            let trimmed = raw.trimmingWhitespace()
             if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
             if raw.first == " " || raw.first == "\t" {
                 guard !entries.isEmpty else {
@@ -52,7 +52,7 @@ struct InputFile {
                     )
                 }
             } else {
-                let urls = trimmed.split(separator: "\t").map { $0.trimmingCharacters(in: .whitespaces) }
+                let urls = trimmed.split(separator: "\t").map { $0.trimmingWhitespace() }
                     .filter { !$0.isEmpty }
                 entries.append(Entry(url: urls[0], mirrors: Array(urls.dropFirst()), line: line))
             }

@@ -87,11 +87,24 @@ public final class HaulClient: Sendable {
 
     /// Adds downloads to the daemon's queue (or finds them there, so a re-add does not duplicate).
     public func add(_ requests: [DownloadRequest], priority: Int? = nil) async throws -> [DownloadInfo] {
-        let tasks: [API.Task] = try await call(
-            "POST",
-            "/tasks",
-            body: API.AddRequest(downloads: requests.map(API.AddRequest.Download.init), priority: priority)
-        )
+        try await add(try HaulClient.addBody(requests, priority: priority))
+    }
+
+    /// A batch of downloads encoded for ``add(_:)``, made ready (while an earlier batch is
+    /// on its way, say) before it is sent.
+    public struct AddBody: Sendable {
+        fileprivate let bytes: ByteBuffer
+    }
+
+    /// `requests` encoded for ``add(_:)``.
+    public static func addBody(_ requests: [DownloadRequest], priority: Int? = nil) throws -> AddBody {
+        let body = API.AddRequest(downloads: requests.map(API.AddRequest.Download.init), priority: priority)
+        return AddBody(bytes: ByteBuffer(bytes: try HaulJSON.encoder().encode(body)))
+    }
+
+    /// Adds the downloads of an encoded batch (``addBody(_:priority:)``), as ``add(_:priority:)``.
+    public func add(_ body: AddBody) async throws -> [DownloadInfo] {
+        let tasks: [API.Task] = try await call("POST", "/tasks", bytes: body.bytes)
         return try tasks.map(DownloadInfo.init)
     }
 
@@ -300,10 +313,25 @@ public final class HaulClient: Sendable {
         body: Body?,
         timeout: Duration = .seconds(600)
     ) async throws -> Response {
+        try await call(
+            method,
+            path,
+            bytes: try body.map { ByteBuffer(bytes: try HaulJSON.encoder().encode($0)) },
+            timeout: timeout
+        )
+    }
+
+    /// A call whose JSON body, if any, is encoded already.
+    private func call<Response: Decodable>(
+        _ method: String,
+        _ path: String,
+        bytes body: ByteBuffer?,
+        timeout: Duration = .seconds(600)
+    ) async throws -> Response {
         var request = try makeRequest(method, path)
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(bytes: try HaulJSON.encoder().encode(body)))
+            request.body = .bytes(body)
         }
         let response: HTTPClientResponse
         let data: ByteBuffer

@@ -38,12 +38,21 @@ extension API.AddRequest.Download {
     /// - Throws: ``HaulError`` for a bad URL, a relative directory, a bad checksum, session,
     ///   header or piece hashes, or too many mirrors.
     public func request() throws -> DownloadRequest {
+        var directories: [String: String] = [:]
+        return try request(directories: &directories)
+    }
+
+    /// ``request()`` of one of many downloads: `directories` holds each directory made
+    /// absolute (symbolic links resolved) by an earlier one, so a batch of thousands into
+    /// one directory resolves it once; this one's is added.
+    public func request(directories: inout [String: String]) throws -> DownloadRequest {
         let parsed = try DownloadRequest.parseURL(url)
         guard directory.hasPrefix("/") else {
             throw HaulError(.invalidArgument, "The directory '\(directory)' is not an absolute path")
         }
-        var destination = Destination.directory(directory)
-        destination.fileName = fileName
+        let resolved = directories[directory] ?? Destination.absolute(directory)
+        directories[directory] = resolved
+        let destination = Destination(directory: resolved, fileName: fileName)
         let session = self.session ?? DownloadRequest.defaultSession
         try DownloadRequest.validateSession(session)
         var request = DownloadRequest(

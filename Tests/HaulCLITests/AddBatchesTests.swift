@@ -81,6 +81,48 @@ struct AddBatchesTests {
         #expect(error?.status == 413)
     }
 
+    @Test("the next batch is made ready while one is on its way; each is sent only once the one before is added")
+    func nextMadeReady() async throws {
+        let daemon = Daemon()
+        let list = Self.requests(12)
+        let (prepared, preparing) = AsyncStream.makeStream(of: URL.self)
+        let inFlight = Mutex(false)
+        var readied = prepared.makeAsyncIterator()
+        var readiedURLs: Set<URL> = []
+        var heard: [URL] = []
+        let batches = AddBatches<[DownloadRequest]>(
+            size: 5,
+            prepare: { batch in
+                preparing.yield(batch[0].url)
+                return batch
+            },
+            send: { batch in
+                #expect(
+                    inFlight.withLock { flying in
+                        defer { flying = true }
+                        return flying
+                    } == false
+                )
+                defer { inFlight.withLock { $0 = false } }
+                // This batch was made ready before it was sent; the next one is made ready
+                // while this one is out (the send waits for it: it fails by time if never).
+                while !readiedURLs.contains(batch[0].url), let url = await readied.next() { readiedURLs.insert(url) }
+                #expect(readiedURLs.contains(batch[0].url))
+                if let last = batch.last, let index = list.firstIndex(where: { $0.url == last.url }),
+                    index + 1 < list.count
+                {
+                    while !readiedURLs.contains(list[index + 1].url), let url = await readied.next() {
+                        readiedURLs.insert(url)
+                    }
+                }
+                return try daemon.add(batch)
+            }
+        )
+        try await batches.run(list) { heard += $0.map(\.url) }
+        #expect(daemon.sent.withLock { $0.map(\.count) } == [5, 5, 2])
+        #expect(heard == list.map(\.url))
+    }
+
     @Test("a batch that fails says how many were added before it, and counts the download it names from the start")
     func failure() async throws {
         let daemon = Daemon { batch in
@@ -95,11 +137,20 @@ struct AddBatchesTests {
         #expect(heard == 5)
         #expect(daemon.sent.withLock { $0.count } == 2, "nothing sent after the failed batch")
         // In the first batch: the daemon's own words.
-        let first = AddBatches.failure(HaulError(.store, "downloads[3]: cannot be recorded"), at: 0, batch: 5, of: 9)
+        let first = AddBatches<[DownloadRequest]>.failure(
+            HaulError(.store, "downloads[3]: cannot be recorded"),
+            at: 0,
+            batch: 5,
+            of: 9
+        )
         #expect(first.message == "downloads[3]: cannot be recorded" && first.hint == nil)
         // An index outside the batch (or past any number) is not counted on: left as said.
         let huge = "downloads[9223372036854775807]: no"
-        #expect(AddBatches.failure(HaulError(.store, huge), at: 5, batch: 5, of: 9).message.hasSuffix(huge))
+        #expect(
+            AddBatches<[DownloadRequest]>.failure(HaulError(.store, huge), at: 5, batch: 5, of: 9).message.hasSuffix(
+                huge
+            )
+        )
     }
 
     @Test("--json output written batch by batch is the same text as the whole array's")

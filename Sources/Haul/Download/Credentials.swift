@@ -63,7 +63,8 @@ public struct Credentials: Sendable, Hashable, Codable {
             }
         }
         if let netrcFile {
-            guard netrcFile.hasPrefix("/"), netrcFile.utf8.count <= TLSOptions.maxPathLength, !netrcFile.contains("\0")
+            guard netrcFile.hasPrefix("/"), netrcFile.utf8.count <= TLSOptions.maxPathLength,
+                !netrcFile.utf8.contains(0)
             else {
                 throw HaulError(.invalidArgument, "The netrc file must be an absolute path without NUL")
             }

@@ -47,62 +47,6 @@ public struct HTTPHeaderField: Sendable, Hashable, Codable {
     }
 }
 
-/// Where a download's finished file goes.
-public struct Destination: Sendable, Hashable, Codable {
-    /// The directory the file goes into.
-    public var directory: String
-    /// The file name, or nil to let the server's `Content-Disposition` or the URL choose it.
-    public var fileName: String?
-
-    /// Into exactly this file path.
-    public static func file(_ path: String) -> Destination {
-        let absolute = Destination.absolute(path)
-        return Destination(
-            directory: (absolute as NSString).deletingLastPathComponent,
-            fileName: (absolute as NSString).lastPathComponent
-        )
-    }
-
-    /// Into `relative` inside `directory` and never outside it: a name, or a relative path
-    /// whose components are plain names (subdirectories allowed; `..`, `.` and absolute
-    /// paths refused). For names from files and other programs, such as an input file's `out=`.
-    /// - Throws: ``HaulError/Code/invalidArgument`` for a name that would leave the directory.
-    public static func file(_ relative: String, confinedTo directory: String) throws -> Destination {
-        guard !relative.hasPrefix("/"),
-            relative.split(separator: "/", omittingEmptySubsequences: false)
-                .allSatisfy({ FileNaming.isPlainName(String($0)) })
-        else {
-            throw HaulError(
-                .invalidArgument,
-                "The name '\(relative)' would leave the download directory",
-                hint: "Use a name or a relative path without '..' (the directory itself comes from -d)"
-            )
-        }
-        return .file((Destination.absolute(directory) as NSString).appendingPathComponent(relative))
-    }
-
-    /// Into this directory, under a name chosen from the response or the URL.
-    public static func directory(_ path: String) -> Destination {
-        Destination(directory: Destination.absolute(path), fileName: nil)
-    }
-
-    /// `path` made absolute (from the current directory, `~` expanded) without resolving
-    /// symbolic links: a file written there by rename replaces the link, never its target.
-    package static func absoluteKeepingLinks(_ path: String) -> String {
-        let expanded = (path as NSString).expandingTildeInPath
-        return expanded.hasPrefix("/")
-            ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
-    }
-
-    package static func absolute(_ path: String) -> String {
-        let expanded = (path as NSString).expandingTildeInPath
-        let full =
-            expanded.hasPrefix("/")
-            ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
-        return (full as NSString).standardizingPath
-    }
-}
-
 /// What to download, where, and how to check it.
 public struct DownloadRequest: Sendable {
     /// The http(s) URL to download.
@@ -258,9 +202,20 @@ public struct DownloadRequest: Sendable {
     /// so a bad one adds none.
     /// - Throws: ``HaulError`` saying what is wrong.
     public func validate() throws {
+        var checked: Set<String> = []
+        try validate(checkedDirectories: &checked)
+    }
+
+    /// ``validate()`` of one of many: a directory in `checkedDirectories` was checked by an
+    /// earlier one (a batch of thousands into one directory looks at it once); this one's
+    /// is added once checked.
+    package func validate(checkedDirectories: inout Set<String>) throws {
         try validateFetching()
         try DownloadRequest.validateSession(session)
-        try FileOps.checkWritableDirectory(destination.directory)
+        if !checkedDirectories.contains(destination.directory) {
+            try FileOps.checkWritableDirectory(destination.directory)
+            checkedDirectories.insert(destination.directory)
+        }
         if let name = destination.fileName, !FileNaming.isPlainName(name) {
             throw HaulError(.invalidArgument, "Invalid file name '\(name)'", path: destination.directory)
         }
@@ -345,7 +300,7 @@ public struct DownloadRequest: Sendable {
         guard text.utf8.count <= maxURLLength else {
             throw HaulError.invalidURL(String(text.prefix(80)) + "…", reason: "it is longer than 64 KiB")
         }
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         guard !trimmed.isEmpty else { throw HaulError.invalidURL(text, reason: "it is empty") }
         // Percent-encode characters a person may type (spaces, non-ASCII) but URL(string:) rejects.
         let url =

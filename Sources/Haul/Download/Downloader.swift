@@ -135,8 +135,9 @@ public final class Downloader: Sendable {
         paused: Bool = false
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         let now = Date()
+        var checkedDirectories: Set<String> = []
         let items = try requests.map { request -> (new: TaskRecord, reAdd: TaskReAdd) in
-            try request.validate()
+            try request.validate(checkedDirectories: &checkedDirectories)
             var record = TaskRecord(
                 id: UUID(),
                 url: request.url,

@@ -96,7 +96,7 @@ public struct TLSOptions: Sendable, Hashable, Codable {
             ("client key (--key)", clientKey),
         ]
         for case let (what, path?) in paths {
-            guard path.hasPrefix("/"), path.utf8.count <= TLSOptions.maxPathLength, !path.contains("\0") else {
+            guard path.hasPrefix("/"), path.utf8.count <= TLSOptions.maxPathLength, !path.utf8.contains(0) else {
                 throw HaulError(
                     .invalidArgument,
                     "The \(what) must be an absolute path without NUL, at most 4096 bytes",

@@ -84,9 +84,9 @@ public final class Store: TaskStore {
         try await write { db in
             var task = task
             task.queueOrder = try TaskTables.nextQueueOrder(db)
-            try task.insert(db)
+            try TaskTables.insert(db, task)
             if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
-            for segment in segments { try segment.insert(db) }
+            try TaskTables.insert(db, segments)
             return task
         }
     }
@@ -112,26 +112,7 @@ public final class Store: TaskStore {
                 ) {
                     try accept(existing)
                     reAdd.apply(to: &existing)
-                    try db.execute(
-                        sql: """
-                            UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
-                                connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?,
-                                credentials = ?, cookies = ?, allowsMetered = ?, checkNewer = ?,
-                                continuesExisting = ?, hooks = ?, updatedAt = ?
-                            WHERE id = ?
-                            """,
-                        arguments: [
-                            reAdd.background, reAdd.session, try TaskRecord.text(of: reAdd.requestHeaders),
-                            reAdd.checksum?.description, reAdd.overwrite,
-                            reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, try TaskRecord.text(of: reAdd.tls),
-                            try TaskRecord.text(of: reAdd.proxy),
-                            reAdd.credentials == .none ? nil : try TaskRecord.json(reAdd.credentials),
-                            reAdd.cookies == .standard ? nil : try TaskRecord.json(reAdd.cookies),
-                            reAdd.allowsMetered, reAdd.checkNewer, reAdd.continuesExisting,
-                            reAdd.hooks == .none ? nil : try TaskRecord.json(reAdd.hooks),
-                            StoreDate.now, existing.id,
-                        ]
-                    )
+                    try TaskTables.applyReAdd(db, reAdd, to: existing.id)
                     // Piece hashes a task did not have yet (added again from a Metalink) are kept.
                     if let pieces = new.pieces { try Store.insertPieces(db, taskID: existing.id, hashes: pieces) }
                     return (existing, try TaskTables.segments(db, of: existing), false)
@@ -139,10 +120,10 @@ public final class Store: TaskStore {
                 var task = new
                 task.queueOrder = order
                 order += 1
-                try task.insert(db)
+                try TaskTables.insert(db, task)
                 if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
                 let segments = [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0)]
-                try segments[0].insert(db)
+                try TaskTables.insert(db, segments)
                 return (task, segments, true)
             }
         }
@@ -155,9 +136,12 @@ public final class Store: TaskStore {
             for var task in tasks {
                 task.queueOrder = order
                 order += 1
-                try task.insert(db)
+                try TaskTables.insert(db, task)
                 if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
-                try SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0).insert(db)
+                try TaskTables.insert(
+                    db,
+                    [SegmentRecord(taskID: task.id, ordinal: 0, start: 0, end: nil, committed: 0)]
+                )
             }
         }
     }
@@ -241,12 +225,12 @@ public final class Store: TaskStore {
                 try task.update(db)
             } else {
                 task.queueOrder = try TaskTables.nextQueueOrder(db)
-                try task.insert(db)
+                try TaskTables.insert(db, task)
             }
             // Piece hashes the task has none of yet (INSERT OR IGNORE: its own stand).
             if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
             try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
-            for segment in segments { try segment.insert(db) }
+            try TaskTables.insert(db, segments)
         }
     }
 

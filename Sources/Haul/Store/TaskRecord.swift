@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 
 /// One download as the store keeps it.
 ///
@@ -213,53 +214,113 @@ extension TaskRecord {
     }
 
     package func encode(to container: inout PersistenceContainer) throws {
-        container[Columns.id] = id
-        container[Columns.session] = session
-        container[Columns.url] = url.absoluteString
-        container[Columns.finalURL] = finalURL?.absoluteString
-        container[Columns.directory] = directory
-        container[Columns.fileName] = fileName
-        container[Columns.explicitName] = explicitName
-        container[Columns.requestHeaders] = try TaskRecord.text(of: requestHeaders)
-        container[Columns.checksum] = checksum?.description
-        container[Columns.overwrite] = overwrite
-        container[Columns.state] = state.rawValue
-        container[Columns.priority] = priority
-        container[Columns.etag] = etag
-        container[Columns.lastModified] = lastModified
-        container[Columns.serverDate] = serverDate
-        container[Columns.totalLength] = totalLength
-        container[Columns.createdAt] = StoreDate.text(createdAt)
-        container[Columns.queuedAt] = StoreDate.text(queuedAt)
-        container[Columns.updatedAt] = StoreDate.text(updatedAt)
-        container[Columns.errorMessage] = errorMessage
-        container[Columns.queueOrder] = queueOrder
-        container[Columns.background] = background
-        container[Columns.connections] = connections
-        container[Columns.minSplitSize] = minSplitSize
-        container[Columns.rateLimit] = rateLimit
-        container[Columns.partPath] = partPath
-        container[Columns.partIdentity] = partIdentity
-        container[Columns.tls] = try TaskRecord.text(of: tls)
-        container[Columns.proxy] = try TaskRecord.text(of: proxy)
-        container[Columns.credentials] = credentials == .none ? nil : try TaskRecord.json(credentials)
-        container[Columns.cookies] = cookies == .standard ? nil : try TaskRecord.json(cookies)
-        container[Columns.nextTryAt] = nextTryAt.map(StoreDate.text)
-        container[Columns.allowsMetered] = allowsMetered
-        container[Columns.checkNewer] = checkNewer
-        container[Columns.continuesExisting] = continuesExisting
-        container[Columns.hooks] = hooks == .none ? nil : try TaskRecord.json(hooks)
-        container[Columns.sources] = sources.isEmpty ? nil : try TaskRecord.json(sources)
-        container[Columns.maxConnectionsPerServer] = maxConnectionsPerServer
-        container[Columns.retryingSince] = retryingSince.map(StoreDate.text)
-        container[Columns.followsMetalink] = followsMetalink
+        for (column, value) in zip(TaskRecord.storedColumns, try storedValues()) { container[column] = value }
+    }
+
+    /// Every column a row holds, in the order of ``storedValues()``: the one list a new
+    /// row's statement (``TaskTables/insert(_:_:)``) and GRDB's record writes both use.
+    package static let storedColumns: [Column] = [
+        Columns.id,
+        Columns.session,
+        Columns.url,
+        Columns.finalURL,
+        Columns.directory,
+        Columns.fileName,
+        Columns.explicitName,
+        Columns.requestHeaders,
+        Columns.checksum,
+        Columns.overwrite,
+        Columns.state,
+        Columns.priority,
+        Columns.etag,
+        Columns.lastModified,
+        Columns.serverDate,
+        Columns.totalLength,
+        Columns.createdAt,
+        Columns.queuedAt,
+        Columns.updatedAt,
+        Columns.errorMessage,
+        Columns.queueOrder,
+        Columns.background,
+        Columns.connections,
+        Columns.minSplitSize,
+        Columns.rateLimit,
+        Columns.partPath,
+        Columns.partIdentity,
+        Columns.tls,
+        Columns.proxy,
+        Columns.credentials,
+        Columns.cookies,
+        Columns.nextTryAt,
+        Columns.allowsMetered,
+        Columns.checkNewer,
+        Columns.continuesExisting,
+        Columns.hooks,
+        Columns.sources,
+        Columns.maxConnectionsPerServer,
+        Columns.retryingSince,
+        Columns.followsMetalink,
+    ]
+
+    /// The row's values, in the order of ``storedColumns``.
+    package func storedValues() throws -> [(any DatabaseValueConvertible)?] {
+        [
+            id,
+            session,
+            url.absoluteString,
+            finalURL?.absoluteString,
+            directory,
+            fileName,
+            explicitName,
+            try TaskRecord.text(of: requestHeaders),
+            checksum?.description,
+            overwrite,
+            state.rawValue,
+            priority,
+            etag,
+            lastModified,
+            serverDate,
+            totalLength,
+            StoreDate.text(createdAt),
+            StoreDate.text(queuedAt),
+            StoreDate.text(updatedAt),
+            errorMessage,
+            queueOrder,
+            background,
+            connections,
+            minSplitSize,
+            rateLimit,
+            partPath,
+            partIdentity,
+            try TaskRecord.text(of: tls),
+            try TaskRecord.text(of: proxy),
+            credentials == .none ? nil : try TaskRecord.json(credentials),
+            cookies == .standard ? nil : try TaskRecord.json(cookies),
+            nextTryAt.map(StoreDate.text),
+            allowsMetered,
+            checkNewer,
+            continuesExisting,
+            hooks == .none ? nil : try TaskRecord.json(hooks),
+            sources.isEmpty ? nil : try TaskRecord.json(sources),
+            maxConnectionsPerServer,
+            retryingSince.map(StoreDate.text),
+            followsMetalink,
+        ]
     }
 
     /// TLS options as their column holds them: NULL for the defaults, else a JSON object
     /// with sorted keys.
     package static func text(of tls: TLSOptions) throws -> String? {
-        tls.isDefault ? nil : try json(tls)
+        guard !tls.isDefault else { return nil }
+        // The daemon gives every download without its own the same options (the system's
+        // certificates): encoded once, not once a task.
+        if let last = lastTLSText.withLock({ $0 }), last.options == tls { return last.text }
+        let text = try json(tls)
+        lastTLSText.withLock { $0 = (tls, text) }
+        return text
     }
+
+    private static let lastTLSText = Mutex<(options: TLSOptions, text: String)?>(nil)
 
     /// Proxy settings as their column holds them: NULL for none, else a JSON object.
     package static func text(of proxy: ProxySettings) throws -> String? {

@@ -46,28 +46,59 @@ enum TaskTables {
     /// The task that is not cancelled for a URL into a directory, with the name the user
     /// fixed (`fileName`) or with none fixed (nil).
     static func findTask(_ db: Database, url: URL, directory: String, fileName: String?) throws -> TaskRecord? {
-        // A cached statement (adding thousands of tasks runs it once each), whose literal
-        // 'cancelled' lets SQLite use the partial index task_one_per_destination.
+        // Cached statements (adding thousands of tasks runs one each), whose literal
+        // 'cancelled' lets SQLite use the partial index task_one_per_destination. The row's
+        // id first: a new download (most of a large add) finds none, and reading no row of
+        // every column costs a record cursor all the same.
         let statement: Statement
         let arguments: StatementArguments
         if let fileName {
             statement = try db.cachedStatement(
                 sql: """
-                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND fileName = ? AND explicitName
-                    ORDER BY createdAt DESC LIMIT 1
+                    SELECT rowid FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND fileName = ?
+                    AND explicitName ORDER BY createdAt DESC LIMIT 1
                     """
             )
             arguments = [url.absoluteString, directory, fileName]
         } else {
             statement = try db.cachedStatement(
                 sql: """
-                    SELECT * FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND NOT explicitName
+                    SELECT rowid FROM task WHERE url = ? AND directory = ? AND state != 'cancelled' AND NOT explicitName
                     ORDER BY createdAt DESC LIMIT 1
                     """
             )
             arguments = [url.absoluteString, directory]
         }
-        return try TaskRecord.fetchOne(statement, arguments: arguments)
+        guard let rowID = try Int64.fetchOne(statement, arguments: arguments) else { return nil }
+        return try TaskRecord.fetchOne(
+            db.cachedStatement(sql: "SELECT * FROM task WHERE rowid = ?"),
+            arguments: [rowID]
+        )
+    }
+
+    /// Writes a re-add's request group (``TaskReAdd``) over task `id`'s.
+    static func applyReAdd(_ db: Database, _ reAdd: TaskReAdd, to id: UUID) throws {
+        try db.cachedStatement(
+            sql: """
+                UPDATE task SET background = ?, session = ?, requestHeaders = ?, checksum = ?, overwrite = ?,
+                    connections = ?, minSplitSize = ?, rateLimit = ?, tls = ?, proxy = ?,
+                    credentials = ?, cookies = ?, allowsMetered = ?, checkNewer = ?,
+                    continuesExisting = ?, hooks = ?, updatedAt = ?
+                WHERE id = ?
+                """
+        ).execute(
+            arguments: [
+                reAdd.background, reAdd.session, try TaskRecord.text(of: reAdd.requestHeaders),
+                reAdd.checksum?.description, reAdd.overwrite,
+                reAdd.connections, reAdd.minSplitSize, reAdd.rateLimit, try TaskRecord.text(of: reAdd.tls),
+                try TaskRecord.text(of: reAdd.proxy),
+                reAdd.credentials == .none ? nil : try TaskRecord.json(reAdd.credentials),
+                reAdd.cookies == .standard ? nil : try TaskRecord.json(reAdd.cookies),
+                reAdd.allowsMetered, reAdd.checkNewer, reAdd.continuesExisting,
+                reAdd.hooks == .none ? nil : try TaskRecord.json(reAdd.hooks),
+                StoreDate.now, id,
+            ]
+        )
     }
 
     static func nextQueueOrder(_ db: Database) throws -> Int64 {
@@ -211,10 +242,33 @@ enum TaskTables {
         return (conditions, arguments)
     }
 
+    /// Inserts a new task's row with a statement cached on the connection: an add of
+    /// thousands runs it once each, without GRDB's generic record path (a container of
+    /// every column built and a statement made for each row: a seventh of an add's CPU).
+    static func insert(_ db: Database, _ task: TaskRecord) throws {
+        try db.cachedStatement(sql: insertTaskSQL).execute(arguments: StatementArguments(try task.storedValues()))
+    }
+
+    private static let insertTaskSQL =
+        "INSERT INTO task (\(TaskRecord.storedColumns.map(\.name).joined(separator: ", ")))"
+        + " VALUES (\(TaskRecord.storedColumns.map { _ in "?" }.joined(separator: ", ")))"
+
+    /// Inserts segments, with a statement cached on the connection.
+    static func insert(_ db: Database, _ segments: [SegmentRecord]) throws {
+        let statement = try db.cachedStatement(
+            sql: "INSERT INTO segment (taskID, ordinal, start, \"end\", committed) VALUES (?, ?, ?, ?, ?)"
+        )
+        for segment in segments {
+            try statement.execute(
+                arguments: [segment.taskID, segment.ordinal, segment.start, segment.end, segment.committed]
+            )
+        }
+    }
+
     /// Replaces a task's segments.
     static func replaceSegments(_ db: Database, of id: UUID, with segments: [SegmentRecord]) throws {
         try db.cachedStatement(sql: "DELETE FROM segment WHERE taskID = ?").execute(arguments: [id])
-        for segment in segments { try segment.insert(db) }
+        try insert(db, segments)
     }
 
     /// Gives `ids` the places in the queue they hold between them, in the order given

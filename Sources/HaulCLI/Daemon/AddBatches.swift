@@ -5,16 +5,16 @@ import Haul
 /// length goes in: in order, each batch all or nothing (the daemon checks every download of
 /// a request before it adds any). A batch the daemon finds too large for one request (its
 /// 16 MiB body limit: downloads with long headers or many cookies) is halved and sent again;
-/// nothing of it was added.
-struct AddBatches {
-    /// Downloads per request unless `--batch` says: a few hundred bytes each, well under the
-    /// daemon's body limit, and an add the daemon records in one transaction in about a second.
-    static let defaultSize = 5_000
-
+/// nothing of it was added. While a batch is on its way the next is made ready (its body
+/// encoded), so the daemon waits for this command as little as it can; it is sent only once
+/// the one before is added.
+struct AddBatches<Body: Sendable> {
     /// Downloads per request, at most.
-    var size = AddBatches.defaultSize
+    var size = AddBatchSize.defaultSize
+    /// Makes a batch ready to send.
+    let prepare: @Sendable ([DownloadRequest]) throws -> Body
     /// Sends one batch; answers the tasks it added, in its order.
-    let send: ([DownloadRequest]) async throws -> [DownloadInfo]
+    let send: (Body) async throws -> [DownloadInfo]
 
     /// Sends `requests` in order; `added` hears each batch's tasks once the daemon has them.
     /// - Returns: how many were added.
@@ -24,18 +24,25 @@ struct AddBatches {
     @discardableResult
     func run(_ requests: [DownloadRequest], added: ([DownloadInfo]) throws -> Void) async throws -> Int {
         var (done, size) = (0, max(1, self.size))
+        var ready: (count: Int, body: Body)?
         while done < requests.count {
-            let batch = Array(requests[done..<min(done + size, requests.count)])
+            let count = min(size, requests.count - done)
+            let body =
+                try ready.flatMap { $0.count == count ? $0.body : nil } ?? prepare(Array(requests[done..<done + count]))
+            let next = done + count..<min(done + count + size, requests.count)
+            let (prepare, nextBatch) = (self.prepare, next.isEmpty ? nil : Array(requests[next]))
+            async let nextBody = nextBatch.map(prepare)
             let tasks: [DownloadInfo]
             do {
-                tasks = try await send(batch)
-            } catch let error as HaulError where error.status == 413 && batch.count > 1 {
-                size = batch.count / 2
+                tasks = try await send(body)
+            } catch let error as HaulError where error.status == 413 && count > 1 {
+                (size, ready) = (count / 2, nil)
                 continue
             } catch let error as HaulError {
-                throw Self.failure(error, at: done, batch: batch.count, of: requests.count)
+                throw Self.failure(error, at: done, batch: count, of: requests.count)
             }
-            done += batch.count
+            ready = try await nextBody.map { (next.count, $0) }
+            done += count
             try added(tasks)
         }
         return done
@@ -60,6 +67,19 @@ struct AddBatches {
         error.hint =
             "The \(start) added stay queued; the same command again adds the rest (a download added already is not added twice)"
         return error
+    }
+}
+
+/// Downloads per request unless `--batch` says: a few hundred bytes each, well under the
+/// daemon's body limit, and an add the daemon records in one transaction in about a second.
+enum AddBatchSize {
+    static let defaultSize = 5_000
+}
+
+extension AddBatches where Body == [DownloadRequest] {
+    /// Batches sent as they are (`send` encodes them).
+    init(size: Int = AddBatchSize.defaultSize, send: @escaping ([DownloadRequest]) async throws -> [DownloadInfo]) {
+        self.init(size: size, prepare: { $0 }, send: send)
     }
 }
 

@@ -131,7 +131,7 @@ extension HaulCommand {
         var json = false
 
         @Option(help: "Send the downloads to the daemon this many at a time: 1 to 50000.")
-        var batch = AddBatches.defaultSize
+        var batch = AddBatchSize.defaultSize
 
         func validate() throws {
             guard (1...50_000).contains(batch) else { throw ValidationError("--batch takes 1 to 50000") }
@@ -149,7 +149,11 @@ extension HaulCommand {
                 let requests = try downloads.requests(session: session)
                 downloads.connection.warnIfInsecure()
                 var output = AddOutput(json: json, total: requests.count, batch: batch)
-                let batches = AddBatches(size: batch) { try await client.add($0, priority: priority) }
+                let batches = AddBatches(
+                    size: batch,
+                    prepare: { [priority] in try HaulClient.addBody($0, priority: priority) },
+                    send: { try await client.add($0) }
+                )
                 do {
                     try await batches.run(requests) { try output.print($0) }
                 } catch {

@@ -28,7 +28,7 @@ struct BodyShapes {
         case let array as [Any]:
             var places = Array(array.indices)
             if array.count >= Self.longArray {
-                var seen: Set<String> = []
+                var seen: Set<Shape> = []
                 places = array.indices.filter { seen.insert(Self.shape(of: array[$0])).inserted }
                 if places.count < array.count { kept[path] = places }
             }
@@ -59,20 +59,22 @@ struct BodyShapes {
         return original + rest
     }
 
-    /// An element's shape: its keys, each value's shape, nulls as such; the set of an array's
-    /// shapes. Every part is given with its length first, so no two shapes read the same
-    /// (no key can pass for another's text).
-    static func shape(of value: Any) -> String {
-        func counted(_ text: String) -> String { "\(text.utf8.count):\(text)" }
+    /// An element's shape: its keys and each value's shape, nulls as such, the set of an
+    /// array's shapes. Compared as values (a dictionary's keys in any order are the same
+    /// keys), so no key can pass for another's text.
+    indirect enum Shape: Hashable {
+        case object([String: Shape])
+        case array(Set<Shape>)
+        case null
+        case value
+    }
+
+    static func shape(of value: Any) -> Shape {
         switch value {
-        case let object as [String: Any]:
-            return "{" + object.keys.sorted().map { counted($0) + counted(shape(of: object[$0]!)) }.joined() + "}"
-        case let array as [Any]:
-            return "[" + Set(array.map { shape(of: $0) }).sorted().map(counted).joined() + "]"
-        case is NSNull:
-            return "null"
-        default:
-            return "v"
+        case let object as [String: Any]: .object(object.mapValues(shape(of:)))
+        case let array as [Any]: .array(Set(array.map(shape(of:))))
+        case is NSNull: .null
+        default: .value
         }
     }
 }

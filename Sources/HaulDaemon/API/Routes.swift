@@ -110,14 +110,16 @@ struct TaskRoutes {
             guard !body.downloads.isEmpty else {
                 throw HaulError(.invalidArgument, "downloads is empty: give at least one download")
             }
-            // All or nothing: every download is checked before any is added.
+            // All or nothing: every download is checked before any is added; each directory once.
+            var directories: [String: String] = [:]
+            var checkedDirectories: Set<String> = []
             let requests = try body.downloads.enumerated().map { index, download in
                 do {
-                    var request = try download.request()
+                    var request = try download.request(directories: &directories)
                     // Without its own, a download trusts what the daemon's environment says.
                     if download.tls == nil { request.tls = TaskRoutes.environmentTLS }
                     if download.proxy == nil { request.proxy = TaskRoutes.environmentProxy }
-                    try request.validate()
+                    try request.validate(checkedDirectories: &checkedDirectories)
                     return request
                 } catch var error as HaulError {
                     error.message = "downloads[\(index)]: \(error.message)"

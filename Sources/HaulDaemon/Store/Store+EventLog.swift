@@ -26,23 +26,19 @@ extension Store {
                     continue
                 }
                 if let announces = record.announcedState, record.taskID != nil {
+                    // Statements cached on the connection: an add of thousands logs as many events.
                     let told = try String.fetchOne(
-                        db,
-                        sql: "SELECT announcedState FROM task WHERE id = ?",
+                        db.cachedStatement(sql: "SELECT announcedState FROM task WHERE id = ?"),
                         arguments: [record.taskID]
                     )
                     if EventLogRules.finalStates.contains(announces), told == announces.rawValue { continue }
-                    try db.execute(
-                        sql: "UPDATE task SET announcedState = ? WHERE id = ?",
-                        arguments: [announces.rawValue, record.taskID]
-                    )
+                    try db.cachedStatement(sql: "UPDATE task SET announcedState = ? WHERE id = ?")
+                        .execute(arguments: [announces.rawValue, record.taskID])
                 }
                 record.eventID = nil
                 let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
-                try db.execute(
-                    sql: "INSERT INTO event (session, payload, createdAt) VALUES (?, ?, ?)",
-                    arguments: [session, payload, StoreDate.now]
-                )
+                try db.cachedStatement(sql: "INSERT INTO event (session, payload, createdAt) VALUES (?, ?, ?)")
+                    .execute(arguments: [session, payload, StoreDate.now])
                 record.eventID = db.lastInsertedRowID
                 logged.append(record)
             }

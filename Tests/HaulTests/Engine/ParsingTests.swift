@@ -369,3 +369,20 @@ struct ResumeDataTests {
         #expect(StoreDate.date("2026-11-18 11:06:40.125") == grdb)
     }
 }
+
+@Suite("Trimming a line's spaces", .timeLimit(.minutes(1)))
+struct WhitespaceTests {
+    @Test(
+        "spaces, tabs and Unicode spaces at either end go; text that starts and ends printable is kept whole",
+        arguments: [
+            ("https://h/a", "https://h/a"), (" https://h/a", "https://h/a"), ("https://h/a\t", "https://h/a"),
+            ("\u{3000}https://h/a\u{00A0}", "https://h/a"), ("a b", "a b"), ("  ", ""), ("", ""), ("é", "é"),
+            ("x\u{3000}", "x"),
+        ]
+    )
+    func trims(text: String, expected: String) {
+        #expect(text.trimmingWhitespace() == expected)
+        #expect(text.trimmingWhitespace() == text.trimmingCharacters(in: .whitespaces))
+        #expect(Substring(text).trimmingWhitespace() == expected)
+    }
+}
