@@ -87,25 +87,14 @@ public final class HaulClient: Sendable {
 
     /// Adds downloads to the daemon's queue (or finds them there, so a re-add does not duplicate).
     public func add(_ requests: [DownloadRequest], priority: Int? = nil) async throws -> [DownloadInfo] {
-        try await add(try HaulClient.addBody(requests, priority: priority))
+        try await post(try AddBatchBody(requests, priority: priority)).tasks()
     }
 
-    /// A batch of downloads encoded for ``add(_:)``, made ready (while an earlier batch is
-    /// on its way, say) before it is sent.
-    public struct AddBody: Sendable {
-        fileprivate let bytes: ByteBuffer
-    }
-
-    /// `requests` encoded for ``add(_:)``.
-    public static func addBody(_ requests: [DownloadRequest], priority: Int? = nil) throws -> AddBody {
-        let body = API.AddRequest(downloads: requests.map(API.AddRequest.Download.init), priority: priority)
-        return AddBody(bytes: ByteBuffer(bytes: try HaulJSON.encoder().encode(body)))
-    }
-
-    /// Adds the downloads of an encoded batch (``addBody(_:priority:)``), as ``add(_:priority:)``.
-    public func add(_ body: AddBody) async throws -> [DownloadInfo] {
-        let tasks: [API.Task] = try await call("POST", "/tasks", bytes: body.bytes)
-        return try tasks.map(DownloadInfo.init)
+    /// Adds the downloads of a batch encoded already (made ready while an earlier one was
+    /// on its way); returns once the daemon has them all, its answer not yet decoded.
+    /// - Throws: the daemon's refusal (nothing of the batch added) or a connection's failure.
+    public func post(_ body: AddBatchBody) async throws -> AddBatchAnswer {
+        AddBatchAnswer(bytes: try await answer("POST", "/tasks", bytes: body.bytes))
     }
 
     /// The daemon's tasks, in queue order; of one session, or all; with `page`, only that
@@ -328,6 +317,16 @@ public final class HaulClient: Sendable {
         bytes body: ByteBuffer?,
         timeout: Duration = .seconds(600)
     ) async throws -> Response {
+        try HaulClient.decode(try await answer(method, path, bytes: body, timeout: timeout), of: method, path)
+    }
+
+    /// A successful call's answer, not yet decoded.
+    private func answer(
+        _ method: String,
+        _ path: String,
+        bytes body: ByteBuffer?,
+        timeout: Duration = .seconds(600)
+    ) async throws -> ByteBuffer {
         var request = try makeRequest(method, path)
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
@@ -342,6 +341,14 @@ public final class HaulClient: Sendable {
             throw HaulClient.connectionError(error, base: base, waited: timeout)
         }
         guard response.status == .ok else { throw try HaulClient.failure(response, body: data) }
+        return data
+    }
+
+    static func decode<Response: Decodable>(
+        _ data: ByteBuffer,
+        of method: String,
+        _ path: String
+    ) throws -> Response {
         do {
             return try HaulJSON.decoder.decode(Response.self, from: Data(buffer: data))
         } catch {

@@ -81,19 +81,25 @@ struct AddBatchesTests {
         #expect(error?.status == 413)
     }
 
-    @Test("the next batch is made ready while one is on its way; each is sent only once the one before is added")
-    func nextMadeReady() async throws {
+    @Test(
+        "while a batch is on its way the next is made ready and the one before is read; each is sent only once the one before is added"
+    )
+    func overlapped() async throws {
         let daemon = Daemon()
         let list = Self.requests(12)
-        let (prepared, preparing) = AsyncStream.makeStream(of: URL.self)
+        // What was made ready and what was read, by each batch's first URL.
+        let (steps, step) = AsyncStream.makeStream(of: String.self)
         let inFlight = Mutex(false)
-        var readied = prepared.makeAsyncIterator()
-        var readiedURLs: Set<URL> = []
+        var stepsSeen = steps.makeAsyncIterator()
+        var seen: Set<String> = []
+        func awaitStep(_ name: String) async {
+            while !seen.contains(name), let next = await stepsSeen.next() { seen.insert(next) }
+        }
         var heard: [URL] = []
-        let batches = AddBatches<[DownloadRequest]>(
+        let batches = AddBatches<[DownloadRequest], [DownloadInfo], DownloadInfo>(
             size: 5,
             prepare: { batch in
-                preparing.yield(batch[0].url)
+                step.yield("ready \(batch[0].url.path)")
                 return batch
             },
             send: { batch in
@@ -104,23 +110,41 @@ struct AddBatchesTests {
                     } == false
                 )
                 defer { inFlight.withLock { $0 = false } }
-                // This batch was made ready before it was sent; the next one is made ready
-                // while this one is out (the send waits for it: it fails by time if never).
-                while !readiedURLs.contains(batch[0].url), let url = await readied.next() { readiedURLs.insert(url) }
-                #expect(readiedURLs.contains(batch[0].url))
-                if let last = batch.last, let index = list.firstIndex(where: { $0.url == last.url }),
-                    index + 1 < list.count
-                {
-                    while !readiedURLs.contains(list[index + 1].url), let url = await readied.next() {
-                        readiedURLs.insert(url)
-                    }
-                }
+                // Each wait fails by the suite's time limit if the step never comes.
+                let first = list.firstIndex { $0.url == batch[0].url }!
+                if first + batch.count < list.count { await awaitStep("ready \(list[first + batch.count].url.path)") }
+                if first > 0 { await awaitStep("read \(list[first - 5].url.path)") }
                 return try daemon.add(batch)
+            },
+            read: { tasks in
+                step.yield("read \(tasks[0].url.path)")
+                return tasks
             }
         )
         try await batches.run(list) { heard += $0.map(\.url) }
         #expect(daemon.sent.withLock { $0.map(\.count) } == [5, 5, 2])
         #expect(heard == list.map(\.url))
+        #expect(seen.contains("ready /0") && seen.contains("read /5"))
+    }
+
+    @Test("an answer that cannot be read counts every batch the daemon added, the one sent while it was read too")
+    func unreadableAnswer() async throws {
+        let daemon = Daemon()
+        let batches = AddBatches<[DownloadRequest], [DownloadInfo], DownloadInfo>(
+            size: 5,
+            prepare: { $0 },
+            send: { try daemon.add($0) },
+            read: { tasks in
+                guard tasks[0].url.path != "/5" else { throw HaulError(.invalidResponse, "unreadable") }
+                return tasks
+            }
+        )
+        var heard = 0
+        let error = await #expect(throws: HaulError.self) {
+            try await batches.run(Self.requests(12)) { heard += $0.count }
+        }
+        #expect(error?.message == "Added 12 of 12 downloads, then: unreadable")
+        #expect(heard == 5)
     }
 
     @Test("a batch that fails says how many were added before it, and counts the download it names from the start")
@@ -137,7 +161,7 @@ struct AddBatchesTests {
         #expect(heard == 5)
         #expect(daemon.sent.withLock { $0.count } == 2, "nothing sent after the failed batch")
         // In the first batch: the daemon's own words.
-        let first = AddBatches<[DownloadRequest]>.failure(
+        let first = AddBatches<[DownloadRequest], [DownloadInfo], DownloadInfo>.failure(
             HaulError(.store, "downloads[3]: cannot be recorded"),
             at: 0,
             batch: 5,
@@ -147,7 +171,13 @@ struct AddBatchesTests {
         // An index outside the batch (or past any number) is not counted on: left as said.
         let huge = "downloads[9223372036854775807]: no"
         #expect(
-            AddBatches<[DownloadRequest]>.failure(HaulError(.store, huge), at: 5, batch: 5, of: 9).message.hasSuffix(
+            AddBatches<[DownloadRequest], [DownloadInfo], DownloadInfo>.failure(
+                HaulError(.store, huge),
+                at: 5,
+                batch: 5,
+                of: 9
+            )
+            .message.hasSuffix(
                 huge
             )
         )
@@ -158,13 +188,17 @@ struct AddBatchesTests {
         let daemon = Daemon()
         let tasks = try daemon.add(Self.requests(3))
         var output = AddOutput(json: true, total: 3, batch: 2)
-        let text = try output.text(Array(tasks.prefix(2))) + output.text([tasks[2]]) + output.ending()
+        let text =
+            try output.text(tasks.prefix(2).map(AddedTask.task)) + output.text([.task(tasks[2])]) + output.ending()
         #expect(text == (try DaemonOutput.json(tasks)) + "\n")
         #expect(
             try AddOutput(json: true, total: 0, batch: 2).ending() == (try DaemonOutput.json([DownloadInfo]())) + "\n"
         )
         var ids = AddOutput(json: false, total: 3, batch: 2)
-        #expect(try ids.text(tasks) == tasks.map { $0.id.shown + "\n" }.joined() && ids.ending().isEmpty)
+        #expect(
+            try ids.text(tasks.map { AddedTask.id($0.id) }) == tasks.map { $0.id.shown + "\n" }.joined()
+                && ids.ending().isEmpty
+        )
     }
 
     @Test(

@@ -151,8 +151,11 @@ extension HaulCommand {
                 var output = AddOutput(json: json, total: requests.count, batch: batch)
                 let batches = AddBatches(
                     size: batch,
-                    prepare: { [priority] in try HaulClient.addBody($0, priority: priority) },
-                    send: { try await client.add($0) }
+                    prepare: { [priority] in try AddBatchBody($0, priority: priority) },
+                    send: { try await client.post($0) },
+                    read: { [json] answer in
+                        try json ? answer.tasks().map(AddedTask.task) : answer.ids().map(AddedTask.id)
+                    }
                 )
                 do {
                     try await batches.run(requests) { try output.print($0) }

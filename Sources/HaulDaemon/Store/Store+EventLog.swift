@@ -26,12 +26,16 @@ extension Store {
                     continue
                 }
                 if let announces = record.announcedState, record.taskID != nil {
-                    // Statements cached on the connection: an add of thousands logs as many events.
-                    let told = try String.fetchOne(
-                        db.cachedStatement(sql: "SELECT announcedState FROM task WHERE id = ?"),
-                        arguments: [record.taskID]
-                    )
-                    if EventLogRules.finalStates.contains(announces), told == announces.rawValue { continue }
+                    // Statements cached on the connection: an add of thousands logs as many
+                    // events. What was told is read only for a final state (an add's is not).
+                    if EventLogRules.finalStates.contains(announces),
+                        try String.fetchOne(
+                            db.cachedStatement(sql: "SELECT announcedState FROM task WHERE id = ?"),
+                            arguments: [record.taskID]
+                        ) == announces.rawValue
+                    {
+                        continue
+                    }
                     try db.cachedStatement(sql: "UPDATE task SET announcedState = ? WHERE id = ?")
                         .execute(arguments: [announces.rawValue, record.taskID])
                 }
