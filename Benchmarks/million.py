@@ -4,7 +4,7 @@ never answers, so four run for ever and the rest stay queued. Measured: the time
 `haul add -i` of the whole list (batches of 5,000), the daemon's RSS (total and anonymous)
 once idle after the add, its peak during it, and after a restart's recovery, the recovery's time, and, best of three,
 `haul list --limit 50`, `haul status`, `GET /v1/tasks?limit=50`, aria2's `tellWaiting 0 50`,
-`tellWaiting -1 50`, `tellActive`, `tellStatus` of a GID, and the dashboard's first paint
+`tellWaiting -1 50`, `tellActive`, `tellStatus` of a GID, `getGlobalStat`, and the dashboard's first paint
 (headless Chromium through Selenium, when both are here). No peer keeps a queue this long
 to compare with: each figure is against its bar in issue 36.
 """
@@ -87,6 +87,7 @@ def probes(haul, env, port, home):
         ("aria2 tellWaiting -1 50", best_of_three(rpc("aria2.tellWaiting", [-1, 50])), None),
         ("aria2 tellActive", best_of_three(rpc("aria2.tellActive", [])), None),
         ("aria2 tellStatus GID", best_of_three(rpc("aria2.tellStatus", [gid, ["gid", "status"]])), None),
+        ("aria2 getGlobalStat", best_of_three(rpc("aria2.getGlobalStat", [])), None),
     ]
 
 

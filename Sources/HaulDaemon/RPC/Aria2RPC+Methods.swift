@@ -142,16 +142,18 @@ extension Aria2RPC {
         let manager = core.manager
         switch method {
         case "aria2.getGlobalStat":
-            let tasks = try await manager.tasks()
+            // The counts every other view shows (`haul status`, /metrics), counted by the
+            // store: clients ask each second, and a queue of a million is not read for it.
+            let counts = try await core.stateCounts()
             let overall = await manager.overallProgress()
-            let stopped = tasks.filter { [.completed, .failed, .cancelled].contains($0.state) }.count
+            func count(_ states: [TaskState]) -> JSONValue {
+                .number(states.reduce(0) { $0 + (counts[$1.rawValue] ?? 0) })
+            }
+            let stopped = count([.completed, .failed, .cancelled])
             return [
                 "downloadSpeed": .number(Int64(overall.bytesPerSecond)), "uploadSpeed": "0",
-                "numActive": .number(tasks.filter { $0.state == .running }.count),
-                "numWaiting": .number(
-                    tasks.filter { [.queued, .retrying, .waitingForNetwork, .paused].contains($0.state) }.count
-                ),
-                "numStopped": .number(stopped), "numStoppedTotal": .number(stopped),
+                "numActive": count([.running]), "numWaiting": count(Array(Self.waitingStates)),
+                "numStopped": stopped, "numStoppedTotal": stopped,
             ]
         case "aria2.getGlobalOption":
             let limits = await manager.limits

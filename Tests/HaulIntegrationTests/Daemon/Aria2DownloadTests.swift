@@ -288,6 +288,13 @@ extension Aria2RPCTests {
                     #expect(try await window("aria2.tellStopped", 0, 10) == done)
                     #expect(try await window("aria2.tellStopped", 1, 1) == [done[1]])
                     #expect(try await window("aria2.tellStopped", -1, 2) == [done[2], done[1]])
+                    // The store's counts, as the windows list them.
+                    let stat = try await haul.result("aria2.getGlobalStat")
+                    #expect(
+                        ["numActive", "numWaiting", "numStopped", "numStoppedTotal"].map { stat.object?[$0] }
+                            == ["0", "6", "3", "3"],
+                        "\(stat)"
+                    )
                 }
             }
         }
