@@ -1,0 +1,63 @@
+import Foundation
+import GRDB
+import HaulTestSupport
+import Synchronization
+import Testing
+
+@testable import Haul
+
+/// What keeps a page of a million queued tasks to milliseconds, asserted as SQLite's plans
+/// rather than as times: every listing, window and recovery page is read from the queue
+/// order's index and stops at its limit — never the (background, state) index and a sort of
+/// every task it names (270 ms for a page of 50 over a million).
+@Suite("The store's plans for pages of a long queue", .timeLimit(.minutes(1)))
+struct QueryPlanTests {
+    @Test("listings, aria2's windows, pages after a task and recovery pages read task_on_queueOrder, and sort nothing")
+    func pagesReadTheQueueOrder() async throws {
+        let temp = try TemporaryDirectory()
+        let store = try Store(path: temp.file("haul.sqlite"))
+        let tasks = (0..<40).map { index in
+            var task = TaskRecord(
+                id: UUID(),
+                url: URL(string: "http://h.test/\(index)")!,
+                destination: .directory(temp.path),
+                explicitName: false,
+                requestHeaders: [],
+                checksum: nil,
+                overwrite: false,
+                background: index % 4 != 0,
+                now: Date()
+            )
+            task.state = index % 3 == 0 ? .paused : .queued
+            return task
+        }
+        try await store.insertMany(tasks)
+        let after = tasks[5].id
+        let plans = try await store.read { db in
+            let statements = Mutex<[String]>([])
+            db.trace(options: .statement) { event in
+                guard case .statement(let statement) = event, statement.sql.hasPrefix("SELECT") else { return }
+                statements.withLock { $0.append(statement.expandedSQL) }
+            }
+            _ = try TaskTables.infos(db, background: true, session: nil, page: TaskPage(limit: 50))
+            _ = try TaskTables.infos(db, background: true, session: nil, page: TaskPage(limit: 10, after: after))
+            _ = try TaskTables.infos(
+                db,
+                background: true,
+                session: nil,
+                page: TaskPage(limit: 10, offset: 3, states: [.paused, .queued], fromEnd: true)
+            )
+            _ = try TaskTables.tasks(db, inStates: [.queued, .paused], background: true, after: 7, limit: 10_000)
+            db.trace(options: .statement, nil)
+            let listings = statements.withLock { $0 }.filter { $0.contains("ORDER BY") }
+            return try listings.map { sql in
+                (sql, try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql).map { $0["detail"] as String })
+            }
+        }
+        #expect(plans.count == 4, "\(plans.map(\.0))")
+        for (sql, plan) in plans {
+            #expect(plan.contains { $0.contains("task_on_queueOrder") }, "\(sql): \(plan)")
+            #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(sql): \(plan)")
+        }
+    }
+}
