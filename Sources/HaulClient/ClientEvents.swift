@@ -19,7 +19,11 @@ public struct StreamedEvent: Sendable {
     public let json: String
 
     init(_ message: ServerSentEvents.Message) throws {
-        guard let kind = message.event.flatMap(EventRecord.Kind.init(rawValue:)), !message.data.contains("\n") else {
+        // Bytes, not Foundation's search of a String: 50 followers of 10,000 downloads pass
+        // here 2 million times.
+        guard let kind = message.event.flatMap(EventRecord.Kind.init(rawValue:)),
+            !message.data.utf8.contains(UInt8(ascii: "\n"))
+        else {
             // Not what the daemon writes: decoding says what is wrong with it.
             self.init(try StreamedEvent.decode(message.data))
             return
