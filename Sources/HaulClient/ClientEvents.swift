@@ -18,6 +18,17 @@ public struct StreamedEvent: Sendable {
     /// The event as one line of JSON, exactly as ``EventRecord/jsonLine()`` writes it.
     public let json: String
 
+    /// The events of one network read, handed on together: in order, up to one that cannot
+    /// be read, and that one's error.
+    static func events(_ messages: [ServerSentEvents.Message]) -> (events: [StreamedEvent], failure: (any Error)?) {
+        var events: [StreamedEvent] = []
+        events.reserveCapacity(messages.count)
+        for message in messages {
+            do { events.append(try StreamedEvent(message)) } catch { return (events, error) }
+        }
+        return (events, nil)
+    }
+
     init(_ message: ServerSentEvents.Message) throws {
         // Bytes, not Foundation's search of a String: 50 followers of 10,000 downloads pass
         // here 2 million times.
@@ -110,6 +121,13 @@ public struct UnparsedSessionEvents: AsyncSequence, Sendable {
         public mutating func next() async throws -> StreamedEvent? {
             try await base.next()
         }
+
+        /// Every event received and not yet handed out, as one network read brought them (at
+        /// least one: it waits for one), or nil at the end: a consumer that writes them
+        /// together writes once a read, not once an event. Asking for more acknowledges them all.
+        public mutating func nextAvailable() async throws -> [StreamedEvent]? {
+            try await base.nextAvailable()
+        }
     }
 }
 
@@ -121,7 +139,7 @@ struct EventFeed: Sendable {
     let acknowledges: Bool
 
     func makeIterator() -> Iterator {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: StreamedEvent.self)
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [StreamedEvent].self)
         let (client, path) = (self.client, self.path)
         let reader = Task { await client.stream(path, into: continuation) }
         // The latest event the consumer is done with; only the newest waits to be sent.
@@ -143,25 +161,65 @@ struct EventFeed: Sendable {
     }
 
     struct Iterator {
-        var base: AsyncThrowingStream<StreamedEvent, any Error>.AsyncIterator
+        /// The events a network read at a time.
+        var base: AsyncThrowingStream<[StreamedEvent], any Error>.AsyncIterator
         /// Where the events the consumer is done with go, when this stream acknowledges.
         let acknowledgements: AsyncStream<Int64>.Continuation?
         /// The last event handed out.
         var lastTaken: Int64?
+        /// Events received and not yet handed out, from `pendingIndex`.
+        var pending: [StreamedEvent] = []
+        var pendingIndex = 0
+
+        init(
+            base: AsyncThrowingStream<[StreamedEvent], any Error>.AsyncIterator,
+            acknowledgements: AsyncStream<Int64>.Continuation?
+        ) {
+            self.base = base
+            self.acknowledgements = acknowledgements
+        }
 
         mutating func next() async throws -> StreamedEvent? {
-            // Asking for the next event says the consumer is done with the previous one.
+            acknowledgePrevious()
+            while pendingIndex >= pending.count {
+                guard let chunk = try await receive() else { return nil }
+                (pending, pendingIndex) = (chunk, 0)
+            }
+            let event = pending[pendingIndex]
+            pendingIndex += 1
+            lastTaken = event.eventID
+            return event
+        }
+
+        /// Every event received and not yet handed out: at least one (it waits for one), or
+        /// nil at the end.
+        mutating func nextAvailable() async throws -> [StreamedEvent]? {
+            acknowledgePrevious()
+            var chunk = Array(pending[min(pendingIndex, pending.count)...])
+            (pending, pendingIndex) = ([], 0)
+            while chunk.isEmpty {
+                guard let received = try await receive() else { return nil }
+                chunk = received
+            }
+            lastTaken = chunk.last { $0.eventID != nil }?.eventID
+            return chunk
+        }
+
+        /// Asking for more says the consumer is done with what it was handed.
+        private mutating func acknowledgePrevious() {
             if let eventID = lastTaken {
                 acknowledgements?.yield(eventID)
                 lastTaken = nil
             }
+        }
+
+        private mutating func receive() async throws -> [StreamedEvent]? {
             do {
-                guard let event = try await base.next() else {
+                guard let chunk = try await base.next() else {
                     acknowledgements?.finish()
                     return nil
                 }
-                lastTaken = event.eventID ?? lastTaken
-                return event
+                return chunk
             } catch {
                 acknowledgements?.finish()
                 throw error

@@ -259,10 +259,10 @@ public final class HaulClient: Sendable {
         return SessionEvents(client: self, session: session, path: path, acknowledges: false)
     }
 
-    /// Opens an event stream and feeds its events, as received, until it ends.
+    /// Opens an event stream and feeds its events, a network read at a time, until it ends.
     func stream(
         _ path: String,
-        into continuation: AsyncThrowingStream<StreamedEvent, any Error>.Continuation
+        into continuation: AsyncThrowingStream<[StreamedEvent], any Error>.Continuation
     ) async {
         do {
             var request = try makeRequest("GET", path)
@@ -274,9 +274,9 @@ public final class HaulClient: Sendable {
             }
             var parser = ServerSentEvents.Parser()
             for try await buffer in response.body {
-                for message in parser.feed(buffer.readableBytesView) {
-                    continuation.yield(try StreamedEvent(message))
-                }
+                let (events, failure) = StreamedEvent.events(parser.feed(buffer.readableBytesView))
+                if !events.isEmpty { continuation.yield(events) }
+                if let failure { throw failure }
             }
             continuation.finish()
         } catch {

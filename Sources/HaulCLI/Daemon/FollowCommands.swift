@@ -58,9 +58,14 @@ extension HaulCommand {
                 let lastShown = LastShown()
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
-                        for try await event in events where event.kind != .progress {
-                            guard try show(event) else { throw ExitCode(128 + SIGPIPE) }
-                            if let eventID = event.eventID { lastShown.id.withLock { $0 = eventID } }
+                        // As they arrive, a network read's events at a time: one write for them all.
+                        var iterator = events.makeAsyncIterator()
+                        while let received = try await iterator.nextAvailable() {
+                            let shown = received.filter { $0.kind != .progress }
+                            guard try show(shown) else { throw ExitCode(128 + SIGPIPE) }
+                            if let eventID = shown.last(where: { $0.eventID != nil })?.eventID {
+                                lastShown.id.withLock { $0 = eventID }
+                            }
                         }
                         throw HaulError(.connection, "The Haul daemon stopped")
                     }
@@ -82,9 +87,11 @@ extension HaulCommand {
             let id = Mutex<Int64?>(nil)
         }
 
-        /// Prints one event as received; false when stdout is closed.
-        private func show(_ event: StreamedEvent) throws -> Bool {
-            json ? Output.standard(event.json + "\n") : show(try event.record())
+        /// Prints events as received, in one write; false when stdout is closed.
+        private func show(_ events: [StreamedEvent]) throws -> Bool {
+            guard !events.isEmpty else { return true }
+            let lines = try events.map { json ? $0.json : EventText.line(try $0.record()) }
+            return Output.standard(lines.joined(separator: "\n") + "\n")
         }
 
         /// Prints one event; false when stdout is closed.
