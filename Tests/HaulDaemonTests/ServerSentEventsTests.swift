@@ -53,4 +53,19 @@ import Testing
         let badID = parser.feed(Array("id: x1\nevent: completed\ndata: {}\n\n".utf8))
         #expect(throws: HaulError.self) { try StreamedEvent(badID[0]) }
     }
+
+    @Test("a read's events are handed on together, those before one that cannot be read kept, then its error")
+    func eventsOfOneRead() throws {
+        var parser = ServerSentEvents.Parser()
+        let wire =
+            ServerSentEvents.format(logged(7)) + "id: x1\nevent: completed\ndata: {}\n\n"
+            + ServerSentEvents.format(logged(8))
+        let (events, failure) = StreamedEvent.events(parser.feed(Array(wire.utf8)))
+        #expect(events.map(\.eventID) == [7])
+        #expect((failure as? HaulError)?.message.contains("'x1'") == true, "\(String(describing: failure))")
+        let whole = StreamedEvent.events(
+            parser.feed(Array((ServerSentEvents.format(logged(9)) + ServerSentEvents.format(logged(10))).utf8))
+        )
+        #expect(whole.events.map(\.eventID) == [9, 10] && whole.failure == nil)
+    }
 }
