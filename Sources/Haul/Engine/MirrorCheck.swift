@@ -39,26 +39,18 @@ struct MirrorCheck {
         let window = try await writtenWindow()
         let expected = try await FileIO.run { [part] in try part.read(at: window.lowerBound, count: Int(window.count)) }
         let source = worker.chosen(index, in: pool)
-        var received: [UInt8] = []
-        var validators = Validators()
-        // Asked again after each backoff until its retries are spent.
-        asking: while true {
-            switch await sample(source, window) {
-            case let .bytes(bytes, learnt):
-                (received, validators) = (bytes, learnt)
-                break asking
-            case let .unusable(reason):
-                guard worker.drop(index, in: pool, because: reason) else { throw lastSourceFails(source.url, reason) }
-                return .dropped
-            case let .failed(error):
-                let failures = pool.failed(index)
-                guard failures <= retry.maxRetries else {
-                    guard worker.drop(index, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
-                    else { throw retry.givenUp(error) }
-                    return .dropped
-                }
-                try await timeline.sleep(for: (try? retry.delay(retrying: error, attempt: failures)) ?? .seconds(1))
-            }
+        let received: [UInt8]
+        let validators: Validators
+        switch try await sampleRetrying(source, window) {
+        case let .bytes(bytes, learnt):
+            (received, validators) = (bytes, learnt)
+        case let .unusable(reason):
+            guard worker.drop(index, in: pool, because: reason) else { throw lastSourceFails(source.url, reason) }
+            return .dropped
+        case let .failed(error):
+            guard worker.drop(index, in: pool, because: "\(error.message) (after \(retry.maxRetries) retries)")
+            else { throw retry.givenUp(error) }
+            return .dropped
         }
         if received == expected {
             pool.verified(index, validators: validators)
@@ -88,7 +80,8 @@ struct MirrorCheck {
         var asked: [URL] = []
         for other in 0..<pool.count where other != index && pool.isActive(other) && !pool.source(other).verified {
             let mirror = worker.chosen(other, in: pool)
-            guard case let .bytes(bytes, learnt) = await sample(mirror, window) else { continue }
+            // One that cannot answer has no say; it is compared on its own later.
+            guard case let .bytes(bytes, learnt) = try await sampleRetrying(mirror, window) else { continue }
             asked.append(mirror.url)
             if bytes == expected {
                 forFile += 1
@@ -97,13 +90,15 @@ struct MirrorCheck {
                 forMirror.append(mirror.url)
             }
         }
+        // A stop cut the samples short: the vote is not the sources' and decides nothing.
+        try Task.checkCancellation()
         let place = "bytes \(window.lowerBound)–\(window.upperBound - 1)"
         if forMirror.count > forFile {
             // The file's own bytes are the minority's: its sources go, and the download
             // starts over from the majority.
             let reason = "its \(place) differ from the majority of the sources'"
-            let dropped = pool.dropVerified(reason: reason)
-            if !dropped.isEmpty {
+            switch pool.outvoteFile(reason: reason) {
+            case let .dropped(dropped):
                 for index in dropped {
                     logger.warning(
                         "source dropped for this download; the others continue",
@@ -114,6 +109,11 @@ struct MirrorCheck {
                     )
                 }
                 throw Restart(reason: "the mirrors outvote the bytes written so far at \(place)")
+            case .alreadyDropped:
+                // Another connection checking another mirror counted the same vote first.
+                throw Restart(reason: "the mirrors outvote the bytes written so far at \(place)")
+            case .kept:
+                break
             }
         }
         if forFile > forMirror.count {
@@ -179,6 +179,19 @@ struct MirrorCheck {
         /// The source cannot serve this file: another length, no ranges, a status no retry mends.
         case unusable(String)
         case failed(HaulError)
+    }
+
+    /// Asks `source` for `window`, again after each backoff while its failures in a row
+    /// stay within the retries: a vote or a verification is not decided by a connection
+    /// that broke once. `.failed` once they are spent.
+    private func sampleRetrying(_ source: SegmentWorker.ChosenSource, _ window: Range<Int64>) async throws -> Sample {
+        while true {
+            let answer = await sample(source, window)
+            guard case let .failed(error) = answer else { return answer }
+            let failures = pool.failed(source.index)
+            guard failures <= retry.maxRetries else { return answer }
+            try await timeline.sleep(for: (try? retry.delay(retrying: error, attempt: failures)) ?? .seconds(1))
+        }
     }
 
     /// Asks `source` for `window` of the file: without `If-Range` for a mirror being

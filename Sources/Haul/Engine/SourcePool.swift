@@ -186,18 +186,30 @@ final class SourcePool: Sendable {
         }
     }
 
+    /// What a vote the file's bytes lost did to the sources on their side.
+    enum FileSideOutvoted: Equatable {
+        /// These verified sources are dropped now: the file starts over from the others.
+        case dropped([Int])
+        /// Another connection's vote dropped them first: the file starts over all the same.
+        case alreadyDropped
+        /// Every source left is on the file's side (the outvoting ones were dropped
+        /// meanwhile): nothing is dropped and the file stands.
+        case kept
+    }
+
     /// Drops every source not dropped that was verified (the side of the file's bytes, when
-    /// the mirrors outvote it), keeping the others.
-    func dropVerified(reason: String) -> [Int] {
+    /// the mirrors outvote it), keeping the others. Connections checking two mirrors at once
+    /// may both find the file outvoted; the second learns it was done.
+    func outvoteFile(reason: String) -> FileSideOutvoted {
         defer { signal.changed() }
         return state.withLock { state in
-            let verified = state.sources.indices.filter {
-                state.sources[$0].dropped == nil && state.sources[$0].verified
-            }
-            guard verified.count < state.sources.count(where: { $0.dropped == nil }) else { return [] }
+            let active = state.sources.indices.filter { state.sources[$0].dropped == nil }
+            let verified = active.filter { state.sources[$0].verified }
+            if verified.isEmpty { return .alreadyDropped }
+            guard verified.count < active.count else { return .kept }
             for index in verified { state.sources[index].dropped = reason }
             state.version += 1
-            return verified
+            return .dropped(verified)
         }
     }
 }

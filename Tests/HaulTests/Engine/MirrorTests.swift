@@ -236,4 +236,32 @@ struct MirrorTests {
             }
         }
     }
+
+    @Test("both mirrors find the URL outvoted at once: the file starts over from them, it does not fail")
+    func urlOutvotedTwiceAtOnce() async throws {
+        try await Self.withServers { a, b, c in
+            let temp = try TemporaryDirectory()
+            a.set("/f.bin", .init(size: Self.size, seed: 8, bytesPerSecond: 2 << 20))
+            // Each mirror's first answer (its own check) waits until both are asked: the two
+            // checks then ask each other and count the same vote together.
+            b.set("/f.bin", .init(size: Self.size, seed: 7, etag: .fixed("\"b-1\""), holdAt: 0))
+            c.set("/f.bin", .init(size: Self.size, seed: 7, etag: .fixed("\"c-1\""), holdAt: 0))
+            var configuration = testConfiguration(store: temp.file("haul.sqlite"))
+            configuration.readTimeout = .seconds(3600)  // Held answers are silent on purpose.
+            try await Downloader.withDownloader(configuration: configuration) { downloader in
+                let task = try await downloader.download(
+                    Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin"), c.url("/f.bin")], into: temp)
+                )
+                #expect(try await waitUntil(timeout: .seconds(60)) { b.heldResponses == 1 && c.heldResponses == 1 })
+                b.release()
+                c.release()
+                let result = try await task.result()
+                #expect(TestContent.sha256(file: result.path) == b.sha256("/f.bin"))
+                let record = try await Self.task(downloader, task.id)
+                let reason = try #require(record.sources[0].dropped)
+                #expect(reason.contains("majority"), "\(reason)")
+                #expect(record.sources[1].dropped == nil && record.sources[2].dropped == nil)
+            }
+        }
+    }
 }
