@@ -88,6 +88,7 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "DequeModule", package: "swift-collections"),
             ],
             // The dashboard (HTML, CSS, JavaScript) and the OpenAPI document, embedded in the
             // binary by the EmbedAssets plugin.

@@ -33,7 +33,7 @@ public struct StreamedEvent: Sendable {
         // Bytes, not Foundation's search of a String: 50 followers of 10,000 downloads pass
         // here 2 million times.
         guard let kind = message.event.flatMap(EventRecord.Kind.init(rawValue:)),
-            !message.data.utf8.contains(UInt8(ascii: "\n"))
+            !Self.hasLineBreak(message.data)
         else {
             // Not what the daemon writes: decoding says what is wrong with it.
             self.init(try StreamedEvent.decode(message.data))
@@ -47,6 +47,12 @@ public struct StreamedEvent: Sendable {
             eventID = number
         }
         self.init(eventID: eventID, kind: kind, json: message.data)
+    }
+
+    /// Whether `text` holds a line break, read over its bytes in place.
+    private static func hasLineBreak(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { $0.contains(UInt8(ascii: "\n")) }
     }
 
     private init(eventID: Int64?, kind: EventRecord.Kind, json: String) {
@@ -86,8 +92,10 @@ public struct SessionEvents: AsyncSequence, Sendable {
     }
 
     /// The shortest time between two acknowledgements of one iterator: a burst of events
-    /// costs a few requests, not one each.
-    static let acknowledgementInterval = Duration.milliseconds(100)
+    /// costs a request a second, not one each (fifty followers of a busy daemon would keep
+    /// its store writing acknowledgements). A consumer that crashes may be told again what
+    /// it finished less than this before.
+    static let acknowledgementInterval = Duration.seconds(1)
 
     /// The same events as sent, each decoded only if asked (``StreamedEvent/record()``).
     public var unparsed: UnparsedSessionEvents { UnparsedSessionEvents(feed: feed) }

@@ -39,13 +39,15 @@ package enum ServerSentEvents {
                 var line = buffer[start..<newline]
                 if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
                 start = newline + 1
-                if let message = handle(String(decoding: line, as: UTF8.self)) { messages.append(message) }
+                if let message = handle(line) { messages.append(message) }
             }
             buffer.removeFirst(start)
             return messages
         }
 
-        private mutating func handle(_ line: String) -> Message? {
+        /// One line, as bytes: fields are told apart by their bytes, and only values are
+        /// made into text (50 followers of 10,000 downloads read 2 million of them).
+        private mutating func handle(_ line: ArraySlice<UInt8>) -> Message? {
             if line.isEmpty {
                 defer {
                     id = nil
@@ -53,24 +55,25 @@ package enum ServerSentEvents {
                     data = []
                 }
                 guard !data.isEmpty else { return nil }
-                return Message(id: id, event: event, data: data.joined(separator: "\n"))
+                return Message(id: id, event: event, data: data.count == 1 ? data[0] : data.joined(separator: "\n"))
             }
-            if line.hasPrefix(":") { return nil }
-            let field: Substring
-            var value: Substring
-            if let colon = line.firstIndex(of: ":") {
+            if line.first == UInt8(ascii: ":") { return nil }
+            let field: ArraySlice<UInt8>
+            var value: ArraySlice<UInt8>
+            if let colon = line.firstIndex(of: UInt8(ascii: ":")) {
                 field = line[..<colon]
-                value = line[line.index(after: colon)...]
-                if value.hasPrefix(" ") { value = value.dropFirst() }
+                value = line[(colon + 1)...]
+                if value.first == UInt8(ascii: " ") { value = value.dropFirst() }
             } else {
-                field = line[...]
-                value = ""
+                field = line
+                value = []
             }
-            switch field {
-            case "id": id = String(value)
-            case "event": event = String(value)
-            case "data": data.append(String(value))
-            default: break
+            if field.elementsEqual("data".utf8) {
+                data.append(String(decoding: value, as: UTF8.self))
+            } else if field.elementsEqual("event".utf8) {
+                event = String(decoding: value, as: UTF8.self)
+            } else if field.elementsEqual("id".utf8) {
+                id = String(decoding: value, as: UTF8.self)
             }
             return nil
         }

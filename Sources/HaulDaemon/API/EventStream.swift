@@ -36,26 +36,14 @@ struct EventStream: Sendable {
             // The first write goes out at once, so the client knows it is attached.
             try await writer.write(ByteBuffer(string: ServerSentEvents.heartbeat))
             var position = Position(sent: after, seenThrough: try await core.lastEventID())
-            try await sendLogged(&position, to: &writer, reader: reader)
-            for await item in live {
-                switch item {
-                case .logged(let events, let previous):
-                    if position.seenThrough >= previous {
-                        // Nothing missed: these are the next events, from memory.
-                        try await send(events.filter { isMine($0.record) }, &position, to: &writer, reader: reader)
-                    } else {
-                        // The live buffer overflowed: what it dropped is in the store.
-                        try await sendLogged(&position, to: &writer, reader: reader)
-                    }
-                    position.seenThrough = max(position.seenThrough, events.last?.record.eventID ?? previous)
-                case .progress(let event):
-                    guard isMine(event.record) else { continue }
-                    try await writer.write(ByteBuffer(string: event.text))
-                case .heartbeat:
-                    try await writer.write(ByteBuffer(string: ServerSentEvents.heartbeat))
-                case .elsewhere:
-                    try await sendLogged(&position, to: &writer, reader: reader)
+            var out = Pending(reader: reader, reported: after)
+            try await sendLogged(&position, &out, to: &writer)
+            // Whatever the log told while the last batch was being written goes out in one write.
+            while let items = await live.next() {
+                for item in items {
+                    try await add(item, &position, &out, to: &writer)
                 }
+                try await out.flush(position, to: &writer, core: core)
             }
             try await writer.finish(nil)
         } catch {
@@ -72,36 +60,85 @@ struct EventStream: Sendable {
         var seenThrough: Int64
     }
 
+    /// Text made ready for the stream's next write, and the last logged event the store was
+    /// told this stream sent (it keeps what a stream has yet to send from being pruned).
+    private struct Pending {
+        let reader: UUID
+        var bytes = ByteBuffer()
+        var reported: Int64
+
+        /// Writes what is ready, if anything, then tells the store how far the stream got.
+        mutating func flush(
+            _ position: Position,
+            to writer: inout any ResponseBodyWriter,
+            core: DaemonCore
+        ) async throws {
+            guard bytes.readableBytes > 0 else { return }
+            try await writer.write(bytes)
+            bytes.clear()
+            if reported != position.sent {
+                reported = position.sent
+                core.readerAdvanced(reader, sent: position.sent)
+            }
+        }
+    }
+
+    /// Adds one live item to what is ready to write; logged events this stream missed
+    /// (its listener overflowed, or another daemon logged them) are read from the store,
+    /// after what was ready is written.
+    private func add(
+        _ item: LiveItem,
+        _ position: inout Position,
+        _ out: inout Pending,
+        to writer: inout any ResponseBodyWriter
+    ) async throws {
+        switch item {
+        case .logged(let events, let previous):
+            if position.seenThrough >= previous {
+                // Nothing missed: these are the next events, from memory.
+                add(events.filter { isMine($0.record) }, &position, to: &out)
+            } else {
+                // The live buffer overflowed: what it dropped is in the store.
+                try await sendLogged(&position, &out, to: &writer)
+            }
+            position.seenThrough = max(position.seenThrough, events.last?.record.eventID ?? previous)
+        case .progress(let event):
+            guard isMine(event.record) else { return }
+            out.bytes.writeString(event.text)
+        case .heartbeat:
+            // Anything else in the same write says as much.
+            if out.bytes.readableBytes == 0 { out.bytes.writeString(ServerSentEvents.heartbeat) }
+        case .elsewhere:
+            try await sendLogged(&position, &out, to: &writer)
+        }
+    }
+
     /// Whether the stream sends `record`: one of its session's, or one about no task.
     private func isMine(_ record: EventRecord) -> Bool {
         session == nil || record.session == session || record.taskID == nil
     }
 
-    /// Sends the logged events after what was sent, from the store.
+    /// Sends the logged events after what was sent, from the store, after what was ready.
     private func sendLogged(
         _ position: inout Position,
-        to writer: inout any ResponseBodyWriter,
-        reader: UUID
+        _ out: inout Pending,
+        to writer: inout any ResponseBodyWriter
     ) async throws {
+        try await out.flush(position, to: &writer, core: core)
         while true {
             let records = try await core.loggedEvents(session: session, after: position.sent, limit: 500)
             guard !records.isEmpty else { return }
-            try await send(records.map(LiveEvent.init), &position, to: &writer, reader: reader)
+            add(records.map(LiveEvent.init), &position, to: &out)
+            try await out.flush(position, to: &writer, core: core)
             position.seenThrough = max(position.seenThrough, position.sent)
         }
     }
 
-    /// Sends those of `events` after what was sent, and says how far it got.
-    private func send(
-        _ events: [LiveEvent],
-        _ position: inout Position,
-        to writer: inout any ResponseBodyWriter,
-        reader: UUID
-    ) async throws {
-        let fresh = events.filter { ($0.record.eventID ?? 0) > position.sent }
-        guard let last = fresh.last?.record.eventID else { return }
-        try await writer.write(ByteBuffer(string: fresh.map(\.text).joined()))
-        position.sent = last
-        core.readerAdvanced(reader, sent: last)
+    /// Adds those of `events` after what was sent to what is ready to write.
+    private func add(_ events: [LiveEvent], _ position: inout Position, to out: inout Pending) {
+        for event in events where (event.record.eventID ?? 0) > position.sent {
+            out.bytes.writeString(event.text)
+            position.sent = event.record.eventID ?? position.sent
+        }
     }
 }

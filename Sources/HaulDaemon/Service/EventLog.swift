@@ -43,23 +43,31 @@ final class EventLog: Sendable {
     private let logger: Logger
     /// Events kept per session for clients that never acknowledge them.
     private let limitPerSession: Int
-    private let listeners = Mutex<[UUID: AsyncStream<LiveItem>.Continuation]>([:])
+    private let listeners = Mutex<[UUID: LiveListener]>([:])
     /// The id of the last event logged by this daemon (0 before the first), so each
     /// broadcast says where it continues from. Only ``append(_:)`` moves it, one at a time.
     private let lastLogged = Mutex<Int64>(0)
-    /// The time a refused request waits by before it is tried again.
+    /// The time a refused request waits by before it is tried again, and listeners pace by.
     private let timeline: Timeline
+    /// The least time between two writes of a live listener (``LiveListener``).
+    private let listenerPace: Duration
+
+    /// A listener takes what piled up at most fifty times a second: events close behind
+    /// others wait up to this long, so that a busy daemon writes a follower a batch at a time.
+    static let listenerPace = Duration.milliseconds(20)
 
     init(
         store: any EventLogStore,
         limitPerSession: Int,
         logger: Logger,
-        clock: any Clock<Duration> = ContinuousClock()
+        clock: any Clock<Duration> = ContinuousClock(),
+        listenerPace: Duration = EventLog.listenerPace
     ) {
         self.store = store
         self.limitPerSession = limitPerSession
         self.logger = logger
         self.timeline = Timeline(clock)
+        self.listenerPace = listenerPace
     }
 
     /// Records `events` until they end, then ends every listener.
@@ -178,17 +186,17 @@ final class EventLog: Sendable {
         return nil
     }
 
-    /// Listens from now on. The stream ends when the daemon stops.
-    func listen() -> (AsyncStream<LiveItem>, cancel: @Sendable () -> Void) {
+    /// Listens from now on. The listener ends when the daemon stops, or when `cancel` is
+    /// called.
+    func listen() -> (LiveListener, cancel: @Sendable () -> Void) {
         let id = UUID()
-        let (stream, continuation) = AsyncStream.makeStream(of: LiveItem.self, bufferingPolicy: .bufferingNewest(1_000))
-        listeners.withLock { $0[id] = continuation }
+        let listener = LiveListener(pace: listenerPace, timeline: timeline)
+        listeners.withLock { $0[id] = listener }
         let cancel: @Sendable () -> Void = { [weak self] in
-            let continuation = self?.listeners.withLock { $0.removeValue(forKey: id) }
-            continuation?.finish()
+            self?.listeners.withLock { _ = $0.removeValue(forKey: id) }
+            listener.finish()
         }
-        continuation.onTermination = { _ in cancel() }
-        return (stream, cancel)
+        return (listener, cancel)
     }
 
     /// Sends a heartbeat to every listener; the daemon calls it every second.
@@ -274,15 +282,15 @@ final class EventLog: Sendable {
     }
 
     private func broadcast(_ item: LiveItem) {
-        let continuations = listeners.withLock { Array($0.values) }
-        for continuation in continuations { continuation.yield(item) }
+        let listening = listeners.withLock { Array($0.values) }
+        for listener in listening { listener.deliver(item) }
     }
 
     private func finishListeners() {
-        let continuations = listeners.withLock { list in
+        let listening = listeners.withLock { list in
             defer { list.removeAll() }
             return Array(list.values)
         }
-        for continuation in continuations { continuation.finish() }
+        for listener in listening { listener.finish() }
     }
 }
