@@ -1,0 +1,119 @@
+"""The `memory` workload of Benchmarks/run: what each tool holds in memory, total and
+anonymous, side by side on the same local nginx (issue 36's memory rows).
+
+- 1 GiB (--size-mib) over one connection: haul -x 1, aria2c -x1, curl;
+- the same over eight: haul -x 8, aria2c -x8 -s8;
+- a 1 KiB file: haul, curl (and the wall time from start to exit, median of --runs);
+- 200 files of 1 MiB (--files), 16 at once: haul -j16, aria2c -j16, curl --parallel;
+- an idle daemon, two seconds after it first answers.
+
+Peak total RSS is GNU time's (the kernel's ru_maxrss of the tool); peak anonymous
+RSS is sampled from /proc every 5 ms (RssAnon: the heap, stacks and dirty copies; the rest is
+the program's own pages and libraries, which the kernel may drop and read again). Every
+output's SHA-256 is checked.
+"""
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+
+def status_kib(pid, *names):
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    return [int(fields.get(name, "0 kB").split()[0]) for name in names]
+
+
+def sampled(cmd, env, work):
+    """Runs cmd under GNU time; returns wall seconds, peak total RSS MiB (GNU time's: a child
+    forked from this Python process would count Python's pages) and peak anonymous RSS MiB
+    (sampled from the tool, time's child)."""
+    report = os.path.join(work, "time.out")
+    start = time.monotonic()
+    proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", report] + cmd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env)
+    peak_anon = 0
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                for child in f.read().split():
+                    peak_anon = max(peak_anon, status_kib(int(child), "RssAnon")[0])
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.005)
+    wall = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit(f"{cmd[0]} failed ({proc.returncode}): {proc.stderr.read().decode(errors='replace')[-500:]}")
+    with open(report) as f:
+        peak_total = int(f.read().split()[-1])
+    return wall, peak_total / 1024, peak_anon / 1024
+
+
+def row(label, results):
+    walls = [r[0] for r in results]
+    return (f"| {label} | {statistics.median(walls):.3f} | {max(r[1] for r in results):.1f} | "
+            f"{max(r[2] for r in results):.1f} |")
+
+
+def memory(args, ctx, single_commands, many_commands, fresh, sha256):
+    haul, env, port = ctx["haul"], ctx["env"], ctx["port"]
+    print(f"\nMemory: peak total RSS (GNU time) and peak anonymous RSS (sampled every 5 ms), "
+          f"median wall of {args.runs}; the highest RSS of the runs")
+    print("| what | wall s | peak RSS MiB | peak anonymous MiB |")
+    print("|---|---:|---:|---:|")
+
+    def single(tools, name, digest):
+        url = f"http://127.0.0.1:{port}/{name}"
+        out = os.path.join(ctx["out"], name)
+        results = {tool: [] for tool in tools}
+        for _ in range(args.runs):
+            for tool in tools:
+                fresh(ctx["out"])
+                shutil.rmtree(ctx["home"], ignore_errors=True)
+                results[tool].append(sampled(single_commands(tool, url, out, haul), env, ctx["work"]))
+                if sha256(out) != digest:
+                    sys.exit(f"{tool}: SHA-256 mismatch for {name}")
+        return results
+
+    big = single(["haul -x1", "aria2c -x1", "curl"], "big.bin", ctx["digests"]["big.bin"])
+    for tool, results in big.items():
+        print(row(f"{args.size_mib} MiB, one connection: {tool}", results), flush=True)
+    eight = single(["haul -x8", "aria2c -x8"], "big.bin", ctx["digests"]["big.bin"])
+    for tool, results in eight.items():
+        print(row(f"{args.size_mib} MiB, eight connections: {tool}", results), flush=True)
+    small = single(["haul", "curl"], "small.bin", ctx["digests"]["small.bin"])
+    for tool, results in small.items():
+        print(row(f"1 KiB: {tool}", results), flush=True)
+
+    names = ctx["many"]
+    urls = [f"http://127.0.0.1:{port}/many/{n}" for n in names]
+    list_path = os.path.join(ctx["work"], "urls.txt")
+    with open(list_path, "w") as f:
+        f.write("\n".join(urls) + "\n")
+    for tool in ["haul -j16", "aria2c -j16", "curl --parallel"]:
+        results = []
+        for _ in range(args.runs):
+            fresh(ctx["out"])
+            shutil.rmtree(ctx["home"], ignore_errors=True)
+            results.append(sampled(many_commands(tool, urls, list_path, ctx["out"], haul), env, ctx["work"]))
+            for n in names:
+                if sha256(os.path.join(ctx["out"], n)) != ctx["digests"]["many/" + n]:
+                    sys.exit(f"{tool}: SHA-256 mismatch for {n}")
+        print(row(f"{len(names)} × 1 MiB, 16 at once: {tool}", results), flush=True)
+
+    shutil.rmtree(ctx["home"], ignore_errors=True)
+    daemon = subprocess.Popen([haul, "daemon", "--foreground"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([haul, "status"], env=env, capture_output=True).returncode != 0:
+            if time.monotonic() > deadline:
+                sys.exit("the daemon did not answer within 60 s")
+            time.sleep(0.1)
+        time.sleep(2)
+        total, anon = status_kib(daemon.pid, "VmRSS", "RssAnon")
+        print(f"| an idle daemon (its RSS then, not a peak) | - | {total / 1024:.1f} | {anon / 1024:.1f} |", flush=True)
+    finally:
+        daemon.terminate()
+        daemon.wait()
