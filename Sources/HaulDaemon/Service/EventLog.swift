@@ -52,9 +52,9 @@ final class EventLog: Sendable {
     /// The least time between two writes of a live listener (``LiveListener``).
     private let listenerPace: Duration
 
-    /// A listener takes what piled up at most fifty times a second: events close behind
+    /// A listener takes what piled up at most twenty times a second: events close behind
     /// others wait up to this long, so that a busy daemon writes a follower a batch at a time.
-    static let listenerPace = Duration.milliseconds(20)
+    static let listenerPace = Duration.milliseconds(50)
 
     init(
         store: any EventLogStore,

@@ -5,7 +5,7 @@ import Synchronization
 /// One live listener's queue of what the event log tells (``LiveItem``): the log delivers,
 /// the listener takes every item waiting at once, and no sooner than `pace` after it last
 /// took some. A stream sends what piled up in one write: fifty followers of a daemon busy
-/// with ten thousand downloads are woken a few dozen times a second each, not once an
+/// with ten thousand downloads are woken at most twenty times a second each, not once an
 /// event. An item after a quiet spell is taken at once: pacing only delays events that
 /// come close behind others.
 ///
