@@ -236,7 +236,7 @@ public final class HaulClient: Sendable {
     /// (what happened while nobody listened), then live ones, until the daemon stops.
     ///
     /// The consumer is done with an event when it asks for the next one; the latest event
-    /// it is done with is acknowledged in the background, at most ten times a second, and
+    /// it is done with is acknowledged in the background, at most once a second, and
     /// once more when the stream ends, so an event is delivered again only if the consumer
     /// never finished with it, or finished it just before it stopped or crashed. Call
     /// ``acknowledge(session:through:)`` for the last one when stopping early.

@@ -36,7 +36,7 @@ public final class FaultyListener: @unchecked Sendable {
     private var resetCount = 0
 
     public init(_ fault: Fault) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EMFILE) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -58,7 +58,11 @@ public final class FaultyListener: @unchecked Sendable {
             // Fill the queue (a backlog of 0 holds one, or two on some kernels); later SYNs
             // are dropped.
             for _ in 0..<3 {
-                let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+                let client = socket(
+                    AF_INET,
+                    Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue),
+                    0
+                )
                 var target = address
                 _ = withUnsafePointer(to: &target) {
                     $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {

@@ -62,16 +62,39 @@ public final class TestServer: Sendable {
         let accepted = AcceptedConnections()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .bind(host: "127.0.0.1", port: port) { child in
-                child.eventLoop.makeCompletedFuture {
-                    try child.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder()))
-                    let connection = try NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>(
-                        wrappingChannelSynchronously: child
-                    )
-                    accepted.accepted(connection)
-                    return connection
-                }
-            }
+            .bind(host: "127.0.0.1", port: port) { child in accept(child, into: accepted) }
+        return started(channel, accepted: accepted)
+    }
+
+    /// A server on a loopback socket the test bound already and kept while nothing listened
+    /// (connections refused): it listens on that very socket, so the port is never free
+    /// between the two for another test's socket to take. The server owns the socket from now.
+    public static func start(boundSocket: Int32) async throws -> TestServer {
+        guard listen(boundSocket, 128) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EINVAL) }
+        let accepted = AcceptedConnections()
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(NIOBSDSocket.Handle(boundSocket)) { child in accept(child, into: accepted) }
+        return started(channel, accepted: accepted)
+    }
+
+    private static func accept(
+        _ child: any Channel,
+        into accepted: AcceptedConnections
+    ) -> EventLoopFuture<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>> {
+        child.eventLoop.makeCompletedFuture {
+            try child.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder()))
+            let connection = try NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>(
+                wrappingChannelSynchronously: child
+            )
+            accepted.accepted(connection)
+            return connection
+        }
+    }
+
+    private static func started(
+        _ channel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, ByteBuffer>, Never>,
+        accepted: AcceptedConnections
+    ) -> TestServer {
         let server = TestServer(channel: channel, accepted: accepted)
         let task = Task { await server.acceptLoop() }
         server.runner.withLock { $0 = task }

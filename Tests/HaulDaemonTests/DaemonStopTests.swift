@@ -18,7 +18,7 @@ struct DaemonStopTests {
         let closedByFallback = Mutex(false)
 
         func open(port: Int, sending text: String?) throws {
-            let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             guard descriptor >= 0 else { throw POSIXError(.EMFILE) }
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)

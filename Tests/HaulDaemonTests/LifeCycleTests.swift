@@ -16,7 +16,7 @@ import Testing
 struct LifeCycleTests {
     /// A TCP port on loopback that something else holds for the scope of `body`.
     static func withPortInUse(_ body: (Int) async throws -> Void) async throws {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         #expect(descriptor >= 0)
         defer { close(descriptor) }
         var address = sockaddr_in()

@@ -17,7 +17,7 @@ package enum LoopbackPort {
     package static func bound() throws -> (fd: Int32, port: Int) {
         for _ in 0..<500 {
             let port = Int.random(in: 12_000..<32_000)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             guard fd >= 0 else { break }
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)

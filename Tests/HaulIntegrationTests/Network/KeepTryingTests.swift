@@ -69,10 +69,10 @@ struct KeepTryingTests {
         let kept = try await Store(path: home + "/haul.sqlite").infos()
         #expect(kept.first?.state == .retrying || kept.first?.state == .queued, "\(kept)")
 
-        // The server comes back on the same port; `haul wait` starts the daemon again.
-        close(reserved)
-        reservation = nil
-        let server = try await TestServer.start(port: port)
+        // The server comes back on the same port, listening on the very socket that held it;
+        // `haul wait` starts the daemon again.
+        let server = try await TestServer.start(boundSocket: reserved)
+        reservation = nil  // The server's now.
         server.set("/f.bin", .init(size: 500_000, seed: 12))
         let waited = try await HaulProcess.run(["wait", "--session", "s"], home: home)
         #expect(waited.status == 0, "\(waited.stderr)")
