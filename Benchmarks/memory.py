@@ -29,10 +29,12 @@ def sampled(cmd, env, work):
     """Runs cmd under GNU time; returns wall seconds, peak total RSS MiB (GNU time's: a child
     forked from this Python process would count Python's pages) and peak anonymous RSS MiB
     (sampled from the tool, time's child)."""
-    report = os.path.join(work, "time.out")
+    report, errors = os.path.join(work, "time.out"), os.path.join(work, "stderr.out")
     start = time.monotonic()
-    proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", report] + cmd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env)
+    # stderr to a file: a pipe nobody reads while the tool runs would stop a talkative one.
+    with open(errors, "wb") as stderr:
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", report] + cmd, stdout=subprocess.DEVNULL,
+                                stderr=stderr, env=env)
     peak_anon = 0
     while proc.poll() is None:
         try:
@@ -44,7 +46,8 @@ def sampled(cmd, env, work):
         time.sleep(0.005)
     wall = time.monotonic() - start
     if proc.returncode != 0:
-        sys.exit(f"{cmd[0]} failed ({proc.returncode}): {proc.stderr.read().decode(errors='replace')[-500:]}")
+        with open(errors, errors="replace") as f:
+            sys.exit(f"{cmd[0]} failed ({proc.returncode}): {f.read()[-500:]}")
     with open(report) as f:
         peak_total = int(f.read().split()[-1])
     return wall, peak_total / 1024, peak_anon / 1024

@@ -73,21 +73,18 @@ struct MirrorCheck {
         expected: [UInt8],
         received: [UInt8]
     ) async throws -> Verdict {
-        let source = worker.chosen(index, in: pool)
         // Disagreement: who else says what at the same place?
         var forFile = pool.verifiedCount
-        var forMirror = [source.url]
-        var asked: [URL] = []
+        var forMirror = [index]
         for other in 0..<pool.count where other != index && pool.isActive(other) && !pool.source(other).verified {
-            let mirror = worker.chosen(other, in: pool)
             // One that cannot answer has no say; it is compared on its own later.
-            guard case let .bytes(bytes, learnt) = try await sampleRetrying(mirror, window) else { continue }
-            asked.append(mirror.url)
+            guard case let .bytes(bytes, learnt) = try await sampleRetrying(worker.chosen(other, in: pool), window)
+            else { continue }
             if bytes == expected {
                 forFile += 1
                 pool.verified(other, validators: learnt)
             } else if bytes == received {
-                forMirror.append(mirror.url)
+                forMirror.append(other)
             }
         }
         // A stop cut the samples short: the vote is not the sources' and decides nothing.
@@ -95,10 +92,11 @@ struct MirrorCheck {
         let place = "bytes \(window.lowerBound)–\(window.upperBound - 1)"
         if forMirror.count > forFile {
             // The file's own bytes are the minority's: its sources go, and the download
-            // starts over from the majority.
+            // starts over from the majority — also when another connection, checking another
+            // mirror, counted the same vote first and dropped them.
             let reason = "its \(place) differ from the majority of the sources'"
-            switch pool.outvoteFile(reason: reason) {
-            case let .dropped(dropped):
+            let outcome = pool.outvoteFile(reason: reason)
+            if case let .dropped(dropped) = outcome {
                 for index in dropped {
                     logger.warning(
                         "source dropped for this download; the others continue",
@@ -108,23 +106,16 @@ struct MirrorCheck {
                         ]
                     )
                 }
-                throw Restart(reason: "the mirrors outvote the bytes written so far at \(place)")
-            case .alreadyDropped:
-                // Another connection checking another mirror counted the same vote first.
-                throw Restart(reason: "the mirrors outvote the bytes written so far at \(place)")
-            case .kept:
-                break
             }
+            if outcome != .kept { throw Restart(reason: "the mirrors outvote the bytes written so far at \(place)") }
         }
         if forFile > forMirror.count {
-            for url in forMirror {
-                if let other = (0..<pool.count).first(where: { worker.chosen($0, in: pool).url == url }) {
-                    _ = worker.drop(other, in: pool, because: "its \(place) differ from the other sources'")
-                }
+            for other in forMirror {
+                _ = worker.drop(other, in: pool, because: "its \(place) differ from the other sources'")
             }
             return .dropped
         }
-        let names = forMirror.map { Redaction.url($0) }.joined(separator: ", ")
+        let names = forMirror.map { Redaction.url(pool.source($0).url) }.joined(separator: ", ")
         throw HaulError(
             .representationChanged,
             "The sources disagree about \(place) of \(Redaction.url(url)): \(names) \(forMirror.count == 1 ? "serves" : "serve") other bytes than the file written so far",

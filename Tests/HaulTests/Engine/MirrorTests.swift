@@ -215,6 +215,17 @@ struct MirrorTests {
         }
     }
 
+    /// The download of a URL outvoted by its two mirrors completed with the mirrors' file:
+    /// the URL dropped for the majority, both mirrors kept.
+    static func expectMirrorsWon(_ task: DownloadTask, _ downloader: Downloader, mirror: TestServer) async throws {
+        let result = try await task.result()
+        #expect(TestContent.sha256(file: result.path) == mirror.sha256("/f.bin"))
+        let record = try await Self.task(downloader, task.id)
+        let reason = try #require(record.sources[0].dropped)
+        #expect(reason.contains("majority"), "\(reason)")
+        #expect(record.sources[1].dropped == nil && record.sources[2].dropped == nil)
+    }
+
     @Test("two mirrors agree and the URL serves another file: the URL is outvoted, the file is the mirrors'")
     func urlOutvoted() async throws {
         try await Self.withServers { a, b, c in
@@ -227,12 +238,7 @@ struct MirrorTests {
                 let task = try await downloader.download(
                     Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin"), c.url("/f.bin")], into: temp)
                 )
-                let result = try await task.result()
-                #expect(TestContent.sha256(file: result.path) == b.sha256("/f.bin"))
-                let record = try await Self.task(downloader, task.id)
-                let reason = try #require(record.sources[0].dropped)
-                #expect(reason.contains("majority"), "\(reason)")
-                #expect(record.sources[1].dropped == nil && record.sources[2].dropped == nil)
+                try await Self.expectMirrorsWon(task, downloader, mirror: b)
             }
         }
     }
@@ -255,12 +261,7 @@ struct MirrorTests {
                 #expect(try await waitUntil(timeout: .seconds(60)) { b.heldResponses == 1 && c.heldResponses == 1 })
                 b.release()
                 c.release()
-                let result = try await task.result()
-                #expect(TestContent.sha256(file: result.path) == b.sha256("/f.bin"))
-                let record = try await Self.task(downloader, task.id)
-                let reason = try #require(record.sources[0].dropped)
-                #expect(reason.contains("majority"), "\(reason)")
-                #expect(record.sources[1].dropped == nil && record.sources[2].dropped == nil)
+                try await Self.expectMirrorsWon(task, downloader, mirror: b)
             }
         }
     }
