@@ -156,9 +156,9 @@ struct HTTPTransport: Sendable {
                     readTimeout: readTimeout
                 )
             }
-            return try await clients.client(through: proxy).execute(
+            return try await BodyDelegate.execute(
                 request,
-                deadline: .distantFuture,
+                on: clients.client(through: proxy),
                 logger: HTTPTransport.clientLogger(logger)
             )
         } catch {

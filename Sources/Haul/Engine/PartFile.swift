@@ -22,8 +22,8 @@ import Darwin
 /// device and inode the store recorded). Anything else is another task's or another program's
 /// file and is left alone.
 ///
-/// One transfer owns it; the only call made from elsewhere is ``sync()``, by a background
-/// checkpoint, which is safe alongside writes. Every failure is a ``HaulError`` naming the path.
+/// One transfer owns it; only ``sync()`` is called from elsewhere (a background checkpoint,
+/// safe alongside writes). Every failure is a ``HaulError`` naming the path.
 final class PartFile: Sendable {
     let path: String
     private let descriptor: Int32
@@ -281,9 +281,19 @@ final class PartFile: Sendable {
                 }
             }
         }
-        // The disk starts on these bytes now, while more arrive, rather than at the next
-        // checkpoint or the completing sync (which still make them durable).
-        _ = chaul_start_writeback(descriptor, off_t(offset), off_t(position - offset))
+        startWriteback(from: offset, to: position)
+    }
+
+    /// The file is handed to the disk in windows of this many bytes: one request for 8 MiB
+    /// costs the process less CPU than thirty-two for 256 KiB each.
+    static let writebackWindow: Int64 = 8 << 20
+
+    /// Starts the disk on the window of the file that a write from `start` to `end` finished,
+    /// while more bytes arrive (the next checkpoint or the completing sync makes them durable).
+    private func startWriteback(from start: Int64, to end: Int64) {
+        let (window, finished) = (PartFile.writebackWindow, end / PartFile.writebackWindow * PartFile.writebackWindow)
+        guard finished > start / window * window else { return }
+        _ = chaul_start_writeback(descriptor, off_t(finished - window), off_t(window))
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {

@@ -112,52 +112,6 @@ enum ProxyForwarding {
         return "\(named):\(port)"
     }
 
-    /// Passes the response head from the exchange to the caller, once.
-    final class HeadHandoff: Sendable {
-        private enum State {
-            case waiting
-            case delivered(Result<HTTPResponseHead, any Error>)
-            case awaited(CheckedContinuation<HTTPResponseHead, any Error>)
-            case done
-        }
-
-        private let state = Mutex(State.waiting)
-
-        func deliver(_ result: Result<HTTPResponseHead, any Error>) {
-            let waiter = state.withLock { state -> CheckedContinuation<HTTPResponseHead, any Error>? in
-                switch state {
-                case .waiting:
-                    state = .delivered(result)
-                    return nil
-                case .awaited(let continuation):
-                    state = .done
-                    return continuation
-                case .delivered, .done:
-                    return nil
-                }
-            }
-            waiter?.resume(with: result)
-        }
-
-        func wait() async throws -> HTTPResponseHead {
-            try await withCheckedThrowingContinuation { continuation in
-                let ready = state.withLock { state -> Result<HTTPResponseHead, any Error>? in
-                    switch state {
-                    case .delivered(let result):
-                        state = .done
-                        return result
-                    case .waiting:
-                        state = .awaited(continuation)
-                        return nil
-                    case .awaited, .done:
-                        return .failure(CancellationError())
-                    }
-                }
-                if let ready { continuation.resume(with: ready) }
-            }
-        }
-    }
-
     /// Cancels the exchange (closing its connection) once nobody holds the body any more.
     final class ExchangeOwner: Sendable {
         let exchange: Task<Void, Never>
