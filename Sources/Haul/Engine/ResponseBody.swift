@@ -18,7 +18,7 @@ final class BodyPipe: Sendable {
         /// A waiting consumer is woken once this many bytes have arrived.
         var batch = 256 << 10
         /// The event loop reads no further while this many bytes wait.
-        var bound = 512 << 10
+        var bound = 256 << 10
         /// A waiting consumer is woken this long after the first bytes at the latest.
         var delay = TimeAmount.milliseconds(20)
     }
