@@ -284,14 +284,14 @@ final class PartFile: Sendable {
         startWriteback(from: offset, to: position)
     }
 
-    /// The file is handed to the disk in windows of this many bytes: one request for 8 MiB
-    /// costs the process less CPU than thirty-two for 256 KiB each.
+    /// The file goes to the disk in windows this big (one request costs less CPU than 32 small).
     static let writebackWindow: Int64 = 8 << 20
 
     /// Starts the disk on the window of the file that a write from `start` to `end` finished,
     /// while more bytes arrive (the next checkpoint or the completing sync makes them durable).
     private func startWriteback(from start: Int64, to end: Int64) {
-        let (window, finished) = (PartFile.writebackWindow, end / PartFile.writebackWindow * PartFile.writebackWindow)
+        let window = PartFile.writebackWindow
+        let finished = end / window * window
         guard finished > start / window * window else { return }
         _ = chaul_start_writeback(descriptor, off_t(finished - window), off_t(window))
     }

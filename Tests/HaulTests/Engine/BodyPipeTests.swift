@@ -138,13 +138,15 @@ import Testing
         pipe.onAbandon { stopped.add() }
         try await feed(pipe, bytes(10, 1), on: loop)
         try await feed(pipe, bytes(10, 2), on: loop)
+        // A reader that breaks off while the response (and so its body) is still held.
+        let body = ResponseBody(pipe)
         do {
-            let body = ResponseBody(pipe)
             var reading = body.makeAsyncIterator()
             #expect(try await reading.next()?.readableBytes == 10)
             #expect(stopped.now == 0)
         }
         #expect(stopped.now == 1)
+        withExtendedLifetime(body) {}
         #expect(pipe.pendingBytes == 0)
         try await feed(pipe, bytes(10, 3), on: loop)
         #expect(pipe.pendingBytes == 0)
