@@ -4,6 +4,7 @@ extension HaulCommand {
     /// `haul completions SHELL`: the completion script, generated from the command definitions.
     struct Completions: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "completions",
             abstract: "Print the shell completion script for bash, zsh or fish.",
             discussion: Examples.block([
                 ("source <(haul completions bash)", "in this bash; add it to ~/.bashrc to keep it"),

@@ -10,6 +10,7 @@ extension HaulCommand {
     /// at the same downloads.
     struct Get: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "get",
             abstract: "Download URLs, continuing where an earlier attempt stopped.",
             discussion: """
                 Interrupted downloads (Ctrl-C, a crash, kill -9, a reboot) continue from their last \

@@ -147,7 +147,7 @@ enum ProgressRenderer {
         guard progress.waiting == nil else { return nil }
         var line = "\(name): "
         if let fraction = progress.fractionCompleted {
-            line += String(format: "%.0f%% ", fraction * 100)
+            line += Format.fixed(fraction * 100, decimals: 0) + "% "
             line += "\(Format.bytes(progress.bytesReceived)) of \(Format.bytes(progress.totalBytes ?? 0))"
         } else {
             line += Format.bytes(progress.bytesReceived)
@@ -181,7 +181,8 @@ enum ProgressRenderer {
         }
         var stats = ""
         if let fraction = progress.fractionCompleted {
-            stats += String(format: "%3.0f%% ", fraction * 100)
+            let percent = Format.fixed(fraction * 100, decimals: 0)
+            stats += String(repeating: " ", count: max(0, 3 - percent.count)) + percent + "% "
         }
         var amount = Format.bytes(progress.bytesReceived)
         if let total = progress.totalBytes { amount += "/\(Format.bytes(total))" }

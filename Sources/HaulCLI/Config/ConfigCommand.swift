@@ -8,6 +8,7 @@ extension HaulCommand {
     /// `haul config`: the configuration file.
     struct Config: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "config",
             abstract: "Show the configuration file's defaults for haul get, haul add and haul daemon.",
             discussion: """
                 The file is $HAUL_CONFIG, else $XDG_CONFIG_HOME/haul/config.toml (~/.config/haul/config.toml). \
@@ -26,6 +27,7 @@ extension HaulCommand {
         /// `haul config show`: every setting, its value and where it came from.
         struct Show: AsyncParsableCommand {
             static let configuration = CommandConfiguration(
+                commandName: "show",
                 abstract:
                     "Print the effective settings of haul get, haul add and haul daemon, and where each came from.",
                 discussion: Examples.block([

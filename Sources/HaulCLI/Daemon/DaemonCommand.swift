@@ -12,6 +12,7 @@ extension HaulCommand {
     /// `haul daemon`: run the background daemon; `haul daemon stop` stops it.
     struct Daemon: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "daemon",
             abstract: "Run the background daemon that owns 'haul add' downloads.",
             discussion: Examples.block([
                 ("haul daemon", "start it in the background"),

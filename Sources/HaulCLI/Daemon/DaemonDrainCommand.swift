@@ -9,6 +9,7 @@ extension HaulCommand.Daemon {
     /// `haul daemon drain`: a fleet's node out of service, its downloads continued elsewhere.
     struct Drain: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "drain",
             abstract: "In a fleet: take a node out of service; its downloads continue on the other nodes.",
             discussion: """
                 The node takes no new download and hands back those it runs at a checkpoint, so \

@@ -9,6 +9,7 @@ import HaulWireMapping
 extension HaulCommand.Daemon {
     struct Stop: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "stop",
             abstract: "Stop the daemon cleanly; its unfinished downloads continue at its next start.",
             discussion: Examples.block([
                 ("haul daemon stop", "checkpoint every download and stop")

@@ -11,6 +11,7 @@ extension HaulCommand {
     /// `haul events`: what happened in a session while nobody listened, then live events.
     struct Events: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "events",
             abstract: "Show a session's events: those missed since the last time, then live ones.",
             discussion: """
                 Each event shown is acknowledged, so the next 'haul events' of the session starts \
@@ -105,6 +106,7 @@ extension HaulCommand {
     /// `haul wait`: block until tasks end.
     struct Wait: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "wait",
             abstract: "Wait until tasks are done; exit 0 only if every one completed.",
             discussion: """
                 Without ids or --session, waits for every task of the daemon.
@@ -173,6 +175,7 @@ extension HaulCommand {
     /// `haul watch`: live progress of the daemon's running tasks.
     struct Watch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "watch",
             abstract: "Show the daemon's downloads live, until Ctrl-C.",
             discussion: Examples.block([
                 ("haul watch", "every running task, with file names and speed"),

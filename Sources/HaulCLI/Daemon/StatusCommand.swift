@@ -10,6 +10,7 @@ extension HaulCommand {
     /// `haul status`: the daemon's facts.
     struct Status: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "status",
             abstract: "Show the daemon's state.",
             discussion: Examples.block([
                 ("haul status", "limits, counts, the network"),

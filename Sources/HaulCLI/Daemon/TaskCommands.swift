@@ -104,6 +104,7 @@ extension HaulCommand {
     /// `haul add URL…`: queue downloads in the daemon.
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "add",
             abstract: "Queue downloads in the background daemon (started if none runs).",
             discussion: """
                 Prints the id of each task. The downloads go on after this command, and after you \
@@ -171,6 +172,7 @@ extension HaulCommand {
     /// `haul list`: the daemon's tasks.
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "list",
             abstract: "List the daemon's tasks.",
             discussion: Examples.block([
                 ("haul list", "every task, with the reasons of failures below"),
@@ -219,6 +221,7 @@ extension HaulCommand {
 
     struct Pause: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "pause",
             abstract: "Pause tasks, keeping their data.",
             discussion: Examples.block([
                 ("haul pause 3f2a9c1e", "one task, by the start of its id"),
@@ -233,6 +236,7 @@ extension HaulCommand {
 
     struct Resume: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "resume",
             abstract: "Resume paused or failed tasks.",
             discussion: Examples.block([
                 ("haul resume 3f2a9c1e", "one task, from its checkpoint"),
@@ -246,6 +250,7 @@ extension HaulCommand {
 
     struct Cancel: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "cancel",
             abstract: "Cancel tasks and delete their partial data.",
             discussion: Examples.block([
                 ("haul cancel 3f2a9c1e", "one task"),
@@ -259,6 +264,7 @@ extension HaulCommand {
 
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "remove",
             abstract: "Forget tasks (cancelling unfinished ones); finished files stay unless --delete-files.",
             discussion: Examples.block([
                 ("haul remove 3f2a9c1e", "forget one task"),
