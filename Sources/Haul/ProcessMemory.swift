@@ -1,6 +1,5 @@
 import CHaulSystem
 import Foundation
-import Synchronization
 
 /// How a Haul program uses the C library's allocator.
 package enum ProcessMemory {
@@ -26,29 +25,20 @@ package enum ProcessMemory {
         chaul_limit_arenas(Int32(clamping: max(2, ProcessInfo.processInfo.activeProcessorCount)))
     }
 
-    private static let returning = Atomic<Bool>(false)
-    /// How many times a return was asked for: a return waits for the asking to stop.
-    private static let asked = Atomic<UInt64>(0)
+    /// The trim, once asking has stopped for half a second, on the file threads (it takes each
+    /// arena's lock in turn).
+    private static let trim = QuietSpell(quiet: .milliseconds(500)) {
+        try? await FileIO.run { chaul_return_freed_memory() }
+    }
 
     /// After work that allocated much at once (thousands of downloads added): gives the free
-    /// pages of every arena back to the system, past what ``retainFreedMemory()`` keeps, on
-    /// the file threads (the trim takes each arena's lock in turn) — once nothing more has
-    /// asked for `quiet`: a list of a million added in batches is trimmed once at its end,
-    /// not after every batch (each trim's pages faulted in again by the next batch: 4 % of
-    /// the add's CPU). One asked for while one is under way is that one. Measured on 100,000
-    /// downloads added in batches to a daemon whose live heap was about 30 MB: 195 MB
-    /// anonymous memory held after, 98 MB trimmed, 57 MB trimmed with an arena a core.
-    package static func returnFreedMemory(once quiet: Duration = .milliseconds(500)) {
-        let ask = asked.add(1, ordering: .acquiringAndReleasing).newValue
-        Task.detached(priority: .background) {
-            try? await Task.sleep(for: quiet)
-            guard asked.load(ordering: .acquiring) == ask,
-                !returning.exchange(true, ordering: .acquiringAndReleasing)
-            else { return }
-            FileIO.pool.submit { _ in
-                chaul_return_freed_memory()
-                returning.store(false, ordering: .releasing)
-            }
-        }
+    /// pages of every arena back to the system, past what ``retainFreedMemory()`` keeps, once
+    /// nothing more has asked for half a second (``QuietSpell``): a list of a million added in
+    /// batches is trimmed once at its end, not after every batch (each trim's pages faulted in
+    /// again by the next batch: 4 % of the add's CPU). Measured on 100,000 downloads added in
+    /// batches to a daemon whose live heap was about 30 MB: 195 MB anonymous memory held after,
+    /// 98 MB trimmed, 57 MB trimmed with an arena a core.
+    package static func returnFreedMemory() {
+        trim.ask()
     }
 }

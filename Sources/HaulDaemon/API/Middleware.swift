@@ -109,7 +109,7 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
 }
 
 /// Once a large response is written (a long listing: its tasks read, encoded and sent), the
-/// C allocator's free pages go back to the system (``ProcessMemory/returnFreedMemory(once:)``):
+/// C allocator's free pages go back to the system (``ProcessMemory/returnFreedMemory()``):
 /// a daemon that listed 100,000 tasks kept 175 MB for a live heap of a tenth of it.
 struct MemoryReturnMiddleware<Context: RequestContext>: RouterMiddleware {
     /// Responses from this size on.
