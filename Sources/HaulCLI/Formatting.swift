@@ -24,8 +24,8 @@ enum Format {
     static func duration(_ duration: Duration) -> String {
         let total = Int(duration.components.seconds)
         let (hours, minutes, seconds) = (total / 3600, total / 60 % 60, total % 60)
-        let mmss = "\(minutes):" + twoDigits(seconds)
-        return hours > 0 ? "\(hours):" + twoDigits(minutes) + ":" + twoDigits(seconds) : mmss
+        let tail = twoDigits(seconds)
+        return hours > 0 ? "\(hours):\(twoDigits(minutes)):\(tail)" : "\(minutes):\(tail)"
     }
 
     /// A wait: `0.4 s`, `4.2 s`, `25 s`, then as ``duration(_:)`` from two minutes on.
@@ -50,19 +50,17 @@ enum Format {
         let magnitude = abs(value)
         guard magnitude.isFinite, magnitude < 1e15 else { return "\(value)" }
         let scale = [1, 10, 100, 1000][decimals] as UInt64
-        // value × scale = significand × scale × 2^exponent, rounded in integers: no error.
+        // value × scale = significand × scale × 2^(exponent − 52), rounded in integers: no
+        // error. Below 1e15 (< 2^50) the shift is at least 3; from 64 on the value is under a
+        // half unit (the numerator is below 2^63), and subnormals too: 0.
         var units: UInt64 = 0
-        if magnitude.isNormal {
+        // (Zero's exponent is Int.min: the shift is taken for normal values only.)
+        if magnitude.isNormal, case let shift = 52 - Int(magnitude.exponent), shift < 64 {
             let numerator = (magnitude.significandBitPattern | 1 << 52) * scale
-            let shift = 52 - Int(magnitude.exponent)
-            if shift <= 0 {
-                units = numerator << UInt64(-shift)
-            } else if shift < 64 {
-                units = numerator >> UInt64(shift)
-                let rest = numerator & (1 << UInt64(shift) - 1)
-                let half: UInt64 = 1 << UInt64(shift - 1)
-                if rest > half || (rest == half && units & 1 == 1) { units += 1 }
-            }
+            units = numerator >> UInt64(shift)
+            let rest = numerator & (1 << UInt64(shift) - 1)
+            let half: UInt64 = 1 << UInt64(shift - 1)
+            if rest > half || (rest == half && units & 1 == 1) { units += 1 }
         }
         var text = (value < 0 && units > 0 ? "-" : "") + "\(units / scale)"
         if decimals > 0 {

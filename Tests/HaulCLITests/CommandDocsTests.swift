@@ -20,6 +20,14 @@ struct CommandDocsTests {
         }
     }
 
+    @Test("every command names itself: none is named from its type at each start (a scan of the binary's conformances)")
+    func everyCommandNamesItself() {
+        let unnamed = Self.commands().filter { $0.type.configuration.commandName == nil }.map(\.path)
+        #expect(Self.commands().count >= 20)
+        #expect(unnamed.isEmpty, "\(unnamed)")
+        #expect(HaulCommand.configuration.commandName == "haul")
+    }
+
     @Test("bash loads the completion script and completes haul with it; zsh and fish scripts are made")
     func completions() async throws {
         let temp = try TemporaryDirectory()

@@ -7,14 +7,15 @@ import Testing
 /// `printf` would print, rounding included.
 @Suite("Sizes, percentages and durations as the terminal shows them")
 struct FormatTests {
-    @Test("fixed decimals match printf's, ties to even included, for 0, 1 and 2 decimals")
+    @Test("fixed decimals match printf's, ties to even included, for 0 to 3 decimals")
     func fixedMatchesPrintf() {
         let values: [Double] = [
             0, 0.004, 0.005, 0.0051, 0.125, 0.375, 0.5, 1.5, 2.5, 2.675, 9.995, 9.999, 10, 99.95, 99.96,
-            100, 123.456, 1023.999, 4_194_303.99, 1e12 + 0.5,
+            100, 123.456, 1023.999, 4_194_303.99, 1e12 + 0.5, 0.0005, 0.0015, 1e-300,
+            .leastNonzeroMagnitude, 9.999_999_999_999e14,
         ]
         for value in values {
-            for decimals in 0...2 {
+            for decimals in 0...3 {
                 let printf = String(format: "%.\(decimals)f", value)
                 #expect(Format.fixed(value, decimals: decimals) == printf, "\(value), \(decimals) decimals")
             }

@@ -14,6 +14,24 @@ import Testing
 struct SegmentTests {
     static let size = 4 << 20
 
+    /// Resume data for `/f.bin` over two segments, as a paused run would leave it: the first
+    /// half committed to 1 MiB, the second half untouched (the part file ends at 1 MiB).
+    static func twoSegmentResume(_ server: TestServer, _ temp: TemporaryDirectory) throws -> ResumeData {
+        var resumeData = try seedPartial(
+            server,
+            "/f.bin",
+            into: temp.path,
+            name: "f.bin",
+            committed: 1 << 20,
+            validators: Validators(etag: "\"v1-1\"", totalLength: Int64(size))
+        )
+        resumeData.segments = [
+            .init(start: 0, end: 2 << 20, committed: 1 << 20),
+            .init(start: 2 << 20, end: Int64(size), committed: 2 << 20),
+        ]
+        return resumeData
+    }
+
     /// `/f.bin` into the temp directory over `connections` with segments of at least `minSplit`.
     static func split(
         _ server: TestServer,
@@ -125,19 +143,8 @@ struct SegmentTests {
     func untouchedSegmentBeyondPartEnd() async throws {
         try await withHarness { server, downloader, temp in
             server.set("/f.bin", .init(size: Self.size))
-            var resumeData = try seedPartial(
-                server,
-                "/f.bin",
-                into: temp.path,
-                name: "f.bin",
-                committed: 1 << 20,
-                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size))
-            )
             // The second half's connection had not written a byte: the part file ends at 1 MiB.
-            resumeData.segments = [
-                .init(start: 0, end: 2 << 20, committed: 1 << 20),
-                .init(start: 2 << 20, end: Int64(Self.size), committed: 2 << 20),
-            ]
+            let resumeData = try Self.twoSegmentResume(server, temp)
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(result.bytesFetched == Int64(Self.size) - (1 << 20))
@@ -215,18 +222,7 @@ struct SegmentTests {
             // sees is this download's (a paused run's request can reach a loaded server late and
             // take the fault meant for the resumed one).
             server.set("/f.bin", .init(size: Self.size, faultyResponses: 1, contentRangeFault: .wrongTotal(1)))
-            var resumeData = try seedPartial(
-                server,
-                "/f.bin",
-                into: temp.path,
-                name: "f.bin",
-                committed: 1 << 20,
-                validators: Validators(etag: "\"v1-1\"", totalLength: Int64(Self.size))
-            )
-            resumeData.segments = [
-                .init(start: 0, end: 2 << 20, committed: 1 << 20),
-                .init(start: 2 << 20, end: Int64(Self.size), committed: 2 << 20),
-            ]
+            let resumeData = try Self.twoSegmentResume(server, temp)
             let result = try await downloader.download(resumingFrom: resumeData).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             let ranges = server.requests(for: "/f.bin").map { $0.header("Range") }
