@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #if defined(__linux__)
+#include <sys/vfs.h>
 #include <sys/xattr.h>
 #endif
 
@@ -151,6 +152,17 @@ void chaul_limit_arenas(int arenas) {
 void chaul_return_freed_memory(void) {
 #if defined(__GLIBC__)
     malloc_trim(0);
+#endif
+}
+
+unsigned long chaul_file_system_type(int fd) {
+#if defined(__linux__)
+    struct statfs info;
+    if (fstatfs(fd, &info) != 0) return 0;
+    return (unsigned long)info.f_type;
+#else
+    (void)fd;
+    return 0;
 #endif
 }
 

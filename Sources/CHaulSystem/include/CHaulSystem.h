@@ -38,6 +38,10 @@ int chaul_spawn(pid_t *pid, const char *path, char *const argv[], char *const en
 /// Makes nothing durable by itself: a later fdatasync(2) does, with less left to write.
 int chaul_start_writeback(int fd, off_t offset, off_t length);
 
+/// The type of the file system `fd` is on (fstatfs(2)'s f_type, such as 0xEF53 for ext4), or
+/// 0 where it cannot be read.
+unsigned long chaul_file_system_type(int fd);
+
 /// Keeps up to `bytes` of freed memory at the top of each of glibc's heaps instead of giving
 /// it back to the system at once (M_TRIM_THRESHOLD; nothing where the C library is not glibc).
 void chaul_retain_freed_memory(size_t bytes);

@@ -29,6 +29,8 @@ public final class Downloader: Sendable {
     private let speedFloor: Mutex<LowestSpeed?>
     /// The time its transfers measure and wait by (``Configuration/clock``).
     let timeline: Timeline
+    /// Where its transfers write what they receive; what it learns of slow writes is shared.
+    package let writePlacement: WritePlacement
 
     /// Opens the store and creates the HTTP client. Call ``shutdown()`` when done, or use
     /// ``withDownloader(configuration:_:)``.
@@ -56,6 +58,7 @@ public final class Downloader: Sendable {
         self.clients = ClientPool(configuration: http)
         self.configuration = configuration
         self.timeline = Timeline(configuration.clock)
+        self.writePlacement = WritePlacement(timeline: timeline)
         self.overallLimiter = RateLimiter(bytesPerSecond: configuration.overallRateLimit, clock: configuration.clock)
         self.speedFloor = Mutex(configuration.lowestSpeed)
     }
@@ -310,6 +313,7 @@ public final class Downloader: Sendable {
             setsRemoteTime: configuration.setsRemoteTime,
             setsOriginAttribute: configuration.setsOriginAttribute,
             timeline: timeline,
+            writePlacement: writePlacement,
             logger: configuration.logger
         )
     }

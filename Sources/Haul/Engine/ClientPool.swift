@@ -1,17 +1,24 @@
 import AsyncHTTPClient
+import NIOCore
+import NIOPosix
 import Synchronization
 
 /// The HTTP clients of a downloader: one for direct connections and one per proxy that
 /// tunnels (`CONNECT`, SOCKS5), made when first needed. AsyncHTTPClient sets its proxy per
 /// client, and every hop of a redirect may choose another.
 final class ClientPool: Sendable {
+    /// The event loops downloads read their connections on: a group of their own, apart from
+    /// NIO's shared one where a daemon serves its API, since a download may write what it
+    /// read on the loop that read it (``WritePlacement``).
+    static let loops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
+
     let direct: HTTPClient
     private let configuration: HTTPClient.Configuration
     private let proxied = Mutex<[ProxyEndpoint: HTTPClient]>([:])
 
     init(configuration: HTTPClient.Configuration) {
         self.configuration = configuration
-        direct = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+        direct = HTTPClient(eventLoopGroup: ClientPool.loops, configuration: configuration)
     }
 
     /// The client that reaches servers through `proxy` (nil: directly).
@@ -32,7 +39,7 @@ final class ClientPool: Sendable {
             case .socks5:
                 configuration.proxy = .socksServer(host: proxy.host, port: proxy.port)
             }
-            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+            let client = HTTPClient(eventLoopGroup: ClientPool.loops, configuration: configuration)
             clients[proxy] = client
             return client
         }

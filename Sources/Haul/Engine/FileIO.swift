@@ -1,7 +1,7 @@
 import NIOPosix
 
-/// Where Haul's blocking file work runs: writes, syncs, digests, renames, opening the
-/// store. Never Swift's cooperative threads (there may be only two of them, and a
+/// Where Haul's blocking file work runs: syncs, digests, renames, opening the store, and the
+/// writes ``WritePlacement`` does not put on the event loop that read their bytes. Never Swift's cooperative threads (there may be only two of them, and a
 /// blocked one stalls every task), and not NIO's shared pool either, whose few threads
 /// would make one download's write wait behind another's `fsync`.
 enum FileIO {

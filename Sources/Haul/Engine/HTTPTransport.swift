@@ -34,6 +34,8 @@ struct HTTPTransport: Sendable {
         var url: URL
         /// The proxy the response came through, if any.
         var proxy: ProxyEndpoint?
+        /// Where its body is read, when Haul's pipe reads it (``WritePlacement``).
+        var site: ReadSite?
         var status: Int { Int(head.status.code) }
         var headers: HTTPHeaders { head.headers }
     }
@@ -80,7 +82,7 @@ struct HTTPTransport: Sendable {
                     "proxy": "\(proxy?.endpoint ?? "none")",
                 ]
             )
-            let head = try await send(request, to: current, through: proxy, logger: logger)
+            let (head, site) = try await send(request, to: current, through: proxy, logger: logger)
             cookies?.receive(head.headers["Set-Cookie"], from: current)
             let status = Int(head.status.code)
             if status == 407, let proxy {
@@ -89,7 +91,7 @@ struct HTTPTransport: Sendable {
             }
             guard HTTPTransport.redirectStatuses.contains(status), let location = head.headers.first(name: "Location")
             else {
-                return Response(head: head, url: current, proxy: proxy)
+                return Response(head: head, url: current, proxy: proxy, site: site)
             }
             await HTTPTransport.discard(head.body)
             hops += 1
@@ -139,28 +141,30 @@ struct HTTPTransport: Sendable {
     }
 
     /// Sends `request` for `url`, through `proxy` if any (an HTTP proxy forwards plain
-    /// http; anything else tunnels), and returns the answer's head.
+    /// http; anything else tunnels), and returns the answer's head and where its body is read.
     private func send(
         _ request: HTTPClientRequest,
         to url: URL,
         through proxy: ProxyEndpoint?,
         logger: Logger
-    ) async throws -> HTTPClientResponse {
+    ) async throws -> (HTTPClientResponse, ReadSite?) {
         do {
             if let proxy, proxy.kind == .http, url.scheme?.lowercased() == "http" {
-                return try await ProxyForwarding.get(
+                let head = try await ProxyForwarding.get(
                     url,
                     headers: request.headers,
                     through: proxy,
                     connectTimeout: connectTimeout,
                     readTimeout: readTimeout
                 )
+                return (head, nil)
             }
-            return try await BodyDelegate.execute(
+            let (head, site) = try await BodyDelegate.execute(
                 request,
                 on: clients.client(through: proxy),
                 logger: HTTPTransport.clientLogger(logger)
             )
+            return (head, site)
         } catch {
             throw connectionError(error, url: url, proxy: proxy)
         }

@@ -28,6 +28,8 @@ final class PartFile: Sendable {
     let path: String
     private let descriptor: Int32
     private let closed = Mutex(false)
+    /// Whether the file is on a local disk's file system (``LocalDisk``).
+    let isOnLocalDisk: Bool
 
     /// Why an existing part file cannot be used.
     enum Claim: Error, Equatable {
@@ -60,6 +62,7 @@ final class PartFile: Sendable {
         }
         self.path = path
         self.descriptor = descriptor
+        isOnLocalDisk = LocalDisk.holds(descriptor)
     }
 
     /// Device and inode, `"dev:ino"`: the file's identity where extended attributes are
@@ -216,6 +219,7 @@ final class PartFile: Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw HaulError.fileSystem("open", path: path, errno: errno) }
         self.descriptor = fd
+        isOnLocalDisk = LocalDisk.holds(fd)
     }
 
     deinit {
@@ -235,13 +239,6 @@ final class PartFile: Sendable {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { throw HaulError.fileSystem("stat", path: path, errno: errno) }
         return Int64(info.st_size)
-    }
-
-    /// Writes all of `buffer` at `offset`.
-    func write(_ buffer: ByteBuffer, at offset: Int64) throws {
-        try buffer.withUnsafeReadableBytes { bytes in
-            try write(bytes, at: offset)
-        }
     }
 
     /// Writes the buffers back to back starting at `offset`, in as few `pwritev` calls as

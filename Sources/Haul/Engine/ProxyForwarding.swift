@@ -24,7 +24,7 @@ enum ProxyForwarding {
         connectTimeout: Duration,
         readTimeout: Duration
     ) async throws -> HTTPClientResponse {
-        let channel = try await ClientBootstrap(group: HTTPClient.defaultEventLoopGroup)
+        let channel = try await ClientBootstrap(group: ClientPool.loops)
             .connectTimeout(.nanoseconds(connectTimeout.nanoseconds))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .connect(host: proxy.host, port: proxy.port) { channel in

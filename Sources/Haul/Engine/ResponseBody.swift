@@ -260,14 +260,15 @@ final class BodyDelegate: HTTPClientResponseDelegate {
         self.pipe = pipe
     }
 
-    /// Runs `request` on `client` and returns once its head has arrived; the body is read
-    /// ahead into a ``BodyPipe`` (AsyncHTTPClient's own response body holds one buffer at a time).
+    /// Runs `request` on `client` and returns once its head has arrived, with where its body
+    /// is read: the body is read ahead into a ``BodyPipe`` (AsyncHTTPClient's own response
+    /// body holds one buffer at a time) on the request's event loop.
     static func execute(
         _ request: HTTPClientRequest,
         on client: HTTPClient,
         logger: Logger
     ) async throws
-        -> HTTPClientResponse
+        -> (HTTPClientResponse, ReadSite)
     {
         let pipe = BodyPipe()
         let delegate = BodyDelegate(pipe: pipe)
@@ -288,12 +289,13 @@ final class BodyDelegate: HTTPClientResponseDelegate {
         } onCancel: {
             task.fail(reason: CancellationError())
         }
-        return HTTPClientResponse(
+        let response = HTTPClientResponse(
             version: head.version,
             status: head.status,
             headers: head.headers,
             body: .stream(ResponseBody(pipe))
         )
+        return (response, ReadSite(loop: task.eventLoop, pipe: pipe))
     }
 
     func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {

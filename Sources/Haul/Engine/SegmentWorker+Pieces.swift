@@ -171,7 +171,7 @@ extension SegmentWorker {
         case .failure:
             throw await HTTPTransport.failure(response, url: source.url)
         }
-        var batch = WriteBatch(offset: range.lowerBound)
+        var batch = WriteBatch(offset: range.lowerBound, site: response.site, placement: writePlacement)
         do {
             for try await buffer in response.head.body {
                 guard batch.offset + Int64(batch.count + buffer.readableBytes) <= range.upperBound else {

@@ -259,3 +259,7 @@ extension HaulError.Code {
         }
     }
 }
+
+/// A source was dropped for the download while one of its responses was streaming: the
+/// connection leaves it (its segment goes back to be claimed).
+struct SourceDropped: Error {}

@@ -51,6 +51,8 @@ struct SegmentWorker: Sendable {
     var share: HostConnections.Share?
     /// The time the connections measure (flushes, the speed floor) and wait (retries) by.
     var timeline = Timeline()
+    /// Where received bytes are written; nil: on ``FileIO``'s threads.
+    var writePlacement: WritePlacement?
 
     /// How a connection's work ended.
     enum Ending: Sendable, Equatable {
@@ -244,7 +246,8 @@ struct SegmentWorker: Sendable {
         var position = segment.bodyOffset
         var overlap = segment.overlap
         var overlapChecked = 0
-        var batch = WriteBatch(offset: position + Int64(overlap.count))
+        let site = segment.response.site
+        var batch = WriteBatch(offset: position + Int64(overlap.count), site: site, placement: writePlacement)
         // A source is credited with the bytes of it that reach the file, as they are written;
         // the pieces they complete are queued for checking.
         var credited = batch.offset
@@ -392,7 +395,3 @@ struct SegmentWorker: Sendable {
         )
     }
 }
-
-/// A source was dropped for the download while one of its responses was streaming: the
-/// connection leaves it (its segment goes back to be claimed).
-struct SourceDropped: Error {}

@@ -179,7 +179,8 @@ extension Transfer {
             lowestSpeed: environment.lowestSpeed,
             crossChecksMirrors: checksum == nil && serverDigest == nil && pieces?.verifier == nil,
             share: share,
-            timeline: environment.timeline
+            timeline: environment.timeline,
+            writePlacement: environment.writePlacement
         )
     }
 

@@ -31,6 +31,8 @@ struct TransferEnvironment: Sendable {
     var setsOriginAttribute = true
     /// The time transfers measure and wait by (the downloader's clock).
     var timeline = Timeline()
+    /// Where transfers write what they receive (the downloader's).
+    var writePlacement = WritePlacement()
     /// Runs the placement of a finished file (its rename) as the step that makes the task
     /// completed: at once on its own, or guarded by a shared queue
     /// (``SharedQueue/placeFinished(_:completing:_:)``), which records the run's last

@@ -13,11 +13,18 @@ struct WriteBatch {
     private(set) var offset: Int64
     private var buffers: [ByteBuffer] = []
     private(set) var count = 0
+    /// Where the bytes were read, and who says where they are written (``WritePlacement``);
+    /// nil: on ``FileIO``'s threads.
+    private let site: ReadSite?
+    private let placement: WritePlacement?
+    private var pace = WritePlacement.Pace()
     /// Flush once this many bytes are pending.
     static let limit = 256 << 10
 
-    init(offset: Int64) {
+    init(offset: Int64, site: ReadSite? = nil, placement: WritePlacement? = nil) {
         self.offset = offset
+        self.site = site
+        self.placement = placement
         buffers.reserveCapacity(64)
     }
 
@@ -28,17 +35,27 @@ struct WriteBatch {
         count += buffer.readableBytes
     }
 
-    /// Writes what is pending, on NIO's thread pool (a `pwritev` blocks; Swift's
-    /// cooperative threads must not); afterwards the batch continues right after it.
+    /// Writes what is pending, never on Swift's cooperative threads (a `pwritev` blocks):
+    /// on the event loop that read the bytes when the ``WritePlacement`` says so, else on
+    /// ``FileIO``'s threads; afterwards the batch continues right after it.
     /// - Parameter evenIfStopped: write even when the task is cancelled (what arrived before
     ///   a stop is kept); otherwise a cancelled task may leave it unwritten, and the batch as it was.
     mutating func flush(to part: PartFile, evenIfStopped: Bool = false) async throws {
         guard count > 0 else { return }
         let (buffers, offset) = (self.buffers, self.offset)
-        let write: @Sendable () async throws -> Void = {
-            try await FileIO.run { try part.write(buffers, at: offset) }
+        let write: @Sendable () throws -> Void = { try part.write(buffers, at: offset) }
+        let run: @Sendable () async throws -> Void
+        if let placement, let loop = placement.loop(for: site, part: part, pace: pace) {
+            run = {
+                try Task.checkCancellation()
+                try await placement.write(on: loop, write)
+            }
+        } else {
+            run = { try await FileIO.run(write) }
         }
-        if evenIfStopped { try await uncancellable(write) } else { try await write() }
+        let started = placement?.now
+        if evenIfStopped { try await uncancellable(run) } else { try await run() }
+        if let placement, let started { pace.wrote(from: started, to: placement.now) }
         HaulMetrics.received(count)
         self.offset += Int64(count)
         self.buffers.removeAll(keepingCapacity: true)
