@@ -241,6 +241,13 @@ struct SegmentWorker: Sendable {
     /// the response should cover the segment exactly, it is read to its end so a body longer
     /// than promised is caught (rule 8).
     func stream(_ segment: SegmentResponse, source: Int? = nil) async throws {
+        // On the loop that reads the body: its batches and writes there wake no other thread.
+        try await withTaskExecutorPreference(segment.response.site?.executor) {
+            try await streamBody(segment, source: source)
+        }
+    }
+
+    private func streamBody(_ segment: SegmentResponse, source: Int?) async throws {
         let url = segment.mirror ?? url
         let start = segment.segmentStart
         var position = segment.bodyOffset
@@ -268,7 +275,7 @@ struct SegmentWorker: Sendable {
                     speedFloor = floor
                 }
                 if overlapChecked < overlap.count, buffer.readableBytes > 0 {
-                    let n = try Self.compare(&buffer, with: overlap, from: overlapChecked)
+                    let n = try SegmentResponse.compare(&buffer, with: overlap, from: overlapChecked)
                     overlapChecked += n
                     position += Int64(n)
                     if overlapChecked == overlap.count { overlap = [] }
@@ -312,20 +319,6 @@ struct SegmentWorker: Sendable {
         plan.wrote(upTo: batch.offset, segmentStart: start)
         credit()
         try checkEnd(of: segment, at: position, overlapLeft: overlap.count - overlapChecked, url: url)
-    }
-
-    /// The bytes of `buffer` that overlap what is on disk (rule 7), compared with
-    /// `overlap` from `checked` on and consumed; how many. Throws ``Restart`` when they differ.
-    private static func compare(_ buffer: inout ByteBuffer, with overlap: [UInt8], from checked: Int) throws -> Int {
-        let n = min(buffer.readableBytes, overlap.count - checked)
-        let matches = buffer.withUnsafeReadableBytes { received in
-            overlap.withUnsafeBytes { expected in
-                memcmp(received.baseAddress!, expected.baseAddress! + checked, n) == 0
-            }
-        }
-        guard matches else { throw Restart(reason: "the bytes before the resume point changed") }
-        buffer.moveReaderIndex(forwardBy: n)
-        return n
     }
 
     /// A response that ended at `position` ended where its segment does: not inside the

@@ -6,6 +6,26 @@ import Synchronization
 struct ReadSite: Sendable {
     let loop: any EventLoop
     let pipe: BodyPipe
+
+    /// The loop as a task executor, for the task that consumes the body.
+    var executor: LoopExecutor { LoopExecutor(loop) }
+}
+
+/// An event loop as a task executor: a task that prefers it runs its jobs on the loop's thread
+/// (Swift's cooperative threads otherwise). The task that consumes a response's body runs on
+/// the loop that reads it, so waking it for a batch, and again after a write on the loop, is a
+/// job queued on that thread, not a wake-up of another.
+final class LoopExecutor: TaskExecutor {
+    let loop: any EventLoop
+
+    init(_ loop: any EventLoop) {
+        self.loop = loop
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
 }
 
 /// Decides where a batch of received bytes is written: on the event loop that read them, or

@@ -102,6 +102,23 @@ struct WritePlacementTests {
         try await fixture.shutdown()
     }
 
+    @Test("a task that prefers a loop runs on its thread, and comes back to it after each suspension")
+    func taskOnTheLoop() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let seen = try await withTaskExecutorPreference(LoopExecutor(loop)) { () async throws -> [Bool] in
+            var seen = [loop.inEventLoop]
+            await Task.yield()
+            seen.append(loop.inEventLoop)
+            try await FileIO.run {}
+            seen.append(loop.inEventLoop)
+            return seen
+        }
+        #expect(seen == [true, true, true])
+        #expect(!loop.inEventLoop)
+        try await group.shutdownGracefully()
+    }
+
     @Test("a download paced by its server is written on its connection's loop, byte for byte")
     func downloadWritesOnTheLoop() async throws {
         try await withHarness { server, downloader, temp in
