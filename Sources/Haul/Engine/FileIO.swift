@@ -1,9 +1,10 @@
 import NIOPosix
 
 /// Where Haul's blocking file work runs: syncs, digests, renames, opening the store, and the
-/// writes ``WritePlacement`` does not put on the event loop that read their bytes. Never Swift's cooperative threads (there may be only two of them, and a
-/// blocked one stalls every task), and not NIO's shared pool either, whose few threads
-/// would make one download's write wait behind another's `fsync`.
+/// writes ``WritePlacement`` does not put on the event loop that read their bytes. Never
+/// Swift's cooperative threads (there may be only two of them, and a blocked one stalls every
+/// task), and not NIO's shared pool either, whose few threads would make one download's write
+/// wait behind another's `fsync`.
 enum FileIO {
     /// Threads enough that writes go on while several downloads sync.
     static let pool: NIOThreadPool = {

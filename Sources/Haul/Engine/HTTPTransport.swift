@@ -159,12 +159,11 @@ struct HTTPTransport: Sendable {
                 )
                 return (head, nil)
             }
-            let (head, site) = try await BodyDelegate.execute(
+            return try await BodyDelegate.execute(
                 request,
                 on: clients.client(through: proxy),
                 logger: HTTPTransport.clientLogger(logger)
             )
-            return (head, site)
         } catch {
             throw connectionError(error, url: url, proxy: proxy)
         }

@@ -1,6 +1,8 @@
+import AsyncHTTPClient
 import Foundation
 import HaulTestSupport
 import HaulTesting
+import Logging
 import NIOCore
 import NIOPosix
 import Testing
@@ -117,6 +119,27 @@ struct WritePlacementTests {
         #expect(seen == [true, true, true])
         #expect(!loop.inEventLoop)
         try await group.shutdownGracefully()
+    }
+
+    @Test("a response is read on the downloads' own loops, not on NIO's shared ones where a daemon serves its API")
+    func loopsOfTheirOwn() async throws {
+        try await TestServer.withServer { server in
+            server.set("/f.bin", .init(size: 1 << 10))
+            let clients = ClientPool(configuration: HTTPClient.Configuration())
+            let transport = HTTPTransport(clients: clients, maxRedirects: 5, userAgent: "haul-test")
+            let response = try await transport.get(
+                server.url("/f.bin"),
+                headers: [],
+                range: nil,
+                ifRange: nil,
+                logger: Logger(label: "test")
+            )
+            await HTTPTransport.discard(response.head.body)
+            let loop = try #require(response.site?.loop)
+            #expect(ClientPool.loops.makeIterator().contains { $0 === loop })
+            #expect(!MultiThreadedEventLoopGroup.singleton.makeIterator().contains { $0 === loop })
+            try await clients.shutdown()
+        }
     }
 
     @Test("a download paced by its server is written on its connection's loop, byte for byte")
