@@ -129,15 +129,23 @@ let package = Package(
         // A release `haul` is linked by lld with its relative relocations packed (DT_RELR,
         // glibc 2.36) and no symbols exported to the dynamic table (nothing loads them): the
         // loader has a 4 MiB relocation table and 2 MiB of symbols less to read at each start,
-        // 6 MiB less resident for every `haul` process (Benchmarks/run --workload memory).
+        // 6 MiB less resident for every `haul` process (Benchmarks/run --workload memory). The
+        // functions a download runs come first, together (symbol-order.txt, written by
+        // scripts/symbol-order; names it lists that no longer exist are skipped), and the
+        // compiler's private functions before them (layout.ld): the kernel maps code 64 KiB or
+        // more at a time, so scattered they kept 10 MiB more of it resident.
         .executableTarget(
             name: "haul",
             dependencies: ["HaulCLI"],
+            exclude: ["symbol-order.txt", "layout.ld"],
             linkerSettings: [
                 .unsafeFlags(
                     [
                         "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker",
-                        "--no-export-dynamic",
+                        "--no-export-dynamic", "-Xlinker",
+                        "--symbol-ordering-file=\(Context.packageDirectory)/Sources/haul/symbol-order.txt",
+                        "-Xlinker", "--no-warn-symbol-ordering", "-Xlinker",
+                        "--script=\(Context.packageDirectory)/Sources/haul/layout.ld",
                     ],
                     .when(configuration: .release)
                 )
