@@ -1,35 +1,50 @@
 import Foundation
 import GRDB
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// Dates as the store writes them: `yyyy-MM-dd HH:mm:ss.SSS` in UTC, the text GRDB reads back.
 ///
-/// Formatted by hand rather than with GRDB's default `DateFormatter`, which loads ICU and
-/// its data (about 6 MiB of resident memory) into every process that writes a task.
+/// Formatted and parsed by hand rather than with GRDB's default `DateFormatter`, which loads
+/// ICU and its data (about 6 MiB of resident memory) into every process that writes a task;
+/// and with the calendar's arithmetic rather than `timegm` and `split`, since every task read
+/// from the store has three dates (40,000 instructions each before, a task listed or re-added
+/// read two tasks).
 package enum StoreDate {
     package static func text(_ date: Date) -> String {
         let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
-        var seconds = time_t(milliseconds.quotientAndRemainder(dividingBy: 1000).quotient)
-        var millis = Int(milliseconds % 1000)
-        if millis < 0 {
-            millis += 1000
-            seconds -= 1
+        let (days, inDay) = floorDivision(milliseconds, 86_400_000)
+        let (year, month, day) = civil(days: days)
+        guard (0...9999).contains(year) else { return slowText(year, month, day, inDay) }
+        let fields: [(Int64, Int)] = [
+            (year, 4), (month, 2), (day, 2), (inDay / 3_600_000, 2), (inDay / 60_000 % 60, 2),
+            (inDay / 1000 % 60, 2), (inDay % 1000, 3),
+        ]
+        let separators: [UInt8] = [
+            UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: " "), UInt8(ascii: ":"),
+            UInt8(ascii: ":"), UInt8(ascii: "."),
+        ]
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(23)
+        for (index, (value, width)) in fields.enumerated() {
+            if index > 0 { bytes.append(separators[index - 1]) }
+            var divisor: Int64 = 1
+            for _ in 1..<width { divisor *= 10 }
+            while divisor > 0 {
+                bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
         }
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// A year outside 0–9999 (a date from a server's far past or future): the same fields,
+    /// the year as many digits as it has.
+    private static func slowText(_ year: Int64, _ month: Int64, _ day: Int64, _ inDay: Int64) -> String {
+        func pad(_ value: Int64, _ width: Int) -> String {
             let digits = String(value)
             return String(repeating: "0", count: max(0, width - digits.count)) + digits
         }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2)) "
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(millis), 3))"
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(pad(inDay / 3_600_000, 2)):"
+            + "\(pad(inDay / 60_000 % 60, 2)):\(pad(inDay / 1000 % 60, 2)).\(pad(inDay % 1000, 3))"
     }
 
     /// Reads a stored date: the text above (seconds and milliseconds optional), or a number
@@ -43,26 +58,97 @@ package enum StoreDate {
         }
     }
 
+    /// `yyyy-MM-dd`, then optionally ` HH:mm` (or `THH:mm`), `:ss` and `.` with a fraction of a
+    /// second; nil for anything else, a month or a time of day out of range included.
     package static func date(_ text: String) -> Date? {
-        // yyyy-MM-dd[ HH:mm[:ss[.SSS]]] (also with a T between date and time)
-        let fields = text.split(whereSeparator: { "-: T.".contains($0) }).map { Int($0) }
-        guard fields.count >= 3, fields.allSatisfy({ $0 != nil }) else { return nil }
-        let values = fields.map { $0! }
-        var parts = tm()
-        parts.tm_year = Int32(values[0] - 1900)
-        parts.tm_mon = Int32(values[1] - 1)
-        parts.tm_mday = Int32(values[2])
-        parts.tm_hour = Int32(values.count > 3 ? values[3] : 0)
-        parts.tm_min = Int32(values.count > 4 ? values[4] : 0)
-        parts.tm_sec = Int32(values.count > 5 ? values[5] : 0)
-        let seconds = timegm(&parts)
+        var reader = DigitReader(Array(text.utf8))
+        guard let year = reader.number(digits: 1...6), reader.skip("-"),
+            let month = reader.number(digits: 2...2), reader.skip("-"),
+            let day = reader.number(digits: 2...2), (1...12).contains(month), (1...31).contains(day)
+        else { return nil }
+        var seconds = civilDays(year: year, month: month, day: day) * 86_400
         var fraction = 0.0
-        if values.count > 6, let dot = text.lastIndex(of: ".") {
-            fraction = Double("0" + text[dot...]) ?? 0
+        if !reader.atEnd {
+            guard reader.skip(" ") || reader.skip("T"), let hour = reader.number(digits: 2...2), reader.skip(":"),
+                let minute = reader.number(digits: 2...2), hour < 24, minute < 60
+            else { return nil }
+            seconds += hour * 3600 + minute * 60
+            if reader.skip(":") {
+                guard let second = reader.number(digits: 2...2), second <= 60 else { return nil }
+                seconds += second
+                if reader.skip(".") {
+                    let start = reader.position
+                    guard let digits = reader.number(digits: 1...9) else { return nil }
+                    var scale = 1.0
+                    for _ in start..<reader.position { scale *= 10 }
+                    fraction = Double(digits) / scale
+                    // Finer than a nanosecond: read, and dropped.
+                    while reader.number(digits: 1...9) != nil {}
+                }
+            }
+            guard reader.atEnd else { return nil }
         }
         return Date(timeIntervalSince1970: Double(seconds) + fraction)
     }
 
     /// Now, as stored text.
     package static var now: String { text(Date()) }
+
+    /// The quotient rounded down and the remainder that goes with it (never negative).
+    private static func floorDivision(_ value: Int64, _ divisor: Int64) -> (Int64, Int64) {
+        let (quotient, remainder) = value.quotientAndRemainder(dividingBy: divisor)
+        return remainder < 0 ? (quotient - 1, remainder + divisor) : (quotient, remainder)
+    }
+
+    /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+    private static func civil(days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+        let shifted = days + 719_468
+        let era = floorDivision(shifted, 146_097).0
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let shiftedMonth = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
+        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+
+    /// The days from 1970-01-01 to a proleptic Gregorian date (`days_from_civil`); a day past
+    /// its month's end counts on into the next, as `timegm` has it.
+    private static func civilDays(year: Int64, month: Int64, day: Int64) -> Int64 {
+        let year = month <= 2 ? year - 1 : year
+        let era = floorDivision(year, 400).0
+        let yearOfEra = year - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    /// Reads ASCII digits and separators from the front of a date's bytes.
+    private struct DigitReader {
+        let bytes: [UInt8]
+        var position = 0
+        init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+        var atEnd: Bool { position == bytes.count }
+
+        mutating func skip(_ separator: Unicode.Scalar) -> Bool {
+            guard position < bytes.count, bytes[position] == UInt8(ascii: separator) else { return false }
+            position += 1
+            return true
+        }
+
+        /// A run of digits whose length is in `digits`, or nil (nothing consumed).
+        mutating func number(digits: ClosedRange<Int>) -> Int64? {
+            var end = position
+            var value: Int64 = 0
+            while end < bytes.count, end - position < digits.upperBound, (48...57).contains(bytes[end]) {
+                value = value * 10 + Int64(bytes[end] - 48)
+                end += 1
+            }
+            guard digits.contains(end - position) else { return nil }
+            position = end
+            return value
+        }
+    }
 }

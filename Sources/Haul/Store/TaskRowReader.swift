@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 
 /// Reads a task's columns, turning any value that is not what Haul wrote into one
 /// sentence naming the task and the column.
@@ -59,11 +60,17 @@ struct TaskRowReader {
         }
     }
 
+    /// The TLS options last read, by their text: tasks share theirs (the system's
+    /// authorities, verified), and decoding the JSON cost more than the rest of the row.
+    private static let lastTLS = Mutex<(text: String, options: TLSOptions)?>(nil)
+
     func tls(_ column: Column) throws -> TLSOptions {
         guard let text: String = try value(column) else { return TLSOptions() }
+        if let last = Self.lastTLS.withLock({ $0 }), last.text == text { return last.options }
         do {
             let options = try JSONDecoder().decode(TLSOptions.self, from: Data(text.utf8))
             try options.validate()
+            Self.lastTLS.withLock { $0 = (text, options) }
             return options
         } catch {
             throw unreadable(column, "is not a set of TLS options")

@@ -353,21 +353,6 @@ struct ResumeDataTests {
         ftp.url = URL(string: "ftp://example.org/a")!
         await expectHaulError(.unsupportedScheme) { _ = try ResumeData(decoding: ftp.encoded()) }
     }
-
-    @Test("store dates: GRDB's text format, written and read without ICU, to the millisecond")
-    func storeDates() throws {
-        let date = Date(timeIntervalSince1970: 1_795_000_000.125)
-        #expect(StoreDate.text(date) == "2026-11-18 11:06:40.125")
-        #expect(StoreDate.date("2026-11-18 11:06:40.125")?.timeIntervalSince1970 == 1_795_000_000.125)
-        #expect(StoreDate.date("2026-11-18 11:06:40") == Date(timeIntervalSince1970: 1_795_000_000))
-        #expect(StoreDate.date("2026-11-18") == Date(timeIntervalSince1970: 1_794_960_000))
-        #expect(StoreDate.date("1969-12-31 23:59:59.500")?.timeIntervalSince1970 == -0.5)
-        #expect(StoreDate.text(Date(timeIntervalSince1970: -0.5)) == "1969-12-31 23:59:59.500")
-        #expect(StoreDate.date("yesterday") == nil)
-        // What GRDB itself wrote before (its DateFormatter) reads back the same.
-        let grdb = try #require(Date.fromDatabaseValue("2026-11-18 11:06:40.125".databaseValue))
-        #expect(StoreDate.date("2026-11-18 11:06:40.125") == grdb)
-    }
 }
 
 @Suite("Trimming a line's spaces", .timeLimit(.minutes(1)))
