@@ -48,6 +48,24 @@ struct GetSession {
             var urls: [UUID: URL] = [:]
             /// The tasks a followed Metalink added, in its order: the command waits for them too.
             var followed: [UUID] = []
+            /// How many times each task is in `order`, and how many of `order`'s entries have
+            /// an outcome: whether all have ended is known at each event without a pass over
+            /// them all (which made `haul get -i` of thousands of files quadratic).
+            var listed: [UUID: Int] = [:]
+            var ended = 0
+
+            mutating func enlist(_ id: UUID) {
+                order.append(id)
+                listed[id, default: 0] += 1
+                if outcomes[id] != nil { ended += 1 }
+            }
+
+            mutating func end(_ id: UUID, _ outcome: Outcome) {
+                if outcomes.updateValue(outcome, forKey: id) == nil { ended += listed[id, default: 0] }
+            }
+
+            /// Every file has ended, and every hook that ended one has reported.
+            var isFinished: Bool { ended == order.count && pendingHooks.isEmpty }
         }
 
         let state = Mutex(State())
@@ -55,7 +73,7 @@ struct GetSession {
         func add(_ id: UUID, name: String, hooks: Hooks = .none) {
             state.withLock {
                 $0.names[id] = name
-                $0.order.append(id)
+                $0.enlist(id)
                 $0.hooks[id] = hooks
             }
         }
@@ -109,20 +127,20 @@ struct GetSession {
                             problem,
                             hint: "Check the Metalink, or give --no-follow-metalink to keep it as a file"
                         )
-                        state.outcomes[id] = .failed(error)
+                        state.end(id, .failed(error))
                         state.finishedLines.append("Failed: \(error.description)")
                     } else {
-                        state.outcomes[id] = .completed(result)
+                        state.end(id, .completed(result))
                         state.finishedLines.append(GetSession.savedLine(result))
                     }
-                    for followed in result.followed where !state.order.contains(followed) {
+                    for followed in result.followed where state.listed[followed] == nil {
                         // A Metalink's files: the command waits for them as for its own.
-                        state.order.append(followed)
+                        state.enlist(followed)
                         state.followed.append(followed)
                         state.names[followed] = state.urls[followed]?.lastPathComponent ?? "a Metalink's file"
                     }
                 case .failed(let id, let error):
-                    state.outcomes[id] = .failed(error)
+                    state.end(id, .failed(error))
                     if state.hooks[id]?.onError != nil { state.pendingHooks.insert(id) }
                     state.finishedLines.append("Failed: \(error.description)")
                 case .hookFinished(let id, let run):
@@ -136,8 +154,7 @@ struct GetSession {
                 case .resumed, .networkChanged:
                     break
                 }
-                // Every file has ended, and every hook that ended one has reported.
-                return state.order.allSatisfy { state.outcomes[$0] != nil } && state.pendingHooks.isEmpty
+                return state.isFinished
             }
         }
     }
