@@ -15,8 +15,7 @@ extension PostgresStore: EventLogStore {
     static let appendLock: Int64 = 0x4841_554c_0004
 
     package func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] {
-        let encoder = HaulJSON.encoder()
-        return try await Postgres.run("log events") {
+        try await Postgres.run("log events") {
             try await client.withCheckedTransaction(logger: logger) { connection in
                 _ = try await connection.checkedQuery(
                     "SELECT pg_advisory_xact_lock(\(Self.appendLock))",
@@ -40,7 +39,7 @@ extension PostgresStore: EventLogStore {
                     }
                     record.eventID = nil
                     sessions.append(session)
-                    payloads.append(String(decoding: try encoder.encode(record), as: UTF8.self))
+                    payloads.append(record.jsonLine())
                     logged.append(record)
                 }
                 guard !logged.isEmpty else { return [] }

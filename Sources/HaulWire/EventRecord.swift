@@ -93,12 +93,6 @@ public struct EventRecord: Codable, Sendable, Equatable {
         self.time = time
     }
 
-    /// One line of JSON (keys sorted, ISO 8601 time), without the newline.
-    public func jsonLine() -> String {
-        // Plain values always encode.
-        String(decoding: (try? API.JSON.encoder().encode(self)) ?? Data(), as: UTF8.self)
-    }
-
     /// Decodes a line written by ``jsonLine()``.
     public init(jsonLine: some StringProtocol) throws {
         self = try API.JSON.decoder.decode(EventRecord.self, from: Data(jsonLine.utf8))

@@ -18,8 +18,7 @@ extension Store {
     /// so a repair after a crash and a late event never both land.
     /// - Returns: the events as logged, with their ids.
     package func appendEvents(_ records: [EventRecord]) async throws -> [EventRecord] {
-        let encoder = HaulJSON.encoder()
-        return try await write { db in
+        try await write { db in
             var logged: [EventRecord] = []
             for var record in records {
                 guard let session = record.session ?? (record.taskID == nil ? Store.everySession : nil) else {
@@ -40,7 +39,7 @@ extension Store {
                         .execute(arguments: [announces.rawValue, record.taskID])
                 }
                 record.eventID = nil
-                let payload = String(decoding: try encoder.encode(record), as: UTF8.self)
+                let payload = record.jsonLine()
                 try db.cachedStatement(sql: "INSERT INTO event (session, payload, createdAt) VALUES (?, ?, ?)")
                     .execute(arguments: [session, payload, StoreDate.now])
                 record.eventID = db.lastInsertedRowID
