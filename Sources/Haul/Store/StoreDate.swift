@@ -10,7 +10,10 @@ import GRDB
 /// read two tasks).
 package enum StoreDate {
     package static func text(_ date: Date) -> String {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        // Never a trap: a date no Int64 of milliseconds holds (infinite, not a number, or
+        // beyond 290,000 years) is written as the nearest one that does.
+        let scaled = (date.timeIntervalSince1970 * 1000).rounded(.down)
+        let milliseconds = scaled.isNaN ? 0 : Int64(max(min(scaled, 9e15), -9e15))
         let (days, inDay) = floorDivision(milliseconds, 86_400_000)
         let (year, month, day) = civil(days: days)
         guard (0...9999).contains(year) else { return slowText(year, month, day, inDay) }

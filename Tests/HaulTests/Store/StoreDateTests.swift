@@ -74,6 +74,13 @@ struct StoreDateTests {
         let far = Date(timeIntervalSince1970: 400_000_000_000)
         #expect(StoreDate.text(far) == "14645-06-30 15:06:40.000")
         #expect(StoreDate.date("14645-06-30 15:06:40.000") == far)
+        // Dates no Int64 of milliseconds holds are written, never a trap: the far future as a
+        // date the store reads back, the far past as a year before 0 (which it refuses).
+        for odd in [Date(timeIntervalSince1970: .infinity), Date(timeIntervalSince1970: 1e300), .distantFuture] {
+            #expect(StoreDate.date(StoreDate.text(odd)) != nil, "\(StoreDate.text(odd))")
+        }
+        #expect(StoreDate.text(Date(timeIntervalSince1970: -1e300)).hasPrefix("-"))
+        #expect(StoreDate.text(Date(timeIntervalSince1970: .nan)) == "1970-01-01 00:00:00.000")
     }
 
     /// The text by `gmtime_r`, as the store's dates were written before.
