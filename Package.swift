@@ -137,7 +137,7 @@ let package = Package(
         .executableTarget(
             name: "haul",
             dependencies: ["HaulCLI"],
-            exclude: ["symbol-order.txt", "layout.ld"],
+            exclude: ["symbol-order.txt", "layout.ld", "link"],
             linkerSettings: [
                 .unsafeFlags(
                     [
@@ -146,6 +146,9 @@ let package = Package(
                         "--symbol-ordering-file=\(Context.packageDirectory)/Sources/haul/symbol-order.txt",
                         "-Xlinker", "--no-warn-symbol-ordering", "-Xlinker",
                         "--script=\(Context.packageDirectory)/Sources/haul/layout.ld",
+                        // -lstdc++ finds Sources/haul/link/libstdc++.so first: a linker script
+                        // naming the static libstdc++.a.
+                        "-L", "\(Context.packageDirectory)/Sources/haul/link",
                     ],
                     .when(configuration: .release)
                 )

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "CHaulXML.h"
+
 /// fsetxattr(2); -1 with errno ENOTSUP where the platform has no extended attributes.
 int chaul_fsetxattr(int fd, const char *name, const void *value, size_t size);
 /// fgetxattr(2).

@@ -1,13 +1,10 @@
 import Foundation
 
-#if canImport(FoundationXML)
-import FoundationXML
-#endif
-
 /// A Metalink document: files, each with its size, hashes, piece hashes and the URLs that
 /// serve it — Metalink 4 (RFC 5854, `.meta4`) and Metalink 3 (metalinker.org, `.metalink`).
 ///
-/// Parsed with Foundation's `XMLParser` (libxml2) without resolving external entities.
+/// Parsed with libxml2's pull parser (``XMLPullReader``), loaded when a Metalink is first read;
+/// a document type declaration is refused, so no entity is expanded or fetched.
 /// Everything in it comes from outside and is checked: names are relative paths without
 /// `..`, sizes are bounded, hashes are hex of their algorithm's length, and every file has
 /// an http(s) URL; anything else is one sentence naming the file and what is wrong.
@@ -41,14 +38,13 @@ public struct Metalink: Sendable, Equatable {
         guard data.count <= Metalink.maxDocumentBytes else {
             throw HaulError(.invalidArgument, "\(source) is larger than 16 MiB: not a Metalink Haul reads")
         }
-        let reader = MetalinkReader()
-        let parser = XMLParser(data: data)
-        parser.shouldProcessNamespaces = true
-        parser.shouldResolveExternalEntities = false
-        parser.delegate = reader
-        guard parser.parse(), reader.failure == nil else {
-            let line = parser.lineNumber
-            let reason = reader.failure ?? "it is not well-formed XML"
+        var reader = MetalinkReader()
+        do {
+            try XMLPullReader.read(data) { node, place in reader.take(node, at: place) }
+        } catch {
+            throw HaulError(.invalidArgument, "\(source) \(Metalink.sentence(for: error))")
+        }
+        if let (reason, line) = reader.failure {
             throw HaulError(.invalidArgument, "\(source) is not a Metalink Haul can use (line \(line)): \(reason)")
         }
         guard reader.sawRoot else {
@@ -164,13 +160,25 @@ public struct Metalink: Sendable, Equatable {
         )
     }
 
+    /// What is wrong with a document the XML reader refused, after its name.
+    private static func sentence(for failure: XMLPullReader.Failure) -> String {
+        switch failure {
+        case .unavailable:
+            "cannot be read: reading a Metalink needs libxml2 (libxml2.so.2), which is not installed; install it (on Debian and Ubuntu: apt install libxml2)"
+        case .notWellFormed(let line):
+            "is not a Metalink Haul can use (line \(line)): it is not well-formed XML"
+        case .documentType(let line):
+            "is not a Metalink Haul can use (line \(line)): it declares a document type (<!DOCTYPE>), which a Metalink has no need of and Haul does not read"
+        }
+    }
+
     private static func algorithm(named type: String) -> Checksum.Algorithm? {
         Checksum.Algorithm(named: type)
     }
 }
 
-/// Collects a Metalink document's elements as `XMLParser` reports them.
-private final class MetalinkReader: NSObject, XMLParserDelegate {
+/// Collects a Metalink document's elements as ``XMLPullReader`` reads them.
+private struct MetalinkReader {
     struct RawFile {
         var name: String
         var size: String?
@@ -183,7 +191,8 @@ private final class MetalinkReader: NSObject, XMLParserDelegate {
     static let metalink3 = "http://www.metalinker.org/"
 
     var files: [RawFile] = []
-    var failure: String?
+    /// Why the document is refused, and the line the reader was at.
+    var failure: (reason: String, line: Int)?
     var sawRoot = false
     private var path: [String] = []
     private var text = ""
@@ -196,66 +205,73 @@ private final class MetalinkReader: NSObject, XMLParserDelegate {
     private static let maxURLs = 1000
     private static let maxPieces = 4 << 20
 
-    private func fail(_ parser: XMLParser, _ reason: String) {
-        if failure == nil { failure = reason }
-        parser.abortParsing()
+    /// Takes one node; false once the document is refused.
+    mutating func take(_ node: XMLPullReader.Node, at place: XMLPullReader.Place) -> Bool {
+        let refusal: String? =
+            switch node {
+            case .start(let name, let namespace): start(name, namespace: namespace, place: place)
+            case .text(let string): add(string)
+            case .end(let name): end(name)
+            }
+        if let refusal {
+            failure = (refusal, place.line)
+            return false
+        }
+        return true
     }
 
-    func parser(
-        _ parser: XMLParser,
-        didStartElement element: String,
-        namespaceURI: String?,
-        qualifiedName: String?,
-        attributes: [String: String] = [:]
-    ) {
+    private mutating func start(_ element: String, namespace: String?, place: XMLPullReader.Place) -> String? {
         if path.isEmpty {
-            guard element == "metalink", namespaceURI == Self.metalink4 || namespaceURI == Self.metalink3 else {
-                return fail(parser, "its root is <\(element.prefix(40))>, not <metalink> of Metalink 4 or 3")
+            guard element == "metalink", namespace == Self.metalink4 || namespace == Self.metalink3 else {
+                return "its root is <\(element.prefix(40))>, not <metalink> of Metalink 4 or 3"
             }
             sawRoot = true
-            version = namespaceURI == Self.metalink4 ? 4 : 3
+            version = namespace == Self.metalink4 ? 4 : 3
         }
         path.append(element)
         text = ""
-        guard path.count <= 16 else { return fail(parser, "its elements nest more than 16 deep") }
+        guard path.count <= 16 else { return "its elements nest more than 16 deep" }
         switch element {
         case "file" where path.count == (version == 4 ? 2 : 3):
-            guard files.count < Metalink.maxFiles else { return fail(parser, "it describes more than 10,000 files") }
-            guard let name = attributes["name"] else { return fail(parser, "a <file> has no name") }
+            guard files.count < Metalink.maxFiles else { return "it describes more than 10,000 files" }
+            guard let name = place.attribute("name") else { return "a <file> has no name" }
             current = RawFile(name: name)
         case "hash":
-            hashType = attributes["type"]
+            hashType = place.attribute("type")
         case "pieces" where current != nil:
-            guard let length = attributes["length"], let type = attributes["type"] else {
-                return fail(parser, "a <pieces> lacks its length or type")
+            guard let length = place.attribute("length"), let type = place.attribute("type") else {
+                return "a <pieces> lacks its length or type"
             }
             current?.pieces = (length, type, [])
         case "url" where current != nil:
             if version == 4 {
-                urlPriority = attributes["priority"].flatMap { Int($0) }.map { min(max($0, 1), 999_999) } ?? 999_999
+                urlPriority =
+                    place.attribute("priority").flatMap { Int($0) }.map { min(max($0, 1), 999_999) } ?? 999_999
             } else {
                 // Metalink 3: a preference from 100 (best) down to 0.
-                let preference = attributes["preference"].flatMap { Int($0) }.map { min(max($0, 0), 100) } ?? 0
+                let preference = place.attribute("preference").flatMap { Int($0) }.map { min(max($0, 0), 100) } ?? 0
                 urlPriority = 101 - preference
             }
         default:
             break
         }
+        return nil
     }
 
-    func parser(_ parser: XMLParser, foundCharacters string: String) {
+    private mutating func add(_ string: String) -> String? {
         guard text.utf8.count + string.utf8.count <= Self.maxText else {
-            return fail(parser, "an element holds more than 64 KiB of text")
+            return "an element holds more than 64 KiB of text"
         }
         text += string
+        return nil
     }
 
-    func parser(_ parser: XMLParser, didEndElement element: String, namespaceURI: String?, qualifiedName: String?) {
+    private mutating func end(_ element: String) -> String? {
         defer {
             path.removeLast()
             text = ""
         }
-        guard current != nil else { return }
+        guard current != nil else { return nil }
         let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
         let parent = path.count >= 2 ? path[path.count - 2] : ""
         switch element {
@@ -266,22 +282,19 @@ private final class MetalinkReader: NSObject, XMLParserDelegate {
             current?.size = value
         case "hash" where parent == "pieces":
             guard (current?.pieces?.hashes.count ?? 0) < Self.maxPieces else {
-                return fail(parser, "a file has more than 4 M piece hashes")
+                return "a file has more than 4 M piece hashes"
             }
             current?.pieces?.hashes.append(value)
         case "hash" where parent == "file" || parent == "verification":
             if let hashType { current?.hashes.append((hashType, value)) }
         case "url":
             guard (current?.urls.count ?? 0) < Self.maxURLs else {
-                return fail(parser, "a file has more than 1,000 URLs")
+                return "a file has more than 1,000 URLs"
             }
             current?.urls.append((value, urlPriority))
         default:
             break
         }
-    }
-
-    func parser(_ parser: XMLParser, parseErrorOccurred parseError: any Error) {
-        if failure == nil { failure = "it is not well-formed XML" }
+        return nil
     }
 }
