@@ -135,6 +135,10 @@ extension HaulCommand {
                     logger.logLevel = .debug
                     downloader.logger = logger
                 }
+                // Threads for file work as this command's connections can use at once (at least
+                // four: one download's checkpoint syncs and writes), not the daemon's sixteen.
+                let connections = downloads.connections ?? downloader.connectionsPerDownload
+                Downloader.suggestFileThreads(max(4, min(maxConcurrent, requests.count) * connections))
                 if downloads.streamsToStandardOutput {
                     // Nothing is recorded: the store stays untouched.
                     downloader.store = .inMemory

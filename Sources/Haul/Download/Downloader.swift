@@ -80,6 +80,15 @@ public final class Downloader: Sendable {
     /// The limit on all downloads together now.
     public var overallRateLimit: Int64? { overallLimiter.bytesPerSecond }
 
+    /// Suggests how many threads this process keeps for blocking file work (syncs, digests, the
+    /// writes not made on the connection's own thread): 1 to 16, 16 unless told. Takes effect
+    /// only when called before any downloader first touches a file; a program that runs one or
+    /// a few downloads at once (as `haul get` does) starts fewer threads, and so starts faster
+    /// and keeps less memory. Every count is correct; fewer only queue more work behind a sync.
+    public static func suggestFileThreads(_ count: Int) {
+        FileIO.suggest(threads: count)
+    }
+
     /// Runs `body` with a downloader and shuts it down afterwards, whether `body` throws or not.
     @discardableResult
     public static func withDownloader<Result>(
