@@ -114,14 +114,18 @@ public struct TLSOptions: Sendable, Hashable, Codable {
     }
 
     /// The client TLS configuration these options describe, reading the files they name
-    /// (on NIO's thread pool: reading is blocking I/O). Loaded once per process and options,
+    /// (on the file threads, ``FileIO``: reading is blocking I/O). Loaded once per process and options,
     /// and again only when one of the files changes (its size or modification time), so a
     /// thousand downloads with the same `--cacert` read it once, and a daemon sees a
     /// replaced bundle at the next start of a task.
     /// - Throws: ``HaulError/Code/invalidArgument`` naming the file that cannot be read or
     ///   holds no usable certificate or key.
     func configuration() async throws -> TLSConfiguration {
-        try await NIOThreadPool.singleton.runIfActive {
+        // Options that name no file read nothing: no hop to a file thread.
+        if certificateAuthorities == nil, certificateDirectory == nil, clientCertificate == nil, clientKey == nil {
+            return try loadConfiguration()
+        }
+        return try await FileIO.run {
             let stamp = self.stamp()
             if let cached = TLSOptions.loaded.withLock({ $0[self] }), cached.stamp == stamp {
                 return cached.configuration

@@ -216,7 +216,9 @@ struct HTTPTransport: Sendable {
         transport.tls = TLSSource(tls)
         transport.proxies = proxy
         transport.credentials = credentials
-        let (netrc, jar) = try await NIOThreadPool.singleton.runIfActive {
+        // Most downloads name neither file: no hop to a file thread for nothing.
+        guard credentials.netrcFile != nil || cookies.enabled else { return transport }
+        let (netrc, jar) = try await FileIO.run {
             (
                 try credentials.netrcFile.map { try Netrc(file: $0) },
                 cookies.enabled ? try CookieJar.starting(with: cookies, url: url) : nil
@@ -232,7 +234,7 @@ struct HTTPTransport: Sendable {
     func saveCookies(to path: String?, logger: Logger) async {
         guard let path, let jar = cookies else { return }
         do {
-            try await NIOThreadPool.singleton.runIfActive { try jar.save(to: path) }
+            try await FileIO.run { try jar.save(to: path) }
         } catch {
             logger.warning("the cookie jar was not saved", metadata: ["error": "\(error)"])
         }
