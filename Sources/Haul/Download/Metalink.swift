@@ -41,8 +41,19 @@ public struct Metalink: Sendable, Equatable {
         var reader = MetalinkReader()
         do {
             try XMLPullReader.read(data) { node, place in reader.take(node, at: place) }
-        } catch {
-            throw HaulError(.invalidArgument, "\(source) \(Metalink.sentence(for: error))")
+        } catch .unavailable {
+            throw HaulError(
+                .invalidArgument,
+                "\(source) cannot be read: reading a Metalink needs libxml2 (libxml2.so.2), which is not installed",
+                hint: "Install it (on Debian and Ubuntu: apt install libxml2)"
+            )
+        } catch .notWellFormed(let line) {
+            reader.failure = ("it is not well-formed XML", line)
+        } catch .documentType(let line) {
+            reader.failure = (
+                "it declares a document type (<!DOCTYPE>), which a Metalink has no need of and Haul does not read",
+                line
+            )
         }
         if let (reason, line) = reader.failure {
             throw HaulError(.invalidArgument, "\(source) is not a Metalink Haul can use (line \(line)): \(reason)")
@@ -158,18 +169,6 @@ public struct Metalink: Sendable, Equatable {
             pieces: pieces,
             urls: Array(urls.prefix(DownloadSource.maxSources))
         )
-    }
-
-    /// What is wrong with a document the XML reader refused, after its name.
-    private static func sentence(for failure: XMLPullReader.Failure) -> String {
-        switch failure {
-        case .unavailable:
-            "cannot be read: reading a Metalink needs libxml2 (libxml2.so.2), which is not installed; install it (on Debian and Ubuntu: apt install libxml2)"
-        case .notWellFormed(let line):
-            "is not a Metalink Haul can use (line \(line)): it is not well-formed XML"
-        case .documentType(let line):
-            "is not a Metalink Haul can use (line \(line)): it declares a document type (<!DOCTYPE>), which a Metalink has no need of and Haul does not read"
-        }
     }
 
     private static func algorithm(named type: String) -> Checksum.Algorithm? {

@@ -5,7 +5,6 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
-import Synchronization
 
 /// Sends GET requests through AsyncHTTPClient and follows redirects itself, so that every
 /// hop is checked: at most `maxRedirects`, only to http(s), credentials dropped when the
@@ -203,8 +202,8 @@ struct HTTPTransport: Sendable {
     }
 
     /// This transport with a download's TLS options, proxies, credentials and cookies. The
-    /// files they name (netrc, cookie jar) are read now, on NIO's thread pool, so a daemon
-    /// sees them as they are at each start.
+    /// files they name (netrc, cookie jar) are read now, on the file threads (``FileIO``), so a
+    /// daemon sees them as they are at each start.
     func configured(
         tls: TLSOptions,
         proxy: ProxySettings,
@@ -377,25 +376,5 @@ struct HTTPTransport: Sendable {
     static func isTimeout(_ error: any Error) -> Bool {
         guard let error = error as? HTTPClientError else { return false }
         return error == .readTimeout || error == .connectTimeout
-    }
-}
-
-/// A task's TLS configuration, loaded when its first https request needs it (an http download
-/// never reads certificate files), then shared by its connections.
-final class TLSSource: Sendable {
-    let options: TLSOptions
-    private let loaded = Mutex<TLSConfiguration?>(nil)
-
-    init(_ options: TLSOptions) {
-        self.options = options
-    }
-
-    /// nil for the defaults: the client's own configuration.
-    func configuration() async throws -> TLSConfiguration? {
-        if options.isDefault { return nil }
-        if let configuration = loaded.withLock({ $0 }) { return configuration }
-        let configuration = try await options.configuration()
-        loaded.withLock { $0 = configuration }
-        return configuration
     }
 }
