@@ -14,7 +14,7 @@ extension Store {
 
     package func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         do {
-            return try await writer.write(body)
+            return try await commits.write(body)
         } catch {
             throw Store.failure("Writing", error, path: writer.path)
         }

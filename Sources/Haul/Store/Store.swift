@@ -8,10 +8,13 @@ import GRDB
 /// on one store wait for each other instead of failing or corrupting it.
 public final class Store: TaskStore {
     let writer: any DatabaseWriter
+    /// Every write of a body of statements goes through it, so that writes at once share transactions.
+    let commits: GroupCommit
 
     /// A store over an open database, migrated; see Store+Opening for the ways to open one.
     init(writer: any DatabaseWriter) throws {
         self.writer = writer
+        commits = GroupCommit(writer: writer)
         let superseded: Bool
         do {
             // On the writer: a pool's reader opened before the migration would keep the old
