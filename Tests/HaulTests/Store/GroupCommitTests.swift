@@ -82,6 +82,52 @@ struct GroupCommitTests {
         #expect(count.commits.withLock { $0 } == 2)
     }
 
+    @Test("a write that makes SQLite roll the whole transaction back fails those before it; those after it commit next")
+    func abandoned() async throws {
+        let temp = try TemporaryDirectory()
+        let pool = try DatabasePool(path: temp.file("group.sqlite"))
+        try await pool.write { db in
+            try db.execute(sql: "CREATE TABLE t (n INTEGER NOT NULL)")
+            // What SQLite does on a full disk or an I/O error: the whole transaction is gone.
+            try db.execute(
+                sql:
+                    "CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.n = 99 BEGIN SELECT RAISE(ROLLBACK, 'refused'); END"
+            )
+        }
+        let group = GroupCommit(writer: pool)
+        let gate = DispatchSemaphore(value: 0)
+        let (started, starting) = AsyncStream<Void>.makeStream()
+        let first = Task {
+            try await group.write { db in
+                starting.yield()
+                gate.wait()
+                try db.execute(sql: "INSERT INTO t VALUES (0)")
+            }
+        }
+        for await _ in started { break }
+        // Queued one after another, so that they run in this order.
+        var writes: [(Int, Task<Void, any Error>)] = []
+        for n in [1, 2, 99, 3, 4] {
+            writes.append(
+                (
+                    n,
+                    Task {
+                        try await group.write { db in try db.execute(sql: "INSERT INTO t VALUES (?)", arguments: [n]) }
+                    }
+                )
+            )
+            while group.waiting < writes.count { await Task.yield() }
+        }
+        gate.signal()
+        try await first.value
+        var succeeded: [Int] = []
+        for (n, write) in writes {
+            if (try? await write.value) != nil { succeeded.append(n) }
+        }
+        #expect(succeeded == [3, 4])
+        #expect(try await pool.read { try Int.fetchAll($0, sql: "SELECT n FROM t ORDER BY n") } == [0, 3, 4])
+    }
+
     @Test("a write alone is a transaction of its own: its value returned, or its error with nothing kept")
     func alone() async throws {
         let temp = try TemporaryDirectory()
