@@ -49,6 +49,18 @@ public struct StreamedEvent: Sendable {
         self.init(eventID: eventID, kind: kind, json: message.data)
     }
 
+    /// The error for an event stream with a line or an event past the parser's bounds: not
+    /// the stream a Haul daemon sends.
+    static func overlong(from base: String) -> HaulError {
+        HaulError(
+            .invalidResponse,
+            "The event stream from \(base.removingPercentEncoding ?? base) sent a line longer than "
+                + "\(ServerSentEvents.Parser.maximumLine >> 20) MiB or an event larger than "
+                + "\(ServerSentEvents.Parser.maximumData >> 20) MiB; a Haul daemon's events are a few hundred bytes",
+            hint: "Check that the address is a Haul daemon's"
+        )
+    }
+
     /// Whether `text` holds a line break, read over its bytes in place.
     private static func hasLineBreak(_ text: String) -> Bool {
         var text = text

@@ -246,9 +246,7 @@ public final class HaulClient: Sendable {
     ///   - pauseOnDisconnect: when this client goes away (exits, is killed), the daemon
     ///     pauses the session's tasks, keeping their data.
     public func attach(session: String, after: Int64? = nil, pauseOnDisconnect: Bool = false) -> SessionEvents {
-        var query: [String] = []
-        if let after { query.append("after=\(after)") }
-        if pauseOnDisconnect { query.append("pauseOnDisconnect=true") }
+        let query = (after.map { ["after=\($0)"] } ?? []) + (pauseOnDisconnect ? ["pauseOnDisconnect=true"] : [])
         let path = "/sessions/\(session)/events" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
         return SessionEvents(client: self, session: session, path: path, acknowledges: after == nil)
     }
@@ -277,6 +275,7 @@ public final class HaulClient: Sendable {
                 let (events, failure) = StreamedEvent.events(parser.feed(buffer.readableBytesView))
                 if !events.isEmpty { continuation.yield(events) }
                 if let failure { throw failure }
+                if parser.isOverlong { throw StreamedEvent.overlong(from: base) }
             }
             continuation.finish()
         } catch {

@@ -22,26 +22,51 @@ package enum ServerSentEvents {
     }
 
     /// Reads the stream line by line, across chunk boundaries.
+    ///
+    /// What it keeps is bounded: a line longer than ``maximumLine`` or an event whose data
+    /// lines add up to more than ``maximumData`` (an event is a few hundred bytes) breaks the
+    /// stream: ``isOverlong`` says so, and nothing more is read from it. Each byte is looked
+    /// at once, however the stream is cut into reads.
     package struct Parser {
+        /// The longest line kept.
+        package static let maximumLine = 1 << 20
+        /// The most data one event gathers.
+        package static let maximumData = 4 << 20
+
         package init() {}
 
         private var buffer: [UInt8] = []
+        /// How much of `buffer` is known to hold no line break.
+        private var scanned = 0
         private var id: String?
         private var event: String?
         private var data: [String] = []
+        private var dataBytes = 0
+
+        /// A line or an event went past its bound: the stream is not one to read further.
+        package private(set) var isOverlong = false
 
         /// The messages completed by `bytes`.
         package mutating func feed(_ bytes: some Sequence<UInt8>) -> [Message] {
+            guard !isOverlong else { return [] }
             buffer.append(contentsOf: bytes)
             var messages: [Message] = []
             var start = 0
-            while let newline = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
+            var from = scanned
+            while let newline = buffer[from...].firstIndex(of: UInt8(ascii: "\n")) {
                 var line = buffer[start..<newline]
                 if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
                 start = newline + 1
+                from = start
                 if let message = handle(line) { messages.append(message) }
+                if dataBytes > Self.maximumData { break }
             }
             buffer.removeFirst(start)
+            scanned = buffer.count
+            if buffer.count > Self.maximumLine || dataBytes > Self.maximumData {
+                isOverlong = true
+                (buffer, scanned, data, dataBytes) = ([], 0, [], 0)
+            }
             return messages
         }
 
@@ -53,6 +78,7 @@ package enum ServerSentEvents {
                     id = nil
                     event = nil
                     data = []
+                    dataBytes = 0
                 }
                 guard !data.isEmpty else { return nil }
                 return Message(id: id, event: event, data: data.count == 1 ? data[0] : data.joined(separator: "\n"))
@@ -69,6 +95,7 @@ package enum ServerSentEvents {
                 value = []
             }
             if field.elementsEqual("data".utf8) {
+                dataBytes += value.count
                 data.append(String(decoding: value, as: UTF8.self))
             } else if field.elementsEqual("event".utf8) {
                 event = String(decoding: value, as: UTF8.self)

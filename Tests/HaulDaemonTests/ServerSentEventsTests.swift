@@ -68,4 +68,43 @@ import Testing
         )
         #expect(whole.events.map(\.eventID) == [9, 10] && whole.failure == nil)
     }
+
+    @Test("a line past 1 MiB breaks the stream, the events before it kept; a line just under it is read")
+    func overlongLine() throws {
+        let limit = ServerSentEvents.Parser.maximumLine
+        var parser = ServerSentEvents.Parser()
+        let long = "event: completed\ndata: " + String(repeating: "x", count: limit - 100) + "\n\n"
+        let fine = parser.feed(Array(long.utf8))
+        #expect(fine.count == 1 && fine.first?.data.utf8.count == limit - 100 && !parser.isOverlong)
+
+        // An endless line in 64 KiB reads, after an event in the same read as its start.
+        var messages = parser.feed(Array((ServerSentEvents.format(logged(7)) + "data: ").utf8))
+        let chunk = [UInt8](repeating: UInt8(ascii: "y"), count: 64 << 10)
+        var reads = 0
+        while !parser.isOverlong && reads < 100 {
+            messages += parser.feed(chunk)
+            reads += 1
+        }
+        #expect(parser.isOverlong)
+        #expect(reads == 16, "broken once the line passed 1 MiB")
+        #expect(try messages.map(StreamedEvent.init).map(\.eventID) == [7])
+        // Nothing more is read from a broken stream.
+        #expect(parser.feed(Array(ServerSentEvents.format(logged(8)).utf8)).isEmpty)
+
+        let error = StreamedEvent.overlong(from: "http://127.0.0.1:7800")
+        #expect(error.message.hasPrefix("The event stream from http://127.0.0.1:7800 sent a line longer than 1 MiB"))
+    }
+
+    @Test("data lines adding up to more than 4 MiB without the blank line that ends an event break the stream")
+    func overlongEvent() {
+        var parser = ServerSentEvents.Parser()
+        let line = Array(("data: " + String(repeating: "z", count: 512 << 10) + "\n").utf8)
+        var reads = 0
+        while !parser.isOverlong && reads < 100 {
+            #expect(parser.feed(line).isEmpty)
+            reads += 1
+        }
+        #expect(parser.isOverlong)
+        #expect(reads == 9, "broken once the event's data passed 4 MiB")
+    }
 }
