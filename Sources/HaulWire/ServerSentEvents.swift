@@ -53,19 +53,25 @@ package enum ServerSentEvents {
             var messages: [Message] = []
             var start = 0
             var from = scanned
-            while let newline = buffer[from...].firstIndex(of: UInt8(ascii: "\n")) {
+            // A whole line too long (one read can hold it) is past the bound as much as a part.
+            while !isOverlong, let newline = buffer[from...].firstIndex(of: UInt8(ascii: "\n")) {
                 var line = buffer[start..<newline]
                 if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
                 start = newline + 1
                 from = start
-                if let message = handle(line) { messages.append(message) }
-                if dataBytes > Self.maximumData { break }
+                if line.count > Self.maximumLine {
+                    isOverlong = true
+                } else if let message = handle(line) {
+                    messages.append(message)
+                }
+                if dataBytes > Self.maximumData { isOverlong = true }
             }
-            buffer.removeFirst(start)
-            scanned = buffer.count
-            if buffer.count > Self.maximumLine || dataBytes > Self.maximumData {
+            if isOverlong || buffer.count - start > Self.maximumLine {
                 isOverlong = true
                 (buffer, scanned, data, dataBytes) = ([], 0, [], 0)
+            } else {
+                buffer.removeFirst(start)
+                scanned = buffer.count
             }
             return messages
         }

@@ -91,6 +91,12 @@ import Testing
         // Nothing more is read from a broken stream.
         #expect(parser.feed(Array(ServerSentEvents.format(logged(8)).utf8)).isEmpty)
 
+        // A whole line past the bound in one read, after an event in the same read.
+        var whole = ServerSentEvents.Parser()
+        let read = ServerSentEvents.format(logged(9)) + "data: " + String(repeating: "w", count: limit) + "\n\n"
+        #expect(try whole.feed(Array(read.utf8)).map(StreamedEvent.init).map(\.eventID) == [9])
+        #expect(whole.isOverlong)
+
         let error = StreamedEvent.overlong(from: "http://127.0.0.1:7800")
         #expect(error.message.hasPrefix("The event stream from http://127.0.0.1:7800 sent a line longer than 1 MiB"))
     }

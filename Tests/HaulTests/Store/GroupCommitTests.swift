@@ -20,27 +20,45 @@ struct GroupCommitTests {
         func databaseDidRollback(_ db: Database) {}
     }
 
-    @Test("ten writes queued behind a running one commit together; one that throws undoes only its own rows")
-    func shared() async throws {
-        let temp = try TemporaryDirectory()
+    /// A database with a table `t (n)` (and whatever `setUp` adds), in `temp`.
+    private func database(in temp: TemporaryDirectory, setUp: String = "") async throws -> DatabasePool {
         let pool = try DatabasePool(path: temp.file("group.sqlite"))
-        try await pool.write { try $0.execute(sql: "CREATE TABLE t (n INTEGER NOT NULL)") }
-        let count = CommitCount()
-        pool.add(transactionObserver: count, extent: .observerLifetime)
-        let group = GroupCommit(writer: pool)
+        try await pool.write { try $0.execute(sql: "CREATE TABLE t (n INTEGER NOT NULL); " + setUp) }
+        return pool
+    }
 
-        // The first write holds the writer until the others wait behind it.
+    /// A write of 0 that holds the writer until `release` is called; returns once it runs, so
+    /// that the writes made next wait behind it.
+    private func holdWriter(_ group: GroupCommit) async -> (release: @Sendable () -> Void, write: Task<Void, any Error>)
+    {
         let gate = DispatchSemaphore(value: 0)
         let (started, starting) = AsyncStream<Void>.makeStream()
-        let first = Task {
+        let write = Task {
             try await group.write { db in
                 starting.yield()
                 gate.wait()
                 try db.execute(sql: "INSERT INTO t VALUES (0)")
-                return 0
             }
         }
         for await _ in started { break }
+        return ({ gate.signal() }, write)
+    }
+
+    /// Whether a reader sees row `n`: only committed rows are there to see.
+    private func committed(_ n: Int, in pool: DatabasePool) async throws -> Bool {
+        try await pool.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM t WHERE n = ?", arguments: [n]) } == 1
+    }
+
+    @Test(
+        "ten writes queued behind a running one commit together, each returning once committed; one that throws undoes only its own rows"
+    )
+    func shared() async throws {
+        let temp = try TemporaryDirectory()
+        let pool = try await database(in: temp)
+        let count = CommitCount()
+        pool.add(transactionObserver: count, extent: .observerLifetime)
+        let group = GroupCommit(writer: pool)
+        let held = await holdWriter(group)
 
         let results = Task {
             try await withThrowingTaskGroup(of: (Int, Result<Int, any Error>).self) { tasks in
@@ -54,6 +72,8 @@ struct GroupCommitTests {
                                 if n == 7 { try db.execute(sql: "INSERT INTO t VALUES (NULL)") }
                                 return n * 10
                             }
+                            // Returned only once the shared transaction has committed.
+                            #expect(try await committed(n, in: pool), "write \(n) returned before its commit")
                             return (n, .success(value))
                         } catch {
                             return (n, .failure(error))
@@ -64,9 +84,9 @@ struct GroupCommitTests {
             }
         }
         while group.waiting < 10 { await Task.yield() }
-        gate.signal()
+        held.release()
 
-        #expect(try await first.value == 0)
+        try await held.write.value
         let outcomes = try await results.value
         for n in 1...10 {
             switch (n, outcomes[n]) {
@@ -85,41 +105,25 @@ struct GroupCommitTests {
     @Test("a write that makes SQLite roll the whole transaction back fails those before it; those after it commit next")
     func abandoned() async throws {
         let temp = try TemporaryDirectory()
-        let pool = try DatabasePool(path: temp.file("group.sqlite"))
-        try await pool.write { db in
-            try db.execute(sql: "CREATE TABLE t (n INTEGER NOT NULL)")
-            // What SQLite does on a full disk or an I/O error: the whole transaction is gone.
-            try db.execute(
-                sql:
-                    "CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.n = 99 BEGIN SELECT RAISE(ROLLBACK, 'refused'); END"
-            )
-        }
+        // What SQLite does on a full disk or an I/O error: the whole transaction is gone.
+        let pool = try await database(
+            in: temp,
+            setUp:
+                "CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.n = 99 BEGIN SELECT RAISE(ROLLBACK, 'refused'); END"
+        )
         let group = GroupCommit(writer: pool)
-        let gate = DispatchSemaphore(value: 0)
-        let (started, starting) = AsyncStream<Void>.makeStream()
-        let first = Task {
-            try await group.write { db in
-                starting.yield()
-                gate.wait()
-                try db.execute(sql: "INSERT INTO t VALUES (0)")
-            }
-        }
-        for await _ in started { break }
+        let held = await holdWriter(group)
         // Queued one after another, so that they run in this order.
         var writes: [(Int, Task<Void, any Error>)] = []
         for n in [1, 2, 99, 3, 4] {
-            writes.append(
-                (
-                    n,
-                    Task {
-                        try await group.write { db in try db.execute(sql: "INSERT INTO t VALUES (?)", arguments: [n]) }
-                    }
-                )
-            )
+            let write = Task {
+                try await group.write { db in try db.execute(sql: "INSERT INTO t VALUES (?)", arguments: [n]) }
+            }
+            writes.append((n, write))
             while group.waiting < writes.count { await Task.yield() }
         }
-        gate.signal()
-        try await first.value
+        held.release()
+        try await held.write.value
         var succeeded: [Int] = []
         for (n, write) in writes {
             if (try? await write.value) != nil { succeeded.append(n) }
@@ -131,15 +135,13 @@ struct GroupCommitTests {
     @Test("a write alone is a transaction of its own: its value returned, or its error with nothing kept")
     func alone() async throws {
         let temp = try TemporaryDirectory()
-        let pool = try DatabasePool(path: temp.file("group.sqlite"))
-        try await pool.write { try $0.execute(sql: "CREATE TABLE t (n INTEGER NOT NULL)") }
+        let pool = try await database(in: temp)
         let group = GroupCommit(writer: pool)
-        #expect(
-            try await group.write { db in
-                try db.execute(sql: "INSERT INTO t VALUES (1)")
-                return "one"
-            } == "one"
-        )
+        let one = try await group.write { db in
+            try db.execute(sql: "INSERT INTO t VALUES (1)")
+            return "one"
+        }
+        #expect(one == "one")
         await #expect(throws: Refused.self) {
             try await group.write { db in
                 try db.execute(sql: "INSERT INTO t VALUES (2)")
@@ -147,6 +149,5 @@ struct GroupCommitTests {
             }
         }
         #expect(try await pool.read { try Int.fetchAll($0, sql: "SELECT n FROM t") } == [1])
-        #expect(group.waiting == 0)
     }
 }
