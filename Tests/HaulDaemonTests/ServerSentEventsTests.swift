@@ -1,5 +1,6 @@
 import Foundation
 import HaulTestSupport
+import HaulTesting
 import HaulWire
 import HaulWireMapping
 import Testing
@@ -112,5 +113,37 @@ import Testing
         }
         #expect(parser.isOverlong)
         #expect(reads == 9, "broken once the event's data passed 4 MiB")
+    }
+
+    @Test("a server that never ends a line: the client keeps the event before it, stops reading, and says why")
+    func overlongStreamFromAServer() async throws {
+        try await TestServer.withServer { server in
+            // An event, then 96 MiB without a line break: more than the socket buffers on both
+            // sides can hold (Linux lets loopback's grow to 32 MiB and 4 MiB).
+            let wire = Array((ServerSentEvents.format(logged(7)) + "data: ").utf8)
+            var resource = TestServer.Resource(size: wire.count + (96 << 20))
+            resource.body = wire + [UInt8](repeating: UInt8(ascii: "x"), count: 96 << 20)
+            resource.contentType = "text/event-stream"
+            let path = API.prefix + "/events"
+            server.set(path, resource)
+            let client = HaulClient(host: "127.0.0.1", port: server.port, token: "t")
+            var received: [EventRecord] = []
+            let error = await #expect(throws: HaulError.self) {
+                for try await event in client.liveEvents() { received.append(event) }
+            }
+            try await client.shutdown()
+            #expect(received == [logged(7)])
+            #expect(
+                error?.message.hasPrefix(
+                    "The event stream from http://127.0.0.1:\(server.port) sent a line longer than 1 MiB"
+                ) == true,
+                "\(String(describing: error))"
+            )
+            // The client closed the connection instead of reading on: the server could not
+            // send the rest (it stops at a write the closed connection refuses). 4 to 10 MiB
+            // go out here, what the buffers took; a client that read on took all 96.
+            #expect(try await waitUntil { server.activeResponses == 0 })
+            #expect(server.bodyBytesSent(path) < 48 << 20, "\(server.bodyBytesSent(path)) bytes sent")
+        }
     }
 }
