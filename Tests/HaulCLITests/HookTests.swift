@@ -188,7 +188,8 @@ struct HookTests {
     func hookAddedWhileRunning() async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
-            server.set("/slow.bin", .init(size: 2 << 20, bytesPerSecond: 1 << 20))
+            // Held at 1 MiB until the hook is added: the task still runs when it is added again.
+            server.set("/slow.bin", .init(size: 2 << 20, holdAt: 1 << 20))
             var configuration = DownloadManager.Configuration(
                 downloader: testConfiguration(store: temp.file("s.sqlite"))
             )
@@ -200,6 +201,8 @@ struct HookTests {
                 #expect(try await waitUntil { try await manager.info(info.id).state == .running })
                 request.hooks = try Hooks(onComplete: "/bin/true").resolved()
                 _ = try await manager.download(request)
+                #expect(try await manager.info(info.id).state == .running)
+                server.release("/slow.bin")
                 let ran = Mutex<HookRun?>(nil)
                 let consumer = Task {
                     for await event in events {

@@ -77,22 +77,26 @@ api.listen_to_notifications(
     on_download_pause=lambda api_, gid: paused_heard.append(gid),
     timeout=1,
 )
-# aria2p connects in its thread and says nothing when it listens: pause a slow probe download
-# again and again until its pause is heard, then the listener is certainly connected.
-probe = api.add_uris([slow_url], options={"pause": "true"})
-listening = False
-deadline = time.monotonic() + 60
-while not listening and time.monotonic() < deadline:
-    api.client.unpause(probe.gid)
-    wait(lambda: api.get_download(probe.gid).status != "paused", 5)
-    api.client.pause(probe.gid)
-    listening = wait(lambda: probe.gid in paused_heard, 1)
-report(step="listening", ok=listening)
-api.client.remove(probe.gid)
-notify = api.add_uris([notify_url])
-heard = wait(lambda: notify.gid in completed)
-api.stop_listening()
-report(step="notification", gid=notify.gid, heard=heard, completed=completed)
+# The listener is a thread that keeps Python running until it is stopped: stopped whatever
+# happens below, so a failed step ends the script with its traceback instead of hanging it.
+try:
+    # aria2p connects in its thread and says nothing when it listens: pause a slow probe download
+    # again and again until its pause is heard, then the listener is certainly connected.
+    probe = api.add_uris([slow_url], options={"pause": "true"})
+    listening = False
+    deadline = time.monotonic() + 60
+    while not listening and time.monotonic() < deadline:
+        api.client.unpause(probe.gid)
+        wait(lambda: api.get_download(probe.gid).status != "paused", 5)
+        api.client.pause(probe.gid)
+        listening = wait(lambda: probe.gid in paused_heard, 1)
+    report(step="listening", ok=listening)
+    api.client.remove(probe.gid)
+    notify = api.add_uris([notify_url])
+    heard = wait(lambda: notify.gid in completed)
+    report(step="notification", gid=notify.gid, heard=heard, completed=completed)
+finally:
+    api.stop_listening()
 
 # Purge: the finished and removed downloads leave the list.
 code, out, err = cli("purge")

@@ -32,7 +32,8 @@ extension Aria2RPCTests {
         func webSocketNotifications(engine: StoreEngine) async throws {
             try await TestServer.withServer { server in
                 server.set("/a.bin", .init(size: 1 << 20, seed: 7))
-                server.set("/slow.bin", .init(size: 8 << 20, seed: 8, bytesPerSecond: 1 << 20))
+                // Held at 1 MiB until the server stops: under way for as long as the test takes.
+                server.set("/slow.bin", .init(size: 8 << 20, seed: 8, holdAt: 1 << 20))
                 try await Aria2RPCTests.withHaul(on: engine) { haul, out in
                     let inbox = Inbox()
                     func messages() -> [JSONValue] { inbox.messages.withLock { $0 } }
@@ -150,7 +151,9 @@ extension Aria2RPCTests {
         func aria2p(engine: StoreEngine) async throws {
             try await TestServer.withServer { server in
                 server.set("/fast.bin", .init(size: 2 << 20, seed: 11))
-                server.set("/slow.bin", .init(size: 16 << 20, seed: 12, bytesPerSecond: 1 << 20))
+                // Held at 1 MiB until the server stops: a download that is under way whenever the script
+                // pauses it, however slow the machine (a throttled one finished first under load).
+                server.set("/slow.bin", .init(size: 16 << 20, seed: 12, holdAt: 1 << 20))
                 server.set("/notify.bin", .init(size: 1 << 20, seed: 13))
                 try await Aria2RPCTests.withHaul(on: engine) { haul, out in
                     let urls = ["/fast.bin", "/slow.bin", "/notify.bin"].map { server.url($0) }
@@ -191,7 +194,8 @@ extension Aria2RPCTests {
         func pythonWebSocketClient(engine: StoreEngine) async throws {
             try await TestServer.withServer { server in
                 server.set("/fast.bin", .init(size: 1 << 20, seed: 41))
-                server.set("/slow.bin", .init(size: 16 << 20, seed: 42, bytesPerSecond: 1 << 20))
+                // Held at 1 MiB until the server stops: under way whenever the script pauses it.
+                server.set("/slow.bin", .init(size: 16 << 20, seed: 42, holdAt: 1 << 20))
                 try await Aria2RPCTests.withHaul(on: engine) { haul, out in
                     let urls = ["/fast.bin", "/slow.bin", "/missing.bin"].map { server.url($0) }
                     guard let (status, output) = try await Self.runScript("websocket_check.py", against: haul, urls)

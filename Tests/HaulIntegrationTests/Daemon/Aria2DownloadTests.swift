@@ -133,7 +133,8 @@ extension Aria2RPCTests {
         )
         func pauseAndUnpause(engine: StoreEngine) async throws {
             try await TestServer.withServer { server in
-                server.set("/slow.bin", .init(size: 4 << 20, seed: 5, bytesPerSecond: 1 << 20))
+                // Held at 1 MiB until the test lets it go: active when it is paused, however slow the machine.
+                server.set("/slow.bin", .init(size: 4 << 20, seed: 5, holdAt: 1 << 20))
                 try await Aria2RPCTests.withHaul(on: engine) { haul, out in
                     let gid = try #require(
                         try await haul.result("aria2.addUri", [[.string(server.url("/slow.bin").absoluteString)]])
@@ -153,7 +154,7 @@ extension Aria2RPCTests {
                                 == [["gid": .string(gid), "status": "paused"]]
                         }
                     )
-                    server.update("/slow.bin") { $0.bytesPerSecond = nil }
+                    server.release("/slow.bin")
                     #expect(try await haul.result("aria2.unpause", [.string(gid)]) == .string(gid))
                     #expect(
                         try await waitUntil {
