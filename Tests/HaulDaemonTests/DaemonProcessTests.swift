@@ -19,8 +19,9 @@ import Testing
         let home = temp.file("home")
         try await TestServer.withServer { server in
             for index in 0..<10 {
-                // 4 s each: a running one is still part-way when a loaded machine gets round to the kill.
-                server.set("/f\(index)", .init(size: 2_000_000, seed: UInt64(index), bytesPerSecond: 500_000))
+                // Held at 1 MB until the daemon is killed: a running one is still part-way at the
+                // kill, however slow the machine.
+                server.set("/f\(index)", .init(size: 2_000_000, seed: UInt64(index), holdAt: 1_000_000))
             }
             let urls = (0..<10).map { server.url("/f\($0)").absoluteString }
             // Started in the background by `haul daemon`, checkpointing often.
@@ -48,6 +49,7 @@ import Testing
             #expect(before.contains { $0.state == .running }, "the killed daemon left running tasks")
 
             // Any command restarts it; `haul wait` blocks until all are done.
+            server.release()
             let waited = try await HaulProcess.run(["wait", "--session", "s"], home: home)
             #expect(waited.status == 0, "\(waited.stderr)")
             let after = try await client.tasks(session: "s")

@@ -67,7 +67,9 @@ struct LifeCycleTests {
         let out = try temp.directory("out")
         let home = temp.file("home")
         try await TestServer.withServer { server in
-            server.set("/slow", .init(size: 3_000_000, seed: 5, bytesPerSecond: 1_000_000))
+            // Held at 1 MB until the recovery is checked: unfinished at the clean stop, however slow
+            // the machine.
+            server.set("/slow", .init(size: 3_000_000, seed: 5, holdAt: 1_000_000))
             // A task left queued by a clean stop, which the next start recovers at once.
             let added = try await HaulProcess.run(
                 ["add", "-d", out, server.url("/slow").absoluteString],
@@ -112,6 +114,7 @@ struct LifeCycleTests {
             // The recovered task was sent back to the queue, not failed.
             let task = try #require(try await Store(path: home + "/haul.sqlite").infos().first)
             #expect(task.state == .queued, "\(task.errorMessage ?? "")")
+            server.release("/slow")
             let waited = try await HaulProcess.run(["wait"], home: home)
             #expect(waited.status == 0, "\(waited.stderr)")
             #expect(sha256(file: out + "/slow") == server.sha256("/slow"))

@@ -116,6 +116,12 @@ package func expectHaulError(
 
 package func sha256(file path: String) -> String? { TestContent.sha256(file: path) }
 
+/// The size of the file at `path`, or 0 when there is none: how much of a part file a
+/// download has written (what the server sent may still be in the socket's buffers).
+package func fileSize(_ path: String) -> Int {
+    (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+}
+
 /// Writes the first `committed` bytes of the server's content as a part file and returns
 /// resume data claiming them, as a paused or crashed earlier run would have left them.
 package func seedPartial(

@@ -33,7 +33,8 @@ struct PartOwnershipTests {
     func partNameRecordedByAnotherTask() async throws {
         try await withHarness { server, downloader, temp in
             server.set("/other.bin", .init(size: Self.size))
-            server.set("/f.bin", .init(size: 4 << 20, bytesPerSecond: 2 << 20))
+            // Held at 2 MiB until it is paused: running when the pause comes, however slow the machine.
+            server.set("/f.bin", .init(size: 4 << 20, holdAt: 2 << 20))
             // Another task's record names f.bin.part; its file is not there (it may make it again).
             var other = try await downloader.prepare(
                 DownloadRequest(url: server.url("/other.bin"), destination: .file(temp.file("other.bin")))
@@ -57,7 +58,7 @@ struct PartOwnershipTests {
             #expect(!FileManager.default.fileExists(atPath: temp.file("f.bin.part")))
             #expect(try await downloader.store.task(id: other.id)?.partPath == temp.file("f.bin.part"))
 
-            server.update("/f.bin") { $0.bytesPerSecond = nil }
+            server.release("/f.bin")
             let result = try await downloader.download(resumingFrom: paused).result()
             #expect(sha256(file: result.path) == server.sha256("/f.bin"))
             #expect(try await downloader.store.task(id: other.id)?.partPath == temp.file("f.bin.part"))
@@ -100,8 +101,10 @@ struct PartOwnershipTests {
     )
     func twoURLsOneName(connections: Int) async throws {
         try await withHarness { server, downloader, temp in
-            server.set("/a.bin", .init(size: 8 << 20, seed: 21, bytesPerSecond: 4 << 20))
-            server.set("/b.bin", .init(size: 8 << 20, seed: 22, bytesPerSecond: 4 << 20))
+            // Held at 3 MiB until both are paused: each under way at its pause (past 2 MiB with one
+            // connection or with several), however slow the machine.
+            server.set("/a.bin", .init(size: 8 << 20, seed: 21, holdAt: 3 << 20))
+            server.set("/b.bin", .init(size: 8 << 20, seed: 22, holdAt: 3 << 20))
             let destination = Destination.file(temp.file("same.bin"))
             func start(_ path: String) async throws -> DownloadTask {
                 try await downloader.download(
@@ -122,8 +125,7 @@ struct PartOwnershipTests {
             let resumeB = try await b.pause()
             #expect(resumeA.partPath != resumeB.partPath)
 
-            server.update("/a.bin") { $0.bytesPerSecond = nil }
-            server.update("/b.bin") { $0.bytesPerSecond = nil }
+            server.release()
             let finishedA = try await downloader.download(resumingFrom: resumeA).result()
             #expect(sha256(file: finishedA.path) == server.sha256("/a.bin"))
             #expect(finishedA.resumedFrom == resumeA.bytesCommitted)

@@ -157,7 +157,8 @@ struct NetworkEventTests {
     func reasons() async throws {
         let temp = try TemporaryDirectory()
         try await TestServer.withServer { server in
-            server.set("/r", .init(size: 1 << 20, seed: 3, bytesPerSecond: 256 << 10))
+            // Held at 512 KiB until it is paused: running when the pause comes, however slow the machine.
+            server.set("/r", .init(size: 1 << 20, seed: 3, holdAt: 512 << 10))
             let configuration = ManagerFixtures.configuration(.sqlite(at: temp.file("s.sqlite")), limit: 1)
             try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                 let events = manager.events()
@@ -166,7 +167,7 @@ struct NetworkEventTests {
                 ).id
                 #expect(try await waitUntil { try await manager.info(id).state == .running })
                 _ = try await manager.pause(id)
-                server.update("/r") { $0.bytesPerSecond = nil }
+                server.release("/r")
                 _ = try await manager.resume(id)
                 var moves: [String] = []
                 for await event in events {
