@@ -96,15 +96,26 @@ extension Store {
     }
 
     /// Creates a new store at `path`: migrated under a temporary name, synced, then renamed.
-    private static func create(at path: String, configuration: Configuration) throws {
+    static func create(at path: String, configuration: Configuration) throws {
         let temporary = path + ".new"
         for leftover in ["", "-journal", "-wal", "-shm"] { unlink(temporary + leftover) }
-        // No sync per migration: the file is synced once, whole, before it is renamed into
-        // place, and a crash before that leaves only the temporary file, made again next time.
+        // No sync and no journal file per migration: the file is synced once, whole, before
+        // it is renamed into place, and a crash before that leaves only the temporary file,
+        // made again next time (a failed migration still rolls back, from memory).
         var creating = configuration
-        creating.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = OFF") }
+        creating.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = OFF")
+            try db.execute(sql: "PRAGMA journal_mode = MEMORY")
+        }
         let database = try DatabaseQueue(path: temporary, configuration: creating)
         try migrator.migrate(database)
+        // Switched to WAL here, where nothing needs syncing: the mode is kept in the file, so
+        // the store's first opening does not switch it (a rollback journal and three syncs).
+        try database.writeWithoutTransaction { db in
+            guard try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") == "wal" else {
+                throw HaulError(.store, "SQLite did not switch the new store at \(path) to write-ahead logging")
+            }
+        }
         try database.close()
         let descriptor = open(temporary, O_RDONLY | O_CLOEXEC)
         if descriptor >= 0 {
