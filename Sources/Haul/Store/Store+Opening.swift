@@ -72,6 +72,11 @@ extension Store {
         guard stat(path, &info) == 0 else { throw HaulError.fileSystem("stat", path: path, errno: errno) }
         guard info.st_mode & S_IFMT == S_IFREG else { throw refuse("not a regular file") }
         guard info.st_size > 0 else { throw refuse("an empty file") }
+        switch try header(of: path) {
+        case .haulStore: return
+        case .notSQLite: throw refuse("not a SQLite database")
+        case .otherSQLite: break  // An older store, or an id still in the WAL: SQLite answers.
+        }
         var configuration = Configuration()
         configuration.readonly = true
         configuration.busyMode = .timeout(30)
@@ -93,6 +98,41 @@ extension Store {
             throw refuse("not a SQLite database")
         }
         guard isHaul else { throw refuse("another program's database") }
+    }
+
+    /// What a file's first 100 bytes (SQLite's database header) say it is.
+    enum Header: Equatable {
+        /// A SQLite database whose application id is Haul's.
+        case haulStore
+        /// A SQLite database with another application id, or none written to the file yet.
+        case otherSQLite
+        /// Not a SQLite database: another magic string, or shorter than a header.
+        case notSQLite
+    }
+
+    /// Reads SQLite's header of the file at `path`: its magic string, and the application id
+    /// at offset 68 (big-endian). One read instead of a connection opened and closed (its WAL
+    /// and shared-memory files with it) each time a Haul store opens.
+    static func header(of path: String) throws -> Header {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard descriptor >= 0 else { throw HaulError.fileSystem("open", path: path, errno: errno) }
+        defer { close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: 100)
+        var count = 0
+        while count < bytes.count {
+            let read = bytes.withUnsafeMutableBytes {
+                pread(descriptor, $0.baseAddress! + count, $0.count - count, off_t(count))
+            }
+            if read < 0 && errno == EINTR { continue }
+            guard read > 0 else {
+                if read < 0 { throw HaulError.fileSystem("read", path: path, errno: errno) }
+                break
+            }
+            count += read
+        }
+        guard count == bytes.count, bytes.starts(with: Array("SQLite format 3\0".utf8)) else { return .notSQLite }
+        let id = bytes[68..<72].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        return id == UInt32(bitPattern: applicationID) ? .haulStore : .otherSQLite
     }
 
     /// Creates a new store at `path`: migrated under a temporary name, synced, then renamed.

@@ -32,4 +32,43 @@ struct StoreCreationTests {
         #expect(Set(applied) == Set(Store.migrator.migrations))
         #expect(journal == "wal")
     }
+
+    @Test(
+        "an existing file is known by its header: Haul's application id opens it at once; other SQLite files are asked; others are not SQLite"
+    )
+    func knownByItsHeader() throws {
+        let temp = try TemporaryDirectory()
+        let store = temp.file("haul.sqlite")
+        try Store.create(at: store, configuration: Configuration())
+        #expect(try Store.header(of: store) == .haulStore)
+
+        let other = temp.file("other.sqlite")
+        let database = try DatabaseQueue(path: other)
+        try database.write { try $0.execute(sql: "CREATE TABLE notes (body TEXT)") }
+        #expect(try Store.header(of: other) == .otherSQLite)
+        try database.write { try $0.execute(sql: "PRAGMA application_id = \(Store.applicationID)") }
+        try database.close()
+        #expect(try Store.header(of: other) == .haulStore)
+
+        let text = temp.file("text")
+        try String(repeating: "not SQLite ", count: 20).write(toFile: text, atomically: false, encoding: .utf8)
+        #expect(try Store.header(of: text) == .notSQLite)
+        let short = temp.file("short")
+        try Data("SQLite format 3\0".utf8).write(to: URL(fileURLWithPath: short))
+        #expect(try Store.header(of: short) == .notSQLite)
+    }
+
+    @Test("a store from before the application id (its first migration recorded, id 0) still opens: SQLite is asked")
+    func storeBeforeTheApplicationIDOpens() async throws {
+        let temp = try TemporaryDirectory()
+        let path = temp.file("haul.sqlite")
+        try Store.create(at: path, configuration: Configuration())
+        let database = try DatabaseQueue(path: path)
+        try await database.writeWithoutTransaction { try $0.execute(sql: "PRAGMA application_id = 0") }
+        try database.close()
+        #expect(try Store.header(of: path) == .otherSQLite)
+        let store = try Store(path: path)
+        #expect(try await store.allTasks().isEmpty)
+        try store.closeDatabase()
+    }
 }
