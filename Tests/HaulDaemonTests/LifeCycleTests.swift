@@ -50,7 +50,7 @@ struct LifeCycleTests {
             #expect(try await HaulProcess.run(["wait"], home: home).status == 0)
             #expect(try await HaulProcess.run(["daemon", "stop"], home: home).status == 0)
         }
-        let wal = (try? FileManager.default.attributesOfItem(atPath: home + "/haul.sqlite-wal")[.size] as? Int) ?? 0
+        let wal = fileSize(home + "/haul.sqlite-wal")
         #expect(wal == 0, "the WAL still holds \(wal) bytes")
         // A copy of the database file alone has every task.
         let copy = temp.file("copy.sqlite")

@@ -213,7 +213,7 @@ final class PartFile: Sendable {
         _ = chaul_fremovexattr(descriptor, PartFile.ownerAttribute)
     }
 
-    /// Opens an existing file read-only (a finished download, to verify it).
+    /// Opens an existing file read-only: a finished download to verify, or a store's header to read.
     init(readingAt path: String) throws {
         self.path = path
         let fd = open(path, O_RDONLY | O_CLOEXEC)

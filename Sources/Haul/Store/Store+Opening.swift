@@ -114,23 +114,8 @@ extension Store {
     /// at offset 68 (big-endian). One read instead of a connection opened and closed (its WAL
     /// and shared-memory files with it) each time a Haul store opens.
     static func header(of path: String) throws -> Header {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard descriptor >= 0 else { throw HaulError.fileSystem("open", path: path, errno: errno) }
-        defer { close(descriptor) }
-        var bytes = [UInt8](repeating: 0, count: 100)
-        var count = 0
-        while count < bytes.count {
-            let read = bytes.withUnsafeMutableBytes {
-                pread(descriptor, $0.baseAddress! + count, $0.count - count, off_t(count))
-            }
-            if read < 0 && errno == EINTR { continue }
-            guard read > 0 else {
-                if read < 0 { throw HaulError.fileSystem("read", path: path, errno: errno) }
-                break
-            }
-            count += read
-        }
-        guard count == bytes.count, bytes.starts(with: Array("SQLite format 3\0".utf8)) else { return .notSQLite }
+        let bytes = try PartFile(readingAt: path).read(at: 0, count: 100)
+        guard bytes.count == 100, bytes.starts(with: Array("SQLite format 3\0".utf8)) else { return .notSQLite }
         let id = bytes[68..<72].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
         return id == UInt32(bitPattern: applicationID) ? .haulStore : .otherSQLite
     }
