@@ -14,6 +14,13 @@ let events = null; // the live event stream's AbortController
 let refreshing = null;
 let pagesWanted = 1; // pages of downloads the user asked to see
 let more = false; // whether the daemon has downloads past those loaded
+// Reads are numbered as they start. A task read on its own (refreshTask) after a whole list
+// was asked for is newer than that list: readAt keeps, per task, the number of the read that
+// gave what is shown (null: the task was gone), so a slower list cannot put back what a task
+// was before — a finished download shown running until the next refresh.
+let reads = 0;
+let listRead = 0; // the number of the list read shown
+const readAt = new Map(); // id → {read, task} of the newest single read applied since
 const SESSION_KEY = "haul.session";
 
 const $ = (id) => document.getElementById(id);
@@ -334,10 +341,21 @@ async function refreshAll() {
   if (refreshing) return refreshing;
   refreshing = (async () => {
     try {
+      const started = ++reads;
       const loaded = await loadPages(pagesWanted);
       more = loaded.more;
+      const newer = new Map([...readAt].filter(([, one]) => one.read > started));
+      readAt.clear();
+      for (const [id, one] of newer) readAt.set(id, one);
       tasks.clear();
-      for (const task of loaded.list) tasks.set(task.id, task);
+      for (const task of loaded.list) {
+        const one = newer.get(task.id);
+        if (!one) tasks.set(task.id, task);
+        else if (one.task) tasks.set(task.id, one.task);
+      }
+      // Added after the list was read, and read since: shown when the list reaches that far.
+      if (!more) for (const [id, one] of newer) if (one.task && !tasks.has(id)) tasks.set(id, one.task);
+      listRead = started;
       for (const id of [...live.keys()]) if (!tasks.has(id)) live.delete(id);
       render();
     } finally {
@@ -382,10 +400,20 @@ function refreshTask(id) {
     pending.clear();
     pendingTimer = null;
     for (const one of ids) {
+      const read = ++reads;
+      // Two batches can overlap (the timer is free again as a batch starts): the later read wins.
+      const isNewest = () => Math.max(readAt.get(one)?.read ?? 0, listRead) < read;
       try {
-        tasks.set(one, await api("GET", "/tasks/" + one));
+        const task = await api("GET", "/tasks/" + one);
+        if (!isNewest()) continue;
+        tasks.set(one, task);
+        readAt.set(one, { read, task });
       } catch (error) {
-        if (error instanceof APIError && error.status === 404) { tasks.delete(one); live.delete(one); }
+        if (error instanceof APIError && error.status === 404 && isNewest()) {
+          tasks.delete(one);
+          live.delete(one);
+          readAt.set(one, { read, task: null });
+        }
       }
     }
     render();
