@@ -120,7 +120,8 @@ extension HaulCommand {
                 let requests = try downloads.requests()
                 downloads.connection.warnIfInsecure()
                 var downloader = Downloader.Configuration(
-                    store: .sqlite(at: HaulHome.resolve().storePath),
+                    // One connection: a few downloads, then the process ends (see Store.Readers).
+                    store: .sqlite(at: HaulHome.resolve().storePath, readers: .serial),
                     retry: RetryPolicy(maxRetries: retries),
                     overallRateLimit: totalLimitRate.flatMap { $0.bytes > 0 ? $0.bytes : nil }
                 )

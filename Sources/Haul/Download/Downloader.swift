@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import Synchronization
+import Tracing
 
 /// Haul's version, sent in the User-Agent.
 public enum HaulVersion {
@@ -22,7 +23,7 @@ public enum HaulVersion {
 public final class Downloader: Sendable {
     /// The store this downloader records into.
     package let store: any TaskStore
-    private let clients: ClientPool
+    let clients: ClientPool
     private let configuration: Configuration
     private let overallLimiter: RateLimiter
     /// The speed floor of the transfers that start from now on (``setLowestSpeed(_:)``).
@@ -36,12 +37,15 @@ public final class Downloader: Sendable {
     /// ``withDownloader(configuration:_:)``.
     public init(configuration: Configuration = Configuration()) throws {
         switch configuration.store.kind {
-        case .path(let path): self.store = try Store(path: path)
+        case .path(let path, let readers): self.store = try Store(path: path, readers: readers)
         case .memory: self.store = try Store.inMemory()
         case .existing(let store): self.store = store
         }
         var http = HTTPClient.Configuration()
         http.redirectConfiguration = .disallow
+        // Spans only for a program that set up a tracer: with none (Haul sets up none), the
+        // client would still make a span for each request and drop it.
+        if http.tracing.tracer is NoOpTracer { http.tracing.tracer = nil }
         http.decompression = .disabled
         // A connection that cannot be made fails its request at once, with its reason, instead
         // of being re-dialled silently until the connect timeout: Haul's own retries (with
@@ -347,9 +351,9 @@ extension Downloader.Configuration {
     /// This configuration with its SQLite store opened on NIO's thread pool (see
     /// ``Store/opened(at:)``), so creating the downloader does not block an async caller.
     func openingStore() async throws -> Downloader.Configuration {
-        guard case .path(let path) = store.kind else { return self }
+        guard case .path(let path, let readers) = store.kind else { return self }
         var opened = self
-        opened.store = .store(try await Store.opened(at: path))
+        opened.store = .store(try await Store.opened(at: path, readers: readers))
         return opened
     }
 }

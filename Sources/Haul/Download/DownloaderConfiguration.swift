@@ -82,7 +82,7 @@ extension Downloader {
     /// already opened (the PostgreSQL store daemons on several machines share is one).
     public struct StoreLocation: Sendable {
         enum Kind: Sendable {
-            case path(String)
+            case path(String, readers: Store.Readers)
             case memory
             case existing(any TaskStore)
         }
@@ -91,8 +91,10 @@ extension Downloader {
 
         /// `$HAUL_HOME/haul.sqlite` (see ``HaulHome``).
         public static var `default`: StoreLocation { .sqlite(at: HaulHome.resolve().storePath) }
-        /// A SQLite file at `path`.
-        public static func sqlite(at path: String) -> StoreLocation { StoreLocation(kind: .path(path)) }
+        /// A SQLite file at `path`, read as `readers` says (see ``Store/Readers``).
+        public static func sqlite(at path: String, readers: Store.Readers = .concurrent) -> StoreLocation {
+            StoreLocation(kind: .path(path, readers: readers))
+        }
         /// In memory only: nothing survives the process.
         public static var inMemory: StoreLocation { StoreLocation(kind: .memory) }
         /// A store already opened.

@@ -4,9 +4,22 @@ import GRDB
 // MARK: - Opening: the file, its lock, its checks, migration
 
 extension Store {
+    /// How a process reads its store.
+    public enum Readers: Sendable {
+        /// Reads run beside writes, each on a connection of its own (a `DatabasePool`): for a
+        /// process that answers many readers at once, as the daemon does.
+        case concurrent
+        /// Reads and writes take turns on one connection (a `DatabaseQueue`): for a process
+        /// that runs a few downloads and exits, as `haul get` does. Opening costs one
+        /// connection instead of one more for each read at once, and writes nothing.
+        case serial
+    }
+
     /// Opens (creating and migrating if needed) the store at `path`.
+    /// - Parameter readers: how this process reads it; other processes on the same file read
+    ///   and write as they do either way (write-ahead logging, a busy timeout).
     /// - Throws: ``HaulError/Code/store`` when the file cannot be opened or migrated.
-    public convenience init(path: String) throws {
+    public convenience init(path: String, readers: Readers = .concurrent) throws {
         do {
             let directory = (path as NSString).deletingLastPathComponent
             if !directory.isEmpty { try HaulHome.createDirectory(directory) }
@@ -37,9 +50,15 @@ extension Store {
             } else {
                 try Store.create(at: path, configuration: configuration)
             }
-            let pool = try DatabasePool(path: path, configuration: configuration)
-            pool.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
-            try self.init(writer: pool)
+            let writer: any DatabaseWriter
+            switch readers {
+            // A pool sets up its WAL at every opening (a write and two syncs when the file has
+            // none, as after each clean close) and opens a connection per concurrent read.
+            case .concurrent: writer = try DatabasePool(path: path, configuration: configuration)
+            case .serial: writer = try DatabaseQueue(path: path, configuration: configuration)
+            }
+            writer.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
+            try self.init(writer: writer)
         } catch let error as HaulError {
             throw error
         } catch {
@@ -51,8 +70,8 @@ extension Store {
     /// opening waits for another process's open (a file lock) and syncs a new store to disk,
     /// which must not block Swift's cooperative threads.
     /// - Throws: ``HaulError/Code/store`` when the file cannot be opened or migrated.
-    public static func opened(at path: String) async throws -> Store {
-        try await FileIO.run { try Store(path: path) }
+    public static func opened(at path: String, readers: Readers = .concurrent) async throws -> Store {
+        try await FileIO.run { try Store(path: path, readers: readers) }
     }
 
     /// `PRAGMA application_id` of a Haul store: "HAUL".
@@ -160,8 +179,8 @@ extension Store {
     package func closeDatabase() throws {
         // The WAL folded into the database and emptied first: closing checkpoints only when
         // no other connection is open, and a copy of haul.sqlite alone must hold everything.
-        if writer is DatabasePool {
-            try writer.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
+        try writer.writeWithoutTransaction { db in
+            if try String.fetchOne(db, sql: "PRAGMA journal_mode") == "wal" { _ = try db.checkpoint(.truncate) }
         }
         try writer.close()
     }

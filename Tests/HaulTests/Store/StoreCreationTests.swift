@@ -71,4 +71,46 @@ struct StoreCreationTests {
         #expect(try await store.allTasks().isEmpty)
         try store.closeDatabase()
     }
+
+    @Test(
+        "read in turn (haul get's way), a store opens on one connection and writes nothing; each process sees the other's writes; a clean close folds the WAL in"
+    )
+    func readInTurn() async throws {
+        let temp = try TemporaryDirectory()
+        let path = temp.file("haul.sqlite")
+        try Store.create(at: path, configuration: Configuration())
+        func task(_ name: String) -> TaskRecord {
+            TaskRecord(
+                id: UUID(),
+                url: URL(string: "https://example.test/\(name)")!,
+                destination: .file(temp.file(name)),
+                explicitName: true,
+                requestHeaders: [],
+                checksum: nil,
+                overwrite: false,
+                rateLimit: nil,
+                now: Date()
+            )
+        }
+        let serial = try Store(path: path, readers: .serial)
+        #expect(try await serial.allTasks().isEmpty)
+        // Nothing written by opening and reading: the WAL is empty (a pool writes to it at once).
+        #expect(fileSize(path + "-wal") == 0)
+        let pooled = try Store(path: path)
+        #expect(fileSize(path + "-wal") > 0)
+
+        let first = try await pooled.insert(task("a.bin"), segments: [])
+        #expect(try await serial.allTasks().map(\.id) == [first.id])
+        let second = try await serial.insert(task("b.bin"), segments: [])
+        #expect(try await pooled.allTasks().map(\.id) == [first.id, second.id])
+
+        try serial.closeDatabase()
+        try pooled.closeDatabase()
+        #expect(fileSize(path + "-wal") == 0)
+        // The database file alone holds both.
+        let copy = temp.file("copy.sqlite")
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        let count = try await DatabaseQueue(path: copy).read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM task") }
+        #expect(count == 2)
+    }
 }
