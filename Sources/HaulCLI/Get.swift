@@ -120,8 +120,13 @@ extension HaulCommand {
                 let requests = try downloads.requests()
                 downloads.connection.warnIfInsecure()
                 var downloader = Downloader.Configuration(
-                    // One connection: a few downloads, then the process ends (see Store.Readers).
-                    store: .sqlite(at: HaulHome.resolve().storePath, readers: .serial),
+                    // One file at a time: one connection, opened without a write (Store.Readers).
+                    // Several at once: their reads beside their writes (200 files at -j16 took
+                    // 5 % longer on one connection).
+                    store: .sqlite(
+                        at: HaulHome.resolve().storePath,
+                        readers: min(maxConcurrent, requests.count) == 1 ? .serial : .concurrent
+                    ),
                     retry: RetryPolicy(maxRetries: retries),
                     overallRateLimit: totalLimitRate.flatMap { $0.bytes > 0 ? $0.bytes : nil }
                 )
