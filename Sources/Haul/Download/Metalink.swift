@@ -81,7 +81,7 @@ public struct Metalink: Sendable, Equatable {
 
     /// Whether a file is a Metalink by its media type, else by its name (`.meta4`, `.metalink`).
     public static func isMetalink(contentType: String?, path: String) -> Bool {
-        if let type = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased(),
+        if let type = contentType?.split(separator: ";").first?.trimmingWhitespace().lowercased(),
             mediaTypes.contains(type)
         {
             return true

@@ -50,7 +50,7 @@ enum FileNaming {
             if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) { continue }
             scalars.append(scalar)
         }
-        var name = String(scalars).trimmingCharacters(in: .whitespaces)
+        var name = String(scalars).trimmingWhitespace()
         // A leading dot would hide the file or make it `.`/`..`; trailing dots and spaces confuse other systems.
         while name.hasPrefix(".") { name.removeFirst() }
         while name.hasSuffix(".") || name.hasSuffix(" ") { name.removeLast() }

@@ -301,7 +301,7 @@ struct TransferRules: Sendable, Equatable {
     /// transfer coding).
     static func contentLength(_ headers: HTTPHeaders) -> Int64? {
         guard headers.first(name: "Transfer-Encoding") == nil, let text = headers.first(name: "Content-Length"),
-            let value = Int64(text.trimmingCharacters(in: .whitespaces)), value >= 0
+            let value = Int64(text.trimmingWhitespace()), value >= 0
         else { return nil }
         return value
     }
