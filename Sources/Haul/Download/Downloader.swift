@@ -349,7 +349,7 @@ extension Duration {
 
 extension Downloader.Configuration {
     /// This configuration with its SQLite store opened on NIO's thread pool (see
-    /// ``Store/opened(at:)``), so creating the downloader does not block an async caller.
+    /// ``Store/opened(at:readers:)``), so creating the downloader does not block an async caller.
     func openingStore() async throws -> Downloader.Configuration {
         guard case .path(let path, let readers) = store.kind else { return self }
         var opened = self

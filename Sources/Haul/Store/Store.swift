@@ -4,8 +4,9 @@ import GRDB
 /// Haul's persistent state: tasks, their segments and validators, in SQLite.
 ///
 /// It and the statements it composes (``TaskTables``, Store+Migrations) are all that know SQL. Safe to share between tasks and between processes: the
-/// file is opened as a WAL `DatabasePool` with a busy timeout, so several `haul` processes
-/// on one store wait for each other instead of failing or corrupting it.
+/// file is in WAL mode and opened with a busy timeout, as a `DatabasePool` (or, for a process
+/// that downloads one file at a time, a `DatabaseQueue`: ``Readers``), so several `haul`
+/// processes on one store wait for each other instead of failing or corrupting it.
 public final class Store: TaskStore {
     let writer: any DatabaseWriter
     /// Every write of a body of statements goes through it, so that writes at once share transactions.
