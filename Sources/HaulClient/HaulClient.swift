@@ -19,7 +19,7 @@ import NIOHTTP1
 /// }
 /// ```
 public final class HaulClient: Sendable {
-    private let http: HTTPClient
+    let http: HTTPClient
     private let base: String
     private let token: String?
 
@@ -44,10 +44,8 @@ public final class HaulClient: Sendable {
     }
 
     private static var httpConfiguration: HTTPClient.Configuration {
-        var configuration = HTTPClient.Configuration()
+        var configuration = HTTPClient.Configuration.haul
         configuration.timeout = .init(connect: .seconds(2), read: nil)
-        configuration.redirectConfiguration = .disallow
-        configuration.decompression = .disabled
         return configuration
     }
 

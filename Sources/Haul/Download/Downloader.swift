@@ -3,7 +3,6 @@ import Foundation
 import Logging
 import NIOCore
 import Synchronization
-import Tracing
 
 /// Haul's version, sent in the User-Agent.
 public enum HaulVersion {
@@ -41,12 +40,7 @@ public final class Downloader: Sendable {
         case .memory: self.store = try Store.inMemory()
         case .existing(let store): self.store = store
         }
-        var http = HTTPClient.Configuration()
-        http.redirectConfiguration = .disallow
-        // Spans only for a program that set up a tracer: with none (Haul sets up none), the
-        // client would still make a span for each request and drop it.
-        if http.tracing.tracer is NoOpTracer { http.tracing.tracer = nil }
-        http.decompression = .disabled
+        var http = HTTPClient.Configuration.haul
         // A connection that cannot be made fails its request at once, with its reason, instead
         // of being re-dialled silently until the connect timeout: Haul's own retries (with
         // their backoff, their count and a line saying why) decide what happens next.

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import NIOCore
 import NIOPosix
 import Synchronization
+import Tracing
 
 /// The HTTP clients of a downloader: one for direct connections and one per proxy that
 /// tunnels (`CONNECT`, SOCKS5), made when first needed. AsyncHTTPClient sets its proxy per
@@ -53,5 +54,20 @@ final class ClientPool: Sendable {
         }
         for client in clients { try? await client.shutdown() }
         try await direct.shutdown()
+    }
+}
+
+extension HTTPClient.Configuration {
+    /// What every HTTP client of Haul's starts from — a downloader's and the daemon's clients:
+    /// redirects and decompression left to Haul (it follows redirects itself, and writes the
+    /// bytes the server sent), and spans only for a program that set up a tracer. With none
+    /// (Haul sets up none), AsyncHTTPClient's default, the global no-op tracer, would still be
+    /// handed a span to make and drop for every request.
+    package static var haul: HTTPClient.Configuration {
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        configuration.decompression = .disabled
+        if configuration.tracing.tracer is NoOpTracer { configuration.tracing.tracer = nil }
+        return configuration
     }
 }
