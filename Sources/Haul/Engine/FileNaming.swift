@@ -21,7 +21,9 @@ enum FileNaming {
 
     /// The last path component of the URL, percent-decoded and sanitised; nil when there is none.
     static func nameFromURL(_ url: URL) -> String? {
-        let path = URLComponents(url: url, resolvingAgainstBaseURL: false)?.percentEncodedPath ?? url.path
+        // The path as the URL holds it: re-parsing the URL into components cost a daemon adding
+        // thousands of downloads about 1 % of its CPU.
+        let path = url.path(percentEncoded: true)
         guard let last = path.split(separator: "/").last else { return nil }
         let decoded = String(last).removingPercentEncoding ?? String(last)
         return sanitize(decoded)

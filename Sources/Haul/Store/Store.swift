@@ -304,7 +304,7 @@ public final class Store: TaskStore {
                 ).execute(
                     arguments: [sourcesText, StoreDate.now, id]
                 )
-            } else {
+            } else if !completing {  // The state's change set it.
                 try db.cachedStatement(sql: "UPDATE task SET updatedAt = ? WHERE id = ?").execute(arguments: [
                     StoreDate.now, id,
                 ])

@@ -191,6 +191,33 @@ struct TaskRecordTests {
         }
     }
 
+    @Test("a checkpoint leaves exactly the segments it is given: more, fewer, or one whose row went missing")
+    func replacedSegments() async throws {
+        try await withStore { store, record, raw in
+            func plan(_ bounds: [(start: Int64, end: Int64, committed: Int64)]) -> [SegmentRecord] {
+                bounds.enumerated().map { ordinal, bound in
+                    SegmentRecord(
+                        taskID: record.id,
+                        ordinal: ordinal,
+                        start: bound.start,
+                        end: bound.end,
+                        committed: bound.committed
+                    )
+                }
+            }
+            let three = plan([(0, 40, 10), (40, 80, 50), (80, 100, 90)])
+            try await store.checkpoint(record.id, segments: three)
+            #expect(try await store.segments(of: record.id) == three)
+            let two = plan([(0, 50, 50), (50, 100, 70)])
+            try await store.checkpoint(record.id, segments: two)
+            #expect(try await store.segments(of: record.id) == two)
+            try await raw.write { db in try db.execute(sql: "DELETE FROM segment WHERE ordinal = 0") }
+            let later = plan([(0, 50, 50), (50, 100, 90)])
+            try await store.checkpoint(record.id, segments: later)
+            #expect(try await store.segments(of: record.id) == later)
+        }
+    }
+
     @Test("a task whose segment rows are gone starts from byte 0 instead of failing")
     func missingSegments() async throws {
         try await withStore { store, record, raw in
