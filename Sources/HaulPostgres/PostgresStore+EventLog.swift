@@ -199,12 +199,18 @@ extension PostgresStore: EventLogStore {
         try await Postgres.run("trim the event log") {
             var removed = 0
             for try await _ in try await client.query(
+                // Each session's newest event beyond the limit, found on the (session, id)
+                // index, not by ranking the whole log.
                 """
-                DELETE FROM haul_event WHERE id IN (
-                    SELECT id FROM (
-                        SELECT id, ROW_NUMBER() OVER (PARTITION BY session ORDER BY id DESC) AS age FROM haul_event
-                    ) AS ranked WHERE age > \(Int64(max(0, limit)))
-                ) RETURNING id
+                DELETE FROM haul_event e USING (
+                    SELECT s.session, (
+                        SELECT id FROM haul_event WHERE session = s.session
+                        ORDER BY id DESC OFFSET \(Int64(max(0, limit))) LIMIT 1
+                    ) AS newest_dropped
+                    FROM (SELECT DISTINCT session FROM haul_event) AS s
+                ) AS cut
+                WHERE e.session = cut.session AND e.id <= cut.newest_dropped
+                RETURNING e.id
                 """,
                 logger: logger
             ) {
