@@ -275,9 +275,9 @@ enum TaskTables {
 
     /// Replaces a task's segments. When they are numbered 0, 1, 2… (as a plan numbers them),
     /// the rows already there are updated in place and only the others deleted or inserted:
-    /// a download's response and its completion each rewrote its segments, and a delete and an
-    /// insert touch the key's index and check the task row too (a tenth of a small download's
-    /// statements in the daemon).
+    /// a download's response and its completion each rewrite its segments, and deleting and
+    /// inserting a row also rewrites the key's index and looks up the task row (the foreign
+    /// key), where an update of the offsets changes the row alone.
     static func replaceSegments(_ db: Database, of id: UUID, with segments: [SegmentRecord]) throws {
         guard segments.indices.elementsEqual(segments.lazy.map(\.ordinal)), segments.allSatisfy({ $0.taskID == id })
         else {
