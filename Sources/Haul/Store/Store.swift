@@ -233,8 +233,7 @@ public final class Store: TaskStore {
             }
             // Piece hashes the task has none of yet (INSERT OR IGNORE: its own stand).
             if let pieces = task.pieces { try Store.insertPieces(db, taskID: task.id, hashes: pieces) }
-            try SegmentRecord.filter(SegmentRecord.Columns.taskID == task.id).deleteAll(db)
-            try TaskTables.insert(db, segments)
+            try TaskTables.replaceSegments(db, of: task.id, with: segments)
         }
     }
 

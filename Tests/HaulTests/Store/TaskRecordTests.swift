@@ -191,7 +191,7 @@ struct TaskRecordTests {
         }
     }
 
-    @Test("a checkpoint leaves exactly the segments it is given: more, fewer, or one whose row went missing")
+    @Test("a checkpoint leaves exactly the segments it is given: more, fewer, a row gone missing, numbers with a gap")
     func replacedSegments() async throws {
         try await withStore { store, record, raw in
             func plan(_ bounds: [(start: Int64, end: Int64, committed: Int64)]) -> [SegmentRecord] {
@@ -215,6 +215,13 @@ struct TaskRecordTests {
             let later = plan([(0, 50, 50), (50, 100, 90)])
             try await store.checkpoint(record.id, segments: later)
             #expect(try await store.segments(of: record.id) == later)
+            // Segments not numbered 0, 1, 2… (a store written by something else) are written
+            // back as they are, none dropped for its number.
+            try await raw.write { db in try db.execute(sql: "UPDATE segment SET ordinal = 5 WHERE ordinal = 1") }
+            let gapped = try await store.segments(of: record.id)
+            #expect(gapped.map(\.ordinal) == [0, 5])
+            try await store.checkpoint(record.id, segments: gapped)
+            #expect(try await store.segments(of: record.id) == gapped)
         }
     }
 
