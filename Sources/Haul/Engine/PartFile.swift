@@ -30,6 +30,8 @@ final class PartFile: Sendable {
     private let closed = Mutex(false)
     /// Whether the file is on a local disk's file system (``LocalDisk``).
     let isOnLocalDisk: Bool
+    /// How many ``sync()`` calls are under way.
+    private let syncs = Atomic(0)
 
     /// Why an existing part file cannot be used.
     enum Claim: Error, Equatable {
@@ -241,44 +243,12 @@ final class PartFile: Sendable {
         return Int64(info.st_size)
     }
 
-    /// Writes the buffers back to back starting at `offset`, in as few `pwritev` calls as
-    /// the kernel allows.
+    /// Writes the buffers back to back starting at `offset` (``GatherWrite``).
     func write(_ buffers: [ByteBuffer], at offset: Int64) throws {
-        // The pointers stay valid while `buffers` holds the storage and nothing mutates it.
-        var vectors = buffers.map { buffer in
-            buffer.withUnsafeReadableBytes {
-                iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count)
-            }
+        guard let end = GatherWrite.write(buffers, to: descriptor, at: offset) else {
+            throw HaulError.fileSystem("write to", path: path, errno: errno)
         }
-        var total = vectors.reduce(0) { $0 + $1.iov_len }
-        var position = offset
-        var first = 0
-        try withExtendedLifetime(buffers) {
-            while total > 0 {
-                let written = vectors[first...].withUnsafeBufferPointer { slice in
-                    pwritev(descriptor, slice.baseAddress, Int32(min(slice.count, 1024)), off_t(position))
-                }
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    throw HaulError.fileSystem("write to", path: path, errno: errno)
-                }
-                total -= written
-                position += Int64(written)
-                // Skip what was written; a partial write may end inside a vector.
-                var left = written
-                while left > 0, first < vectors.count {
-                    if left >= vectors[first].iov_len {
-                        left -= vectors[first].iov_len
-                        first += 1
-                    } else {
-                        vectors[first].iov_base += left
-                        vectors[first].iov_len -= left
-                        left = 0
-                    }
-                }
-            }
-        }
-        startWriteback(from: offset, to: position)
+        startWriteback(from: offset, to: end)
     }
 
     /// The file goes to the disk in windows this big (one request costs less CPU than 32 small).
@@ -286,10 +256,12 @@ final class PartFile: Sendable {
 
     /// Starts the disk on the window of the file that a write from `start` to `end` finished,
     /// while more bytes arrive (the next checkpoint or the completing sync makes them durable).
+    /// Not during a sync, which writes the file out already (a request for more waited behind
+    /// it for 120 ms, on an event loop): the next checkpoint's sync takes the window left.
     private func startWriteback(from start: Int64, to end: Int64) {
         let window = PartFile.writebackWindow
         let finished = end / window * window
-        guard finished > start / window * window else { return }
+        guard finished > start / window * window, !isSyncing else { return }
         _ = chaul_start_writeback(descriptor, off_t(finished - window), off_t(window))
     }
 
@@ -313,28 +285,49 @@ final class PartFile: Sendable {
     /// Reads up to `count` bytes at `offset`; fewer only at end of file.
     func read(at offset: Int64, count: Int) throws -> [UInt8] {
         var result = [UInt8](repeating: 0, count: count)
-        var filled = 0
-        try result.withUnsafeMutableBytes { bytes in
-            while filled < count {
-                let n = pread(descriptor, bytes.baseAddress! + filled, count - filled, off_t(offset + Int64(filled)))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw HaulError.fileSystem("read", path: path, errno: errno)
-                }
-                if n == 0 { break }
-                filled += n
-            }
-        }
+        let filled = try result.withUnsafeMutableBytes { try read(into: $0, at: offset) }
         result.removeLast(count - filled)
         return result
+    }
+
+    /// Fills `buffer` from `offset`, or less when the file ends first; returns how much.
+    private func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        var filled = 0
+        while filled < buffer.count {
+            let n = pread(
+                descriptor,
+                buffer.baseAddress! + filled,
+                buffer.count - filled,
+                off_t(offset + Int64(filled))
+            )
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw HaulError.fileSystem("read", path: path, errno: errno)
+            }
+            if n == 0 { break }
+            filled += n
+        }
+        return filled
     }
 
     /// Makes written data durable (data, and the size when it grew).
     func sync() throws {
         let started = ContinuousClock.now
-        guard fdatasync(descriptor) == 0 else { throw HaulError.fileSystem("sync", path: path, errno: errno) }
+        try syncing {
+            guard fdatasync(descriptor) == 0 else { throw HaulError.fileSystem("sync", path: path, errno: errno) }
+        }
         HaulMetrics.fsync(ContinuousClock.now - started)
     }
+
+    /// Runs `body` as a sync: ``isSyncing`` while it runs.
+    func syncing<T>(_ body: () throws -> T) rethrows -> T {
+        syncs.add(1, ordering: .relaxed)
+        defer { syncs.subtract(1, ordering: .relaxed) }
+        return try body()
+    }
+
+    /// Whether a ``sync()`` is under way (a write meanwhile may wait for it).
+    var isSyncing: Bool { syncs.load(ordering: .relaxed) > 0 }
 
     /// Sets the file's modification time (its access time is left alone); false when the
     /// file system refused.
@@ -382,11 +375,7 @@ final class PartFile: Sendable {
         var offset = bytes.lowerBound
         while offset < bytes.upperBound {
             let want = Int(min(Int64(block), bytes.upperBound - offset))
-            let n = pread(descriptor, buffer.baseAddress!, want, off_t(offset))
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw HaulError.fileSystem("read", path: path, errno: errno)
-            }
+            let n = try read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset)
             if n == 0 { break }
             digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
             offset += Int64(n)

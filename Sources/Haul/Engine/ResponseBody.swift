@@ -207,6 +207,9 @@ final class BodyPipe: Sendable {
 
     /// How many bytes wait for the consumer.
     var pendingBytes: Int { state.withLock { $0.bytes } }
+
+    /// Whether the event loop has stopped reading until the consumer takes what waits.
+    var isFull: Bool { pendingBytes >= limits.bound }
 }
 
 /// The body of a response as an `AsyncSequence` of the buffers read, taken from a

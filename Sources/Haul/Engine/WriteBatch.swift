@@ -44,18 +44,15 @@ struct WriteBatch {
         guard count > 0 else { return }
         let (buffers, offset) = (self.buffers, self.offset)
         let write: @Sendable () throws -> Void = { try part.write(buffers, at: offset) }
-        let run: @Sendable () async throws -> Void
-        if let placement, let loop = placement.loop(for: site, part: part, pace: pace) {
-            run = {
-                try Task.checkCancellation()
-                try await placement.write(on: loop, write)
-            }
+        if let placement {
+            let loop = placement.loop(for: site, part: part, pace: pace)
+            let run: @Sendable () async throws -> Duration = { try await placement.write(on: loop, write) }
+            let took = evenIfStopped ? try await uncancellable(run) : try await run()
+            pace.wrote(taking: took, endingAt: placement.now)
         } else {
-            run = { try await FileIO.run(write) }
+            let run: @Sendable () async throws -> Void = { try await FileIO.run(write) }
+            if evenIfStopped { try await uncancellable(run) } else { try await run() }
         }
-        let started = placement?.now
-        if evenIfStopped { try await uncancellable(run) } else { try await run() }
-        if let placement, let started { pace.wrote(from: started, to: placement.now) }
         HaulMetrics.received(count)
         self.offset += Int64(count)
         self.buffers.removeAll(keepingCapacity: true)

@@ -38,29 +38,53 @@ final class LoopExecutor: TaskExecutor {
 /// where it already is, as curl and aria2 do. So a batch goes to its loop when that costs
 /// the loop little:
 /// - the part file is on a local disk (``PartFile/isOnLocalDisk``): the page cache takes the
-///   write at memory speed, where a network or FUSE file system answers at its own;
-/// - writing is a small part of the connection's time (``Pace``) and the loop is not ahead of
-///   the writer (fewer than ``ahead`` bytes wait in the pipe): when the connection is as fast
-///   as the writes, the loop reads on while the pool writes, on two cores;
+///   write at memory speed, where a network or FUSE file system answers at its own; and it
+///   is not being synced (a checkpoint's `fdatasync`), which a write may wait for;
+/// - writing is a small part of the connection's time (``Pace``) and the loop is not waiting
+///   for the writer (its pipe is below its bound): when the connection is as fast as the
+///   writes, the loop reads on while the pool writes, on two cores;
 /// - no write on a loop took ``slow`` lately: the kernel throttles writers to the disk's pace
 ///   once too much waits for it, and a throttled write would stall every connection of its
-///   loop; writes then go to the pool for ``cooldown``.
+///   loop. Writes then go to the pool for ``cooldown(after:)``, a hundred times as long as
+///   the slow write took: a loop spends at most about 1 % of its time held up by the disk,
+///   and one hiccup (a 30 ms write in a gibibyte) does not send a whole download to the pool.
 package final class WritePlacement: Sendable {
-    /// A write on a loop that takes this long sends writes to the pool for ``cooldown``.
+    /// A write on a loop that takes this long sends writes to the pool for a while.
     static let slow = Duration.milliseconds(10)
-    static let cooldown = Duration.seconds(10)
-    /// The loop is ahead of the writer when this many bytes already wait behind a batch.
-    static let ahead = 64 << 10
+    /// The longest the pool keeps the writes after one slow write.
+    static let longestCooldown = Duration.seconds(60)
 
-    /// How much of a connection's time its writes take: busy when its last write took more
-    /// than a quarter of the time since the one before it began.
+    /// How long writes go to the pool after a write on a loop took `took` (at least ``slow``).
+    static func cooldown(after took: Duration) -> Duration {
+        min(took * 100, longestCooldown)
+    }
+
+    /// How much of a connection's time its writes take: busy when, over the last ``span``
+    /// or more, the writes themselves (their system calls, on whichever thread) took more
+    /// than a quarter of it.
+    ///
+    /// Measured over a span, not from one write to the next: a server that paces its sends
+    /// (nginx's `limit_rate`) sends in bursts, and two batches of one burst are written back
+    /// to back, which a single interval reads as a writer that never rests. Measured inside
+    /// the write, not around it: a write on the pool also took a hop to another thread and
+    /// back, which would keep a connection on the pool for having been sent there.
     struct Pace {
-        private var lastStart: Duration?
+        static let span = Duration.milliseconds(100)
+        /// Where the span being measured began (at the first write's start).
+        private var spanStart: Duration?
+        private var writing = Duration.zero
         private(set) var isBusy = false
 
-        mutating func wrote(from start: Duration, to end: Duration) {
-            if let lastStart { isBusy = (end - start) * 4 > start - lastStart }
-            lastStart = start
+        /// A write that took `took` and ended at `end`.
+        mutating func wrote(taking took: Duration, endingAt end: Duration) {
+            let start = spanStart ?? end - took
+            writing += took
+            guard end - start >= Pace.span else {
+                spanStart = start
+                return
+            }
+            isBusy = writing * 4 > end - start
+            (spanStart, writing) = (end, .zero)
         }
     }
 
@@ -88,7 +112,7 @@ package final class WritePlacement: Sendable {
     /// `pace`; nil: the pool.
     func loop(for site: ReadSite?, part: PartFile, pace: Pace) -> (any EventLoop)? {
         let loop = site.flatMap { site -> (any EventLoop)? in
-            guard part.isOnLocalDisk, !pace.isBusy, site.pipe.pendingBytes < WritePlacement.ahead else { return nil }
+            guard part.isOnLocalDisk, !part.isSyncing, !pace.isBusy, !site.pipe.isFull else { return nil }
             return site.loop
         }
         let now = timeline.now
@@ -103,17 +127,22 @@ package final class WritePlacement: Sendable {
         }
     }
 
-    /// Runs `write` on `loop`, timed: a slow one sends the writes after it to the pool.
-    func write(on loop: any EventLoop, _ write: @escaping @Sendable () throws -> Void) async throws {
+    /// Runs `write` on `loop`, or on ``FileIO``'s threads when it is nil, and returns how long
+    /// the write itself took: a slow one on a loop sends the writes after it to the pool.
+    func write(on loop: (any EventLoop)?, _ write: @escaping @Sendable () throws -> Void) async throws -> Duration {
         let timeline = timeline
-        let took = try await loop.submit {
+        let timed: @Sendable () throws -> Duration = {
             let start = timeline.now
             try write()
             return timeline.now - start
-        }.get()
-        if took >= WritePlacement.slow {
-            let until = timeline.now + WritePlacement.cooldown
-            state.withLock { $0.poolUntil = until }
         }
+        guard let loop else { return try await FileIO.run(timed) }
+        try Task.checkCancellation()
+        let took = try await loop.submit(timed).get()
+        if took >= WritePlacement.slow {
+            let until = timeline.now + WritePlacement.cooldown(after: took)
+            state.withLock { $0.poolUntil = max($0.poolUntil ?? until, until) }
+        }
+        return took
     }
 }

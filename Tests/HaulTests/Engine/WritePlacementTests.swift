@@ -5,6 +5,7 @@ import HaulTesting
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -58,12 +59,12 @@ struct WritePlacementTests {
         try await fixture.shutdown()
     }
 
-    @Test("a loop ahead of the writer (64 KiB waiting behind the batch) reads on while the pool writes")
-    func loopAhead() async throws {
+    @Test("a loop waiting for its writer (its pipe at its bound) reads on while the pool writes")
+    func loopWaiting() async throws {
         let fixture = try Fixture()
         let loop = fixture.loop
-        _ = try await loop.submit { fixture.pipe.receive(ByteBuffer(repeating: 1, count: (64 << 10) - 1), on: loop) }
-            .get()
+        let bound = fixture.pipe.limits.bound
+        _ = try await loop.submit { fixture.pipe.receive(ByteBuffer(repeating: 1, count: bound - 1), on: loop) }.get()
         #expect(fixture.placement.loop(for: fixture.site, part: fixture.part, pace: .init()) != nil)
         _ = try await loop.submit { fixture.pipe.receive(ByteBuffer(repeating: 1, count: 1), on: loop) }.get()
         #expect(fixture.placement.loop(for: fixture.site, part: fixture.part, pace: .init()) == nil)
@@ -71,35 +72,80 @@ struct WritePlacementTests {
         try await fixture.shutdown()
     }
 
-    @Test("a connection whose writes take more than a quarter of its time writes on the pool")
+    @Test("a part file being synced is written on the pool, and on the loop again once the sync is over")
+    func whileSyncing() async throws {
+        let fixture = try Fixture()
+        let chosen = fixture.part.syncing {
+            fixture.placement.loop(for: fixture.site, part: fixture.part, pace: .init())
+        }
+        #expect(chosen == nil)
+        #expect(!fixture.part.isSyncing)
+        #expect(fixture.placement.loop(for: fixture.site, part: fixture.part, pace: .init()) != nil)
+        try await fixture.shutdown()
+    }
+
+    @Test("a connection whose writes take more than a quarter of a span writes on the pool; a burst does not")
     func busyPace() async throws {
         var pace = WritePlacement.Pace()
-        pace.wrote(from: .zero, to: .milliseconds(3))
-        // The first write has no interval to measure against.
+        // A burst: two 256 KiB batches written back to back, then a pause (nginx's limit_rate).
+        pace.wrote(taking: .milliseconds(1), endingAt: .milliseconds(1))
+        pace.wrote(taking: .milliseconds(1), endingAt: .milliseconds(2))
         #expect(!pace.isBusy)
-        pace.wrote(from: .milliseconds(4), to: .milliseconds(5))
+        // 10 ms of writing in a span of 100 ms: not busy.
+        for end in stride(from: 10, through: 100, by: 10) {
+            pace.wrote(taking: .milliseconds(1), endingAt: .milliseconds(end))
+        }
         #expect(!pace.isBusy)
-        pace.wrote(from: .milliseconds(8), to: .microseconds(9_001))
+        // The next span: 26 ms of 100 writing; busy once the span is whole, not before.
+        pace.wrote(taking: .milliseconds(25), endingAt: .milliseconds(150))
+        #expect(!pace.isBusy)
+        pace.wrote(taking: .milliseconds(1), endingAt: .milliseconds(200))
         #expect(pace.isBusy)
         let fixture = try Fixture()
         #expect(fixture.placement.loop(for: fixture.site, part: fixture.part, pace: pace) == nil)
-        pace.wrote(from: .milliseconds(20), to: .milliseconds(21))
+        // Exactly a quarter is not busy.
+        pace.wrote(taking: .milliseconds(25), endingAt: .milliseconds(300))
         #expect(!pace.isBusy)
         try await fixture.shutdown()
     }
 
-    @Test("a slow write on a loop sends every write to the pool for the cooldown, and not a moment longer")
+    @Test("a slow write on a loop sends every write to the pool for a hundred times as long, and not a moment longer")
     func slowWriteCoolsDown() async throws {
         let fixture = try Fixture()
         let (clock, placement) = (fixture.clock, fixture.placement)
+        func onLoop() -> Bool { placement.loop(for: fixture.site, part: fixture.part, pace: .init()) != nil }
         // Just under slow: the loop keeps the writes.
-        try await placement.write(on: fixture.loop) { clock.advance(by: WritePlacement.slow - .nanoseconds(1)) }
-        #expect(placement.loop(for: fixture.site, part: fixture.part, pace: .init()) != nil)
-        try await placement.write(on: fixture.loop) { clock.advance(by: WritePlacement.slow) }
-        #expect(placement.loop(for: fixture.site, part: fixture.part, pace: .init()) == nil)
-        clock.advance(by: WritePlacement.cooldown - .nanoseconds(1))
-        #expect(placement.loop(for: fixture.site, part: fixture.part, pace: .init()) == nil)
+        _ = try await placement.write(on: fixture.loop) { clock.advance(by: WritePlacement.slow - .nanoseconds(1)) }
+        #expect(onLoop())
+        let took = try await placement.write(on: fixture.loop) { clock.advance(by: .milliseconds(30)) }
+        #expect(took == .milliseconds(30))
+        #expect(!onLoop())
+        clock.advance(by: .seconds(3) - .nanoseconds(1))
+        #expect(!onLoop())
         clock.advance(by: .nanoseconds(1))
+        #expect(onLoop())
+        // A long stall keeps the pool for a minute at most; a shorter one after it does not cut that.
+        _ = try await placement.write(on: fixture.loop) { clock.advance(by: .seconds(2)) }
+        _ = try await placement.write(on: fixture.loop) { clock.advance(by: WritePlacement.slow) }
+        clock.advance(by: WritePlacement.longestCooldown - WritePlacement.slow - .nanoseconds(1))
+        #expect(!onLoop())
+        clock.advance(by: .nanoseconds(1))
+        #expect(onLoop())
+        try await fixture.shutdown()
+    }
+
+    @Test("a write on the pool is timed where it runs, and however long it takes it sends nothing to the pool")
+    func poolWriteTimed() async throws {
+        let fixture = try Fixture()
+        let (clock, placement) = (fixture.clock, fixture.placement)
+        let loop = fixture.loop
+        let ranOnLoop = Mutex<Bool?>(nil)
+        let took = try await placement.write(on: nil) {
+            ranOnLoop.withLock { $0 = loop.inEventLoop }
+            clock.advance(by: .seconds(1))
+        }
+        #expect(took == .seconds(1))
+        #expect(ranOnLoop.withLock { $0 } == false)
         #expect(placement.loop(for: fixture.site, part: fixture.part, pace: .init()) != nil)
         try await fixture.shutdown()
     }
