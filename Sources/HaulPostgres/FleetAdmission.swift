@@ -31,7 +31,8 @@ struct FleetAdmission {
     /// leases running, the other nodes' free capacity and the work waiting. No I/O: tested
     /// on its own.
     struct Room: Sendable, Equatable {
-        /// This node's own limits.
+        /// This node's name and own limits.
+        var node: String
         var capacity: Int
         var perHost: Int
         /// The fleet's caps over all nodes (nil: none).
@@ -40,11 +41,19 @@ struct FleetAdmission {
         /// Leases running per host: over the fleet, and this node's.
         var running: [String: Int] = [:]
         var mine: [String: Int] = [:]
-        /// Downloads the other nodes alive could still take (their capacity less their leases).
-        var othersFree = 0
+        /// Downloads each other node alive could still take (its capacity less its leases).
+        var others: [String: Int] = [:]
         /// Tasks waiting in the queue, counted up to `capacity + othersFree` (then: at least
         /// as many as the fleet has room for) and at most ``FleetAdmission/countedWaiting``.
         var waiting = 0
+
+        /// This node has wanted work and been given none for a lease's time: it takes one of
+        /// the tasks waiting even when they are other nodes' parts. A part left to a node that
+        /// does not take it (its per-host limit refuses the task's host, its loop stalls)
+        /// waits that long, not for ever.
+        var overdue = false
+
+        var othersFree: Int { others.values.reduce(0, +) }
 
         /// How many leases this node may take now, at most `wanted`.
         func leases(wanted: Int) -> Int {
@@ -57,11 +66,13 @@ struct FleetAdmission {
                 room = min(room, fleetRoom)
                 available = min(available, fleetRoom)
             }
-            // Less work than room for it: this node's part, by its free capacity (rounded up,
-            // so a node with room takes at least one; the caps above still bound the sum).
-            let allFree = free + othersFree
-            if available < allFree, allFree > 0 {
-                room = min(room, (max(0, available) * free + allFree - 1) / allFree)
+            // Less work than room for it: this node's part, by its free capacity among all
+            // the nodes' (the caps above still bound the sum).
+            if available < free + othersFree {
+                var frees = others
+                frees[node] = free
+                let part = FleetAdmission.part(of: max(0, available), among: frees, for: node)
+                room = min(room, overdue && available > 0 ? max(part, 1) : part)
             }
             return max(0, room)
         }
@@ -74,6 +85,30 @@ struct FleetAdmission {
             running[host, default: 0] += 1
             return true
         }
+    }
+
+    /// `node`'s part of `available` tasks shared among the nodes by their free capacity
+    /// (`free`, by name): a whole part in proportion to its own, and one more for each of the
+    /// tasks those whole parts leave over, to the largest remainders (ties: the most free,
+    /// then the first name). Every node weighs the same numbers under admission's lock, so
+    /// the parts add up to `available` and the node that asks first does not take another
+    /// node's part: the one with the most room takes the last task.
+    static func part(of available: Int, among free: [String: Int], for node: String) -> Int {
+        let total = free.values.reduce(0, +)
+        guard available > 0, total > 0, let own = free[node], own > 0 else { return 0 }
+        // Exact, however large the capacities: available × free / total in full width.
+        let shares = free.map { name, free in
+            let (whole, rest) = total.dividingFullWidth(available.multipliedFullWidth(by: max(0, free)))
+            return (name: name, free: free, whole: whole, rest: rest)
+        }
+        let left = available - shares.reduce(0) { $0 + $1.whole }
+        let ranked = shares.sorted { lhs, rhs in
+            if lhs.rest != rhs.rest { return lhs.rest > rhs.rest }
+            if lhs.free != rhs.free { return lhs.free > rhs.free }
+            return lhs.name < rhs.name
+        }
+        let whole = shares.first { $0.name == node }?.whole ?? 0
+        return whole + (ranked.prefix(left).contains { $0.name == node } ? 1 : 0)
     }
 
     /// This node's part of the fleet's rate `cap` (bytes per second), shared among the nodes
@@ -111,7 +146,8 @@ struct FleetAdmission {
         perHost: Int,
         seconds: Double,
         excluding: [UUID],
-        publishing newCapacity: Bool
+        publishing newCapacity: Bool,
+        overdue: Bool
     ) async throws -> [FleetQueue.Lease] {
         try await client.withCheckedTransaction(logger: logger) { connection in
             // The queue's rows change state several times each, faster than autovacuum runs
@@ -131,7 +167,7 @@ struct FleetAdmission {
                     logger: logger
                 )
             }
-            var room = Room(capacity: capacity, perHost: perHost)
+            var room = Room(node: node, capacity: capacity, perHost: perHost, overdue: overdue)
             try await count(&room, seconds: seconds, excluding: excluding, on: connection)
             let wanted = room.leases(wanted: wanted)
             guard wanted > 0 else { return [] }
@@ -205,12 +241,12 @@ struct FleetAdmission {
             room.running[host] = all
             if mine > 0 { room.mine[host] = mine }
         }
-        for try await (fleetCap, fleetPerHost, othersFree, waiting) in try await connection.checkedQuery(
+        for try await (fleetCap, fleetPerHost, names, frees, waiting) in try await connection.checkedQuery(
             """
             WITH others AS (
-                SELECT COALESCE(sum(GREATEST(0, n.max_running - (
+                SELECT n.name, GREATEST(0, n.max_running - (
                         SELECT count(*) FROM haul_task t
-                        WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()))), 0)::bigint
+                        WHERE t.owner = n.name AND t.state = 'running' AND t.lease_expires > now()))::bigint
                     AS free
                 FROM fleet_node n
                 WHERE n.name <> \(node) AND n.stopped_at IS NULL AND n.draining_at IS NULL
@@ -219,18 +255,20 @@ struct FleetAdmission {
             SELECT
                 (SELECT value FROM haul_setting WHERE name = 'fleetMaxConcurrentDownloads' AND value > 0),
                 (SELECT value FROM haul_setting WHERE name = 'fleetMaxDownloadsPerHost' AND value > 0),
-                (SELECT free FROM others),
+                (SELECT array_agg(name ORDER BY name) FROM others),
+                (SELECT array_agg(free ORDER BY name) FROM others),
                 (SELECT count(*) FROM (
                     SELECT 1 FROM haul_task WHERE state = 'queued' AND background
                         AND id <> ALL(\(excluding)::uuid[])
-                    LIMIT (SELECT LEAST(\(Int64(Self.countedWaiting)), free + \(Int64(room.capacity))) FROM others)
+                    LIMIT (SELECT LEAST(\(Int64(Self.countedWaiting)), COALESCE(sum(free), 0) + \(Int64(room.capacity)))
+                        FROM others)
                 ) waiting)
             """,
             logger: logger
-        ).decode((Int64?, Int64?, Int64, Int).self) {
+        ).decode((Int64?, Int64?, [String]?, [Int64]?, Int).self) {
             room.fleetCap = fleetCap.map { Int(clamping: $0) }
             room.fleetPerHost = fleetPerHost.map { Int(clamping: $0) }
-            room.othersFree = Int(clamping: othersFree)
+            for (name, free) in zip(names ?? [], frees ?? []) { room.others[name] = Int(clamping: free) }
             room.waiting = waiting
         }
     }

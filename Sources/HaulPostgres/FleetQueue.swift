@@ -72,7 +72,9 @@ public final class FleetQueue: Sendable {
     /// Takes leases for this node on the next tasks of the queue (the daemons' tasks that
     /// wait), as ``FleetAdmission`` allows: within this node's `capacity` (downloads at once)
     /// and `perHost`, within the fleet's caps, and its part of the work by free capacity;
-    /// at most `wanted`. `newCapacity`: the capacity changed since this node last said it.
+    /// at most `wanted`. `newCapacity`: the capacity changed since this node last said it
+    /// (then it is said even when nothing is wanted). `overdue`: this node has wanted work
+    /// and been given none for a lease's time (``FleetAdmission/Room/overdue``).
     ///
     /// Tasks in `excluding` are passed over (those this node still runs, or is stopping: a
     /// lease of theirs that ran out must not come back to the run that lost it).
@@ -82,9 +84,10 @@ public final class FleetQueue: Sendable {
         perHost: Int,
         duration: Duration,
         excluding: [UUID] = [],
-        newCapacity: Bool = true
+        newCapacity: Bool = true,
+        overdue: Bool = false
     ) async throws -> [Lease] {
-        guard wanted > 0, capacity > 0, perHost > 0 else { return [] }
+        guard wanted > 0 || newCapacity, wanted >= 0, capacity > 0, perHost > 0 else { return [] }
         let admission = FleetAdmission(client: client, node: node, logger: logger)
         return try await store("take leases in the fleet's queue") {
             try await admission.acquire(
@@ -93,7 +96,8 @@ public final class FleetQueue: Sendable {
                 perHost: perHost,
                 seconds: Self.seconds(duration),
                 excluding: excluding,
-                publishing: newCapacity
+                publishing: newCapacity,
+                overdue: overdue
             )
         }
     }

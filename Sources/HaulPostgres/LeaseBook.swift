@@ -45,6 +45,9 @@ final class LeaseBook: Sendable {
     private let capacity = Mutex<(value: Int, told: Bool)>((0, false))
     /// The node drains: it takes no new lease.
     private let draining = Mutex(false)
+    /// Since when this node has wanted work and been given none (nil: it was given some, or
+    /// wanted none): after a lease's time it is overdue (``FleetAdmission/Room/overdue``).
+    private let wantingSince = Mutex<Duration?>(nil)
 
     /// From now on this node takes no new lease (it drains).
     func stopTakingWork() { draining.withLock { $0 = true } }
@@ -65,6 +68,7 @@ final class LeaseBook: Sendable {
     /// Takes leases on up to `wanted` tasks of the fleet's queue within this node's limits
     /// (`maxRunning` downloads at once, `perHost` against one host) and the fleet's caps, and
     /// books them; returns their tasks (none when the answer came after the leases' time).
+    /// With `wanted` 0 it only tells the fleet a changed `maxRunning` (nothing otherwise).
     func acquire(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID] {
         guard !draining.withLock({ $0 }) else { return [] }
         let sent = timeline.now
@@ -72,6 +76,11 @@ final class LeaseBook: Sendable {
             defer { known = (maxRunning, true) }
             return known != (maxRunning, true)
         }
+        guard wanted > 0 || newCapacity else {
+            wantingSince.withLock { $0 = nil }
+            return []
+        }
+        let overdue = wantingSince.withLock { since in since.map { sent - $0 >= duration } ?? false }
         let taken: [FleetQueue.Lease]
         do {
             taken = try await fleet.acquire(
@@ -80,11 +89,15 @@ final class LeaseBook: Sendable {
                 perHost: perHost,
                 duration: duration,
                 excluding: book.withLock { Array($0.keys) },
-                newCapacity: newCapacity
+                newCapacity: newCapacity,
+                overdue: overdue
             )
         } catch {
             if newCapacity { capacity.withLock { $0.told = false } }
             throw error
+        }
+        wantingSince.withLock { since in
+            since = wanted > 0 && taken.isEmpty ? since ?? sent : nil
         }
         // An answer that came after the leases' time (a database slow to answer, or the
         // admission lock held long) is not used: its leases are neither booked nor run, and

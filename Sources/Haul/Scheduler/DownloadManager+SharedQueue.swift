@@ -60,8 +60,9 @@ extension DownloadManager {
         guard let sharedQueue, !shuttingDown, !machine.storeRefusing else { return }
         // (With a shared queue every task waiting in this manager's line is claimed already:
         // one that yields goes back to the shared queue.)
-        let wanted = machine.maxConcurrent - machine.running.count - machine.waitingIDs.count
-        guard wanted > 0 else { return }
+        // At its limit too: the queue hears a changed limit at once (it shares the work by
+        // each manager's free room); it answers nothing without asking anyone else.
+        let wanted = max(0, machine.maxConcurrent - machine.running.count - machine.waitingIDs.count)
         let ids: [UUID]
         do {
             ids = try await sharedQueue.claim(
@@ -73,6 +74,7 @@ extension DownloadManager {
             logger.warning("cannot claim tasks in the shared queue", metadata: ["error": "\(error)"])
             return
         }
+        guard !ids.isEmpty else { return }
         // Read in one go, as their runs read them first; in the order claimed (the queue's).
         let read = (try? await store.tasksForRun(ids: ids)) ?? []
         let records = Dictionary(read.map { ($0.task.id, $0) }) { first, _ in first }
@@ -82,7 +84,6 @@ extension DownloadManager {
             machine.claimed(DownloadManager.entry(for: record))
             if let segments { claimedReads[id] = (record, segments) }
         }
-        guard !ids.isEmpty else { return }
         // Those that start now start from this read, taken under their claims; one that
         // waits in line reads its task again when it starts (it may change meanwhile).
         admitAndStart()

@@ -17,7 +17,9 @@ package protocol SharedQueue: Sendable {
     var claimDuration: Duration { get }
     /// Claims waiting tasks, in queue order, as this manager's limits (`maxRunning` at once,
     /// `perHost` per host, at most `wanted` more) and the queue's own caps over every manager
-    /// leave room; their tasks are then running. Returns their ids in queue order.
+    /// leave room; their tasks are then running. Returns their ids in queue order. Called
+    /// with `wanted` 0 too (a manager at its limit), so that a queue that weighs each
+    /// manager's limit hears a new one (lowered, say) without waiting for room.
     func claim(wanted: Int, maxRunning: Int, perHost: Int) async throws -> [UUID]
     /// Whether this manager holds the claim on task `id` (as far as it knows).
     func holdsClaim(_ id: UUID) -> Bool

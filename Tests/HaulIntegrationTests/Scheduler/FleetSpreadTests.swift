@@ -24,6 +24,43 @@ struct FleetSpreadTests {
     }
 
     @Test(
+        "a node given nothing for a lease's time, its part of the work another node's that never takes it, takes one then and not before; a node at its limit still tells a new one"
+    )
+    func overdue() async throws {
+        try await FleetQueueTests.withDatabase { client in
+            let clock = TestClock()
+            let lease = Duration.seconds(60)
+            let a = try await FleetQueueTests.node(client, "a", lease: lease)
+            let b = try await PostgresStore(
+                client: client,
+                node: "b",
+                leaseDuration: lease,
+                clock: clock,
+                logger: FleetQueueTests.logger
+            )
+            try await a.saveFleetCaps(API.FleetCaps(maxConcurrentDownloads: 2))
+            // a: alive, 4 free, and it never asks for work.
+            _ = try await a.fleet.heartbeat(bytesPerSecond: 0, capacity: 4, duration: lease, renewing: [])
+            let ids = try await FleetQueueTests.add(a, 3)
+            // b's part of the 2 the cap allows, among 4 + 3 free: one.
+            #expect(try await b.claim(wanted: 3, maxRunning: 3, perHost: 3) == [ids[0]])
+            // The last place under the cap is a's part (4 free against b's 2).
+            #expect(try await b.claim(wanted: 2, maxRunning: 3, perHost: 3) == [])
+            clock.advance(by: lease - .milliseconds(1))
+            #expect(try await b.claim(wanted: 2, maxRunning: 3, perHost: 3) == [])
+            clock.advance(by: .milliseconds(1))
+            #expect(try await b.claim(wanted: 2, maxRunning: 3, perHost: 3) == [ids[1]])
+            // a, wanting nothing, tells its new limit: 1. The next place under a cap of 3 is
+            // then b's (2 free of 4 against a's 1), which a's 4 free would have made a's.
+            try await a.saveFleetCaps(API.FleetCaps(maxConcurrentDownloads: 3))
+            #expect(try await a.claim(wanted: 0, maxRunning: 1, perHost: 1) == [])
+            let nodes = try await a.fleet.report.nodes()
+            #expect(nodes.first { $0.name == "a" }?.maxConcurrentDownloads == 1)
+            #expect(try await b.claim(wanted: 2, maxRunning: 4, perHost: 4) == [ids[2]])
+        }
+    }
+
+    @Test(
         "the fleet's rate cap is shared among the nodes transferring: evenly, a slower node's rest to the other; lifted, each node's own limit holds again"
     )
     func rateCapShared() async throws {
