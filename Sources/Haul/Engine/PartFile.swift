@@ -266,20 +266,12 @@ final class PartFile: Sendable {
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
-        var written = 0
-        while written < bytes.count {
-            let result = pwrite(
-                descriptor,
-                bytes.baseAddress! + written,
-                bytes.count - written,
-                off_t(offset + Int64(written))
-            )
-            if result < 0 {
-                if errno == EINTR { continue }
-                throw HaulError.fileSystem("write to", path: path, errno: errno)
-            }
-            written += result
+        guard let base = bytes.baseAddress else { return }
+        let written = try positioned(bytes.count, at: offset, "write to") { done, at in
+            pwrite(descriptor, base + done, bytes.count - done, at)
         }
+        // A write that wrote nothing, and said no error: the disk took no more.
+        guard written == bytes.count else { throw HaulError.fileSystem("write to", path: path, errno: EIO) }
     }
 
     /// Reads up to `count` bytes at `offset`; fewer only at end of file.
@@ -292,22 +284,32 @@ final class PartFile: Sendable {
 
     /// Fills `buffer` from `offset`, or less when the file ends first; returns how much.
     private func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
-        var filled = 0
-        while filled < buffer.count {
-            let n = pread(
-                descriptor,
-                buffer.baseAddress! + filled,
-                buffer.count - filled,
-                off_t(offset + Int64(filled))
-            )
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw HaulError.fileSystem("read", path: path, errno: errno)
-            }
-            if n == 0 { break }
-            filled += n
+        guard let base = buffer.baseAddress else { return 0 }
+        return try positioned(buffer.count, at: offset, "read") { done, at in
+            pread(descriptor, base + done, buffer.count - done, at)
         }
-        return filled
+    }
+
+    /// Runs `call` (a positioned read or write of the bytes from `done` on, at file offset
+    /// `at`) until `count` bytes are done, again after `EINTR`, and stops early when a call
+    /// does nothing (a read at the end of the file); returns how many were done.
+    private func positioned(
+        _ count: Int,
+        at offset: Int64,
+        _ action: String,
+        _ call: (_ done: Int, _ at: off_t) -> Int
+    ) throws -> Int {
+        var done = 0
+        while done < count {
+            let result = call(done, off_t(offset + Int64(done)))
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw HaulError.fileSystem(action, path: path, errno: errno)
+            }
+            if result == 0 { break }
+            done += result
+        }
+        return done
     }
 
     /// Makes written data durable (data, and the size when it grew).

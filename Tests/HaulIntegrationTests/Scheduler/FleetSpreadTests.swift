@@ -31,13 +31,7 @@ struct FleetSpreadTests {
             let clock = TestClock()
             let lease = Duration.seconds(60)
             let a = try await FleetQueueTests.node(client, "a", lease: lease)
-            let b = try await PostgresStore(
-                client: client,
-                node: "b",
-                leaseDuration: lease,
-                clock: clock,
-                logger: FleetQueueTests.logger
-            )
+            let b = try await FleetQueueTests.node(client, "b", lease: lease, clock: clock)
             try await a.saveFleetCaps(API.FleetCaps(maxConcurrentDownloads: 2))
             // a: alive, 4 free, and it never asks for work.
             _ = try await a.fleet.heartbeat(bytesPerSecond: 0, capacity: 4, duration: lease, renewing: [])

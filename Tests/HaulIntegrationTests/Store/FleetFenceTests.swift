@@ -164,13 +164,7 @@ extension FleetQueueTests {
             try await FleetQueueTests.withDatabase { client in
                 let clock = TestClock()
                 let lease = Duration.seconds(60)
-                let a = try await PostgresStore(
-                    client: client,
-                    node: "a",
-                    leaseDuration: lease,
-                    clock: clock,
-                    logger: FleetQueueTests.logger
-                )
+                let a = try await FleetQueueTests.node(client, "a", lease: lease, clock: clock)
                 let ids = try await FleetQueueTests.add(a, 1)
                 #expect(try await a.claim(wanted: 1, maxRunning: 5, perHost: 5) == ids)
                 // The node's book says the lease ran out (a heartbeat late under load); the

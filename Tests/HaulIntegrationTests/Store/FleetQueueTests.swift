@@ -34,13 +34,14 @@ struct FleetQueueTests {
         try await server.withClient(database: location.database, body)
     }
 
-    /// A node: a store of its own on the database.
+    /// A node: a store of its own on the database, its book on `clock`.
     static func node(
         _ client: PostgresClient,
         _ name: String,
-        lease: Duration = .seconds(60)
+        lease: Duration = .seconds(60),
+        clock: any Clock<Duration> = ContinuousClock()
     ) async throws -> PostgresStore {
-        try await PostgresStore(client: client, node: name, leaseDuration: lease, logger: logger)
+        try await PostgresStore(client: client, node: name, leaseDuration: lease, clock: clock, logger: logger)
     }
 
     /// Adds the daemon's downloads, one per host in turn, in this order; their ids.
