@@ -139,7 +139,7 @@ extension Store {
         return id == UInt32(bitPattern: applicationID) ? .haulStore : .otherSQLite
     }
 
-    /// Creates a new store at `path`: migrated under a temporary name, synced, then renamed.
+    /// Creates a new store at `path`: its schema made under a temporary name, synced, then renamed.
     static func create(at path: String, configuration: Configuration) throws {
         let temporary = path + ".new"
         for leftover in ["", "-journal", "-wal", "-shm"] { unlink(temporary + leftover) }
@@ -152,7 +152,8 @@ extension Store {
             try db.execute(sql: "PRAGMA journal_mode = MEMORY")
         }
         let database = try DatabaseQueue(path: temporary, configuration: creating)
-        try migrator.migrate(database)
+        // At the migrations' last schema in one transaction (`Store.init` then finds none to run).
+        try database.writeWithoutTransaction { db in try StoreSchema.create(in: db, migrations: migrator.migrations) }
         // Switched to WAL here, where nothing needs syncing: the mode is kept in the file, so
         // the store's first opening does not switch it (a rollback journal and three syncs).
         try database.writeWithoutTransaction { db in

@@ -54,7 +54,10 @@ struct MirrorTests {
     func threeSources() async throws {
         try await Self.withServers { a, b, c in
             let temp = try TemporaryDirectory()
-            a.set("/f.bin", .init(size: Self.size, etag: .fixed("\"a-1\""), bytesPerSecond: 4 << 20))
+            // The primary holds every response past its first 256 KiB (a window to check the
+            // mirrors with) until each mirror has served a segment: alone, it could finish the
+            // file before a loaded machine had checked the slowest mirror.
+            a.set("/f.bin", .init(size: Self.size, etag: .fixed("\"a-1\""), bytesPerSecond: 4 << 20, holdAt: 256 << 10))
             b.set("/f.bin", .init(size: Self.size, etag: .fixed("\"b-1\""), bytesPerSecond: 8 << 20))
             c.set("/f.bin", .init(size: Self.size, etag: .fixed("\"c-1\""), bytesPerSecond: 2 << 20))
             try await Downloader.withDownloader(configuration: testConfiguration(store: temp.file("haul.sqlite"))) {
@@ -62,6 +65,8 @@ struct MirrorTests {
                 let task = try await downloader.download(
                     Self.request(a.url("/f.bin"), mirrors: [b.url("/f.bin"), c.url("/f.bin")], into: temp)
                 )
+                #expect(try await waitUntil { [b, c].allSatisfy { $0.requests(for: "/f.bin").count > 1 } })
+                a.release("/f.bin")
                 let result = try await task.result()
                 #expect(TestContent.sha256(file: result.path) == a.sha256("/f.bin"))
                 #expect(result.bytes == Int64(Self.size))

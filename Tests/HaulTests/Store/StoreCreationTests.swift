@@ -113,4 +113,31 @@ struct StoreCreationTests {
         let count = try await DatabaseQueue(path: copy).read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM task") }
         #expect(count == 2)
     }
+
+    @Test(
+        "is made at exactly the schema the migrations leave, SQLite's text and order, the application id, every migration recorded"
+    )
+    func schemaIsTheMigrations() throws {
+        let migrated = try DatabaseQueue()
+        try Store.migrator.migrate(migrated)
+        let created = try DatabaseQueue()
+        try created.writeWithoutTransaction { try StoreSchema.create(in: $0, migrations: Store.migrator.migrations) }
+        func schema(_ database: DatabaseQueue) throws -> [String] {
+            try database.read { db in
+                try Row.fetchAll(db, sql: "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")
+                    .map { "\($0)" }
+                    + [try String.fetchOne(db, sql: "PRAGMA application_id") ?? ""]
+                    + (try Store.migrator.appliedIdentifiers(db)).sorted()
+            }
+        }
+        let statements = try migrated.read { db in
+            try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
+        }
+        #expect(
+            try schema(created) == schema(migrated),
+            "A migration changed the schema: StoreSchema.statements should be\n\(statements.map { "\($0.debugDescription)," }.joined(separator: "\n"))"
+        )
+        #expect(try created.read { try Store.migrator.hasCompletedMigrations($0) })
+        #expect(try created.read { try Store.migrator.appliedIdentifiers($0) }.count == Store.migrator.migrations.count)
+    }
 }
