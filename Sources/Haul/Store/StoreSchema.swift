@@ -7,7 +7,7 @@ import GRDB
 /// Every migration is recorded as applied, so a later Haul runs only its own new ones.
 ///
 /// The statements are SQLite's own text of the migrated schema (`sqlite_master`, in its
-/// order). `StoreSchemaTests` checks them against the migrations and, when a migration is
+/// order). `StoreCreationTests` checks them against the migrations and, when a migration is
 /// added, prints the statements to put here.
 enum StoreSchema {
     /// The schema's statements, in order (lines ending in `\` continue without a break).
