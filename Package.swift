@@ -38,7 +38,8 @@ let package = Package(
         .package(url: "https://github.com/mattpolzin/OpenAPIKit", from: "6.4.0", traits: []),
     ],
     targets: [
-        .target(name: "CHaulSystem"),
+        // Links SQLite itself for the one setting it sets (GRDB links the same library).
+        .target(name: "CHaulSystem", linkerSettings: [.linkedLibrary("sqlite3")]),
         .target(
             name: "Haul",
             dependencies: [

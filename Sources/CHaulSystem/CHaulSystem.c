@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #if defined(__linux__)
 #include <sys/vfs.h>
 #include <sys/xattr.h>
@@ -174,4 +176,8 @@ int chaul_start_writeback(int fd, off_t offset, off_t length) {
     errno = ENOSYS;
     return -1;
 #endif
+}
+
+int chaul_sqlite_keep_wal_at_close(struct sqlite3 *db) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 }

@@ -3,7 +3,8 @@
 
 // The few Linux calls the Swift Glibc module does not expose: extended attributes (the
 // owner mark of part files, a finished file's origin URL), rename without replacing (placing a
-// finished file), and starting a program (hooks, the daemon) with posix_spawn.
+// finished file), and starting a program (hooks, the daemon) with posix_spawn; and one SQLite
+// setting only a variadic C function sets.
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -54,5 +55,11 @@ void chaul_limit_arenas(int arenas);
 /// Gives the free pages of every glibc arena back to the system (malloc_trim(0)); nothing
 /// where the C library is not glibc.
 void chaul_return_freed_memory(void);
+
+struct sqlite3;
+/// Makes the last connection to a database leave its write-ahead log at close instead of
+/// checkpointing it into the database and removing it (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE);
+/// SQLite's result code (sqlite3_db_config is variadic: Swift cannot call it).
+int chaul_sqlite_keep_wal_at_close(struct sqlite3 *db);
 
 #endif

@@ -1,3 +1,4 @@
+import CHaulSystem
 import Foundation
 import GRDB
 
@@ -50,12 +51,19 @@ extension Store {
             } else {
                 try Store.create(at: path, configuration: configuration)
             }
+            // The last connection leaves the WAL at close: a `haul get` would otherwise fold it
+            // into the database and remove it (two syncs) at every exit, and the next one make
+            // it again and sync its header before its first commit. The next opening reads what
+            // is in it; SQLite folds it in whenever it passes 1,000 pages; `closeDatabase()`
+            // (the daemon's stop) still folds it in, so a copy of the file alone is whole then.
+            var opening = configuration
+            opening.prepareDatabase { db in _ = chaul_sqlite_keep_wal_at_close(db.sqliteConnection) }
             let writer: any DatabaseWriter
             switch readers {
             // A pool sets up its WAL at every opening (a write and two syncs when the file has
             // none, as after each clean close) and opens a connection per concurrent read.
-            case .concurrent: writer = try DatabasePool(path: path, configuration: configuration)
-            case .serial: writer = try DatabaseQueue(path: path, configuration: configuration)
+            case .concurrent: writer = try DatabasePool(path: path, configuration: opening)
+            case .serial: writer = try DatabaseQueue(path: path, configuration: opening)
             }
             writer.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
             try self.init(writer: writer)

@@ -73,6 +73,40 @@ struct StoreCreationTests {
     }
 
     @Test(
+        "a connection closed without closeDatabase (a haul get's exit) leaves its WAL, which the next opening reads; closeDatabase still folds it in"
+    )
+    func walKeptAtClose() async throws {
+        let temp = try TemporaryDirectory()
+        let path = temp.file("haul.sqlite")
+        for readers in [Store.Readers.serial, .concurrent] {
+            let store = try Store(path: path, readers: readers)
+            let record = TaskRecord(
+                id: UUID(),
+                url: URL(string: "https://example.test/\(readers)")!,
+                destination: .file(temp.file("\(readers).bin")),
+                explicitName: true,
+                requestHeaders: [],
+                checksum: nil,
+                overwrite: false,
+                rateLimit: nil,
+                now: Date()
+            )
+            _ = try await store.insert(record, segments: [])
+            // GRDB's own close, as at a process's end: SQLite would fold the WAL in and remove it.
+            try store.writer.close()
+            #expect(fileSize(path + "-wal") > 0, "\(readers): the WAL was folded in at close")
+        }
+        let again = try Store(path: path, readers: .serial)
+        #expect(try await again.allTasks().count == 2)
+        try again.closeDatabase()
+        #expect(fileSize(path + "-wal") == 0)
+        let copy = temp.file("copy.sqlite")
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        let count = try await DatabaseQueue(path: copy).read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM task") }
+        #expect(count == 2, "the file alone holds both after closeDatabase")
+    }
+
+    @Test(
         "read in turn (haul get's way), a store opens on one connection and writes nothing; each process sees the other's writes; a clean close folds the WAL in"
     )
     func readInTurn() async throws {
