@@ -50,6 +50,9 @@ public struct HaulCommand: AsyncParsableCommand {
                 Foundation.exit(ExitStatus.failure.rawValue)
             }
         }
+        if ConfigFile.command(in: arguments)?.0 == .get {
+            StoreHeadStart.begin(for: arguments.dropFirst(), path: HaulHome.resolve().storePath)
+        }
         do {
             var command = try parseAsRoot(arguments)
             if var command = command as? any AsyncParsableCommand {

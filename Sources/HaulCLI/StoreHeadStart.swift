@@ -1,0 +1,79 @@
+import Foundation
+import Haul
+import Synchronization
+
+/// The store a `haul get` will open, opened while its arguments are parsed.
+///
+/// Parsing `get`'s fifty options takes ArgumentParser about as long as opening the store (the
+/// runtime's first look at each option's type scans every conformance in the binary), and the
+/// two need nothing from each other: the store's path comes from the environment. So `runMain`
+/// starts the opening on a thread of its own before parsing, and `get` takes the store when it
+/// asks for the same path with the same readers, or else drops it and opens its own. The
+/// opening's error, if any, is the one `get` would have met itself and is thrown there.
+///
+/// Nothing is opened for arguments that need no store (`-o -`, help), so those still leave a
+/// missing store missing. Arguments that fail to parse may have made a missing store, as the
+/// same command with valid ones would; nothing is written to a store by opening it, and a new
+/// one is made whole under another name and renamed, so an exit at any point leaves no half.
+enum StoreHeadStart {
+    private struct Opening {
+        let path: String
+        let readers: Store.Readers
+        let task: Task<Store, any Error>
+    }
+
+    private static let opening = Mutex<Opening?>(nil)
+
+    /// Starts opening the store at `path` when `arguments` (the command line after `get`)
+    /// download to files; nothing otherwise.
+    static func begin(for arguments: ArraySlice<String>, path: String) {
+        guard let readers = readers(for: arguments) else { return }
+        // On a thread of its own: opening blocks (a file lock, a new store's sync), and NIO's
+        // file pool is not started yet: `get` sizes it for its connections first.
+        let task = Task {
+            try await withCheckedThrowingContinuation { continuation in
+                Thread.detachNewThread {
+                    continuation.resume(with: Result { try Store(path: path, readers: readers) })
+                }
+            }
+        }
+        opening.withLock { $0 = Opening(path: path, readers: readers, task: task) }
+    }
+
+    /// The store opened ahead for `path` with `readers` (or the error opening it met); nil when
+    /// none was, or one was for other readers (then it is closed as it goes).
+    static func take(path: String, readers: Store.Readers) async throws -> Store? {
+        guard let started = opening.withLock({ $0.take() }) else { return nil }
+        guard started.path == path, started.readers == readers else {
+            started.task.cancel()
+            return nil
+        }
+        return try await started.task.value
+    }
+
+    /// How `get` will read its store for `arguments`, as far as the words tell without parsing
+    /// them (a wrong guess costs only the opening ahead): one connection for one URL and no
+    /// list; nil when the command opens no store (`-o -`, `--help`, …).
+    static func readers(for arguments: ArraySlice<String>) -> Store.Readers? {
+        var urls = 0
+        var list = false
+        var options = true
+        for argument in arguments {
+            if !options || argument == "--" {
+                // After `--` every word is a URL.
+                if options { options = false } else if argument.contains("://") { urls += 1 }
+                continue
+            }
+            switch argument {
+            case "-", "-o-", "--output=-", "-h", "--help", "-help", "--version", "--experimental-dump-help":
+                return nil
+            case "-i", "-M", "--input-file", "--metalink":
+                list = true
+            default:
+                if argument.hasPrefix("--input-file=") || argument.hasPrefix("--metalink=") { list = true }
+                if !argument.hasPrefix("-"), argument.contains("://") { urls += 1 }
+            }
+        }
+        return urls == 1 && !list ? .serial : .concurrent
+    }
+}
