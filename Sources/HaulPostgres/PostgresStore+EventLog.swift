@@ -200,15 +200,20 @@ extension PostgresStore: EventLogStore {
             var removed = 0
             for try await _ in try await client.query(
                 // Each session's newest event beyond the limit, found on the (session, id)
-                // index, not by ranking the whole log.
+                // index, not by ranking the whole log; worked out once per session before the
+                // delete (MATERIALIZED). Inlined, the planner could join first and run the
+                // offset scan again for every event it compared: with statistics older than
+                // the log (a table that grew since it was analysed), 66 s for 12,000 events of
+                // one session, against 0.1 s so.
                 """
-                DELETE FROM haul_event e USING (
+                WITH cut AS MATERIALIZED (
                     SELECT s.session, (
                         SELECT id FROM haul_event WHERE session = s.session
                         ORDER BY id DESC OFFSET \(Int64(max(0, limit))) LIMIT 1
                     ) AS newest_dropped
                     FROM (SELECT DISTINCT session FROM haul_event) AS s
-                ) AS cut
+                )
+                DELETE FROM haul_event e USING cut
                 WHERE e.session = cut.session AND e.id <= cut.newest_dropped
                 RETURNING e.id
                 """,
