@@ -144,16 +144,15 @@ extension HaulCommand {
                 // four: one download's checkpoint syncs and writes), not the daemon's sixteen.
                 let connections = downloads.connections ?? downloader.connectionsPerDownload
                 Downloader.suggestFileThreads(max(4, min(maxConcurrent, requests.count) * connections))
-                if !downloads.streamsToStandardOutput,
-                    let store = try await StoreHeadStart.take(path: path, readers: readers)
-                {
-                    downloader.store = .store(store)
-                }
                 if downloads.streamsToStandardOutput {
                     // Nothing is recorded: the store stays untouched.
                     downloader.store = .inMemory
                     try await StandardOutputStream(request: requests[0], quiet: quiet).run(downloader)
                     return
+                }
+                // The store opened while the arguments were parsed, when it is the one wanted.
+                if let store = try await StoreHeadStart.take(path: path, readers: readers) {
+                    downloader.store = .store(store)
                 }
                 // Only the downloads this command asks for run: leftovers of other commands in
                 // the same store wait for their own command (or the daemon).

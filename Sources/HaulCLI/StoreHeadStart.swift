@@ -41,11 +41,10 @@ enum StoreHeadStart {
     }
 
     /// The store opened ahead for `path` with `readers` (or the error opening it met); nil when
-    /// none was, or one was for other readers (then it is closed as it goes).
+    /// none was, or one was for another path or other readers (that one is closed when its
+    /// opening ends: nothing holds it then).
     static func take(path: String, readers: Store.Readers) async throws -> Store? {
-        guard let started = opening.withLock({ $0.take() }) else { return nil }
-        guard started.path == path, started.readers == readers else {
-            started.task.cancel()
+        guard let started = opening.withLock({ $0.take() }), started.path == path, started.readers == readers else {
             return nil
         }
         return try await started.task.value

@@ -9,6 +9,21 @@ import Testing
 /// already in the mode every opening uses.
 @Suite("A new store", .timeLimit(.minutes(1)))
 struct StoreCreationTests {
+    /// A task for the file `name` in `temp`.
+    private static func record(_ name: String, in temp: TemporaryDirectory) -> TaskRecord {
+        TaskRecord(
+            id: UUID(),
+            url: URL(string: "https://example.test/\(name)")!,
+            destination: .file(temp.file(name)),
+            explicitName: true,
+            requestHeaders: [],
+            checksum: nil,
+            overwrite: false,
+            rateLimit: nil,
+            now: Date()
+        )
+    }
+
     @Test(
         "is created whole and in WAL mode: every migration recorded, nothing left beside it, no switch at its first opening"
     )
@@ -80,18 +95,7 @@ struct StoreCreationTests {
         let path = temp.file("haul.sqlite")
         for readers in [Store.Readers.serial, .concurrent] {
             let store = try Store(path: path, readers: readers)
-            let record = TaskRecord(
-                id: UUID(),
-                url: URL(string: "https://example.test/\(readers)")!,
-                destination: .file(temp.file("\(readers).bin")),
-                explicitName: true,
-                requestHeaders: [],
-                checksum: nil,
-                overwrite: false,
-                rateLimit: nil,
-                now: Date()
-            )
-            _ = try await store.insert(record, segments: [])
+            _ = try await store.insert(Self.record("\(readers).bin", in: temp), segments: [])
             // GRDB's own close, as at a process's end: SQLite would fold the WAL in and remove it.
             try store.writer.close()
             #expect(fileSize(path + "-wal") > 0, "\(readers): the WAL was folded in at close")
@@ -113,19 +117,7 @@ struct StoreCreationTests {
         let temp = try TemporaryDirectory()
         let path = temp.file("haul.sqlite")
         try Store.create(at: path, configuration: Configuration())
-        func task(_ name: String) -> TaskRecord {
-            TaskRecord(
-                id: UUID(),
-                url: URL(string: "https://example.test/\(name)")!,
-                destination: .file(temp.file(name)),
-                explicitName: true,
-                requestHeaders: [],
-                checksum: nil,
-                overwrite: false,
-                rateLimit: nil,
-                now: Date()
-            )
-        }
+        func task(_ name: String) -> TaskRecord { Self.record(name, in: temp) }
         let serial = try Store(path: path, readers: .serial)
         #expect(try await serial.allTasks().isEmpty)
         // Nothing written by opening and reading: the WAL is empty (a pool writes to it at once).
