@@ -3,7 +3,9 @@ anonymous, side by side on the same local nginx (issue 36's memory rows).
 
 - 1 GiB (--size-mib) over one connection: haul -x 1, aria2c -x1, curl;
 - the same over eight: haul -x 8, aria2c -x8 -s8;
-- a 1 KiB file: haul, curl (and the wall time from start to exit, median of --runs);
+- a 1 KiB file: haul, curl (and the wall time from start to exit, median of --runs; and again
+  without GNU time or the sampler, whose 5 ms polls round a run this short: the median of
+  20 or 4 × --runs runs, the two alternating);
 - 200 files of 1 MiB (--files), 16 at once: haul -j16, aria2c -j16, curl --parallel;
 - an idle daemon, two seconds after it first answers.
 
@@ -87,6 +89,27 @@ def memory(args, ctx, single_commands, many_commands, fresh, sha256):
                     sys.exit(f"{tool}: SHA-256 mismatch for {name}")
         return results
 
+    def start_to_exit(tools, name, digest, rounds):
+        """Each tool's median wall time from start to exit, the tools alternating, a new haul
+        store each run, without GNU time or the sampler: a run of a few milliseconds is not
+        rounded to the sampler's 5 ms polls."""
+        url = f"http://127.0.0.1:{port}/{name}"
+        out = os.path.join(ctx["out"], name)
+        walls = {tool: [] for tool in tools}
+        for _ in range(rounds):
+            for tool in tools:
+                fresh(ctx["out"])
+                shutil.rmtree(ctx["home"], ignore_errors=True)
+                start = time.perf_counter()
+                done = subprocess.run(single_commands(tool, url, out, haul), env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+                walls[tool].append(time.perf_counter() - start)
+                if done.returncode != 0:
+                    sys.exit(f"{tool} failed ({done.returncode}) for {name}")
+                if sha256(out) != digest:
+                    sys.exit(f"{tool}: SHA-256 mismatch for {name}")
+        return {tool: statistics.median(values) for tool, values in walls.items()}
+
     big = single(["haul -x1", "aria2c -x1", "curl"], "big.bin", ctx["digests"]["big.bin"])
     for tool, results in big.items():
         print(row(f"{args.size_mib} MiB, one connection: {tool}", results), flush=True)
@@ -98,6 +121,10 @@ def memory(args, ctx, single_commands, many_commands, fresh, sha256):
         print(row(f"1 KiB: {tool}", results), flush=True)
     kept = single(["haul"], "small.bin", ctx["digests"]["small.bin"], kept_home=True)
     print(row("1 KiB, the store in place (every run after the first): haul", kept["haul"]), flush=True)
+    rounds = max(20, 4 * args.runs)
+    for tool, wall in start_to_exit(["haul", "curl"], "small.bin", ctx["digests"]["small.bin"], rounds).items():
+        print(f"| 1 KiB, start to exit without the sampler (median of {rounds}): {tool} | {wall:.4f} | - | - |",
+              flush=True)
 
     names = ctx["many"]
     urls = [f"http://127.0.0.1:{port}/many/{n}" for n in names]
