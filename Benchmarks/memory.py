@@ -68,9 +68,10 @@ def memory(args, ctx, single_commands, many_commands, fresh, sha256):
     print("| what | wall s | peak RSS MiB | peak anonymous MiB |")
     print("|---|---:|---:|---:|")
 
-    def single(tools, name, digest, kept_home=False):
-        """Each tool's runs; with `kept_home`, haul's store stays in place between runs (made
-        by one run before them, not counted), as for every run after a user's first."""
+    def single(tools, name, digest, kept_home=False, runs=None, measure=None):
+        """Each tool's runs (`runs`, else --runs), measured by `measure` (else sampled); with
+        `kept_home`, haul's store stays in place between runs (made by one run before them, not
+        counted), as for every run after a user's first."""
         url = f"http://127.0.0.1:{port}/{name}"
         out = os.path.join(ctx["out"], name)
         results = {tool: [] for tool in tools}
@@ -79,36 +80,25 @@ def memory(args, ctx, single_commands, many_commands, fresh, sha256):
             shutil.rmtree(ctx["home"], ignore_errors=True)
             for tool in tools:
                 subprocess.run(single_commands(tool, url, out, haul), env=env, capture_output=True, check=True)
-        for _ in range(args.runs):
+        for _ in range(runs or args.runs):
             for tool in tools:
                 fresh(ctx["out"])
                 if not kept_home:
                     shutil.rmtree(ctx["home"], ignore_errors=True)
-                results[tool].append(sampled(single_commands(tool, url, out, haul), env, ctx["work"]))
+                command = single_commands(tool, url, out, haul)
+                results[tool].append(measure(command) if measure else sampled(command, env, ctx["work"]))
                 if sha256(out) != digest:
                     sys.exit(f"{tool}: SHA-256 mismatch for {name}")
         return results
 
-    def start_to_exit(tools, name, digest, rounds):
-        """Each tool's median wall time from start to exit, the tools alternating, a new haul
-        store each run, without GNU time or the sampler: a run of a few milliseconds is not
-        rounded to the sampler's 5 ms polls."""
-        url = f"http://127.0.0.1:{port}/{name}"
-        out = os.path.join(ctx["out"], name)
-        walls = {tool: [] for tool in tools}
-        for _ in range(rounds):
-            for tool in tools:
-                fresh(ctx["out"])
-                shutil.rmtree(ctx["home"], ignore_errors=True)
-                start = time.perf_counter()
-                done = subprocess.run(single_commands(tool, url, out, haul), env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)
-                walls[tool].append(time.perf_counter() - start)
-                if done.returncode != 0:
-                    sys.exit(f"{tool} failed ({done.returncode}) for {name}")
-                if sha256(out) != digest:
-                    sys.exit(f"{tool}: SHA-256 mismatch for {name}")
-        return {tool: statistics.median(values) for tool, values in walls.items()}
+    def unsampled(cmd):
+        """The wall time of cmd from start to exit, without GNU time or the sampler: a run of a
+        few milliseconds is not rounded to the sampler's 5 ms polls."""
+        start = time.perf_counter()
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if done.returncode != 0:
+            sys.exit(f"{cmd[0]} failed ({done.returncode})")
+        return time.perf_counter() - start
 
     big = single(["haul -x1", "aria2c -x1", "curl"], "big.bin", ctx["digests"]["big.bin"])
     for tool, results in big.items():
@@ -122,9 +112,10 @@ def memory(args, ctx, single_commands, many_commands, fresh, sha256):
     kept = single(["haul"], "small.bin", ctx["digests"]["small.bin"], kept_home=True)
     print(row("1 KiB, the store in place (every run after the first): haul", kept["haul"]), flush=True)
     rounds = max(20, 4 * args.runs)
-    for tool, wall in start_to_exit(["haul", "curl"], "small.bin", ctx["digests"]["small.bin"], rounds).items():
-        print(f"| 1 KiB, start to exit without the sampler (median of {rounds}): {tool} | {wall:.4f} | - | - |",
-              flush=True)
+    timed = single(["haul", "curl"], "small.bin", ctx["digests"]["small.bin"], runs=rounds, measure=unsampled)
+    for tool, walls in timed.items():
+        print(f"| 1 KiB, start to exit without the sampler (median of {rounds}): {tool} | "
+              f"{statistics.median(walls):.4f} | - | - |", flush=True)
 
     names = ctx["many"]
     urls = [f"http://127.0.0.1:{port}/many/{n}" for n in names]
