@@ -21,13 +21,17 @@ struct ConnectionRun {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await checkpointer.run() }
                 group.addTask {
+                    guard let pieces else {
+                        try await Self.runWorkers(worker, first: first, extra: extra, share: share)
+                        return
+                    }
                     try await withThrowingDiscardingTaskGroup { tasks in
                         // Pieces are checked beside the connections, as they complete; the
                         // checker ends with the last of them, once it has checked what they wrote.
-                        if let pieces { tasks.addTask { try await worker.checkPieces(pieces) } }
+                        tasks.addTask { try await worker.checkPieces(pieces) }
                         tasks.addTask {
                             try await Self.runWorkers(worker, first: first, extra: extra, share: share)
-                            pieces?.close()
+                            pieces.close()
                         }
                     }
                 }
@@ -49,6 +53,16 @@ struct ConnectionRun {
         extra: Int,
         share: HostConnections.Share?
     ) async throws {
+        if let first, extra == 0 {
+            // One connection: it runs in this task, not in a group of one.
+            guard let share else {
+                _ = try await worker.run(first: first)
+                return
+            }
+            share.hold()
+            try await share.connection(alreadyHeld: true) { try await worker.run(first: $0 == 0 ? first : nil) }
+            return
+        }
         try await withThrowingDiscardingTaskGroup { workers in
             if let first {
                 share?.hold()

@@ -1,5 +1,6 @@
 import Foundation
 import HaulTestSupport
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -10,10 +11,9 @@ import Testing
 @Suite("Stopping a transfer", .timeLimit(.minutes(1)))
 struct TransferControlTests {
     @Test("a pause asked after a yield, before the run concludes, is the reason it ends by; one after is too late")
-    func userWordWins() async {
+    func userWordWins() {
         let control = TransferControl()
         control.request(.yield)
-        await control.waitForStop()
         control.request(.pause)
         #expect(control.requested == .pause)
         #expect(control.conclude() == .pause)
@@ -35,5 +35,28 @@ struct TransferControlTests {
         #expect(completed.conclude() == nil)
         completed.request(.pause)
         #expect(completed.requested == nil)
+    }
+
+    @Test(
+        "the run's stop action is called once, at the first request; at once when one came before; never after the run concluded"
+    )
+    func stopActionOnce() {
+        let calls = Mutex(0)
+        let control = TransferControl()
+        control.whenStopped { calls.withLock { $0 += 1 } }
+        #expect(calls.withLock { $0 } == 0)
+        control.request(.yield)
+        control.request(.pause)
+        #expect(calls.withLock { $0 } == 1)
+        let late = TransferControl()
+        late.request(.cancel)
+        late.whenStopped { calls.withLock { $0 += 10 } }
+        #expect(calls.withLock { $0 } == 11)
+        let concluded = TransferControl()
+        concluded.whenStopped { calls.withLock { $0 += 100 } }
+        #expect(concluded.conclude() == nil)
+        concluded.request(.pause)
+        concluded.whenStopped { calls.withLock { $0 += 1000 } }
+        #expect(calls.withLock { $0 } == 11)
     }
 }
