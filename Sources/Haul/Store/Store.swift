@@ -60,9 +60,11 @@ public final class Store: TaskStore {
     }
 
     /// What a run of a task reads first — the task with its piece hashes, and its segments —
-    /// in one read.
+    /// in one read, on the writer's connection with the writes of the moment (``GroupCommit``):
+    /// a reader's cache is stale after every commit (a daemon commits every millisecond or so),
+    /// and it read the task's pages again from the log, ten reads a start; the writer's is not.
     package func taskForRun(_ id: UUID) async throws -> (TaskRecord, [SegmentRecord])? {
-        try await read { db in
+        try await write { db in
             guard var task = try TaskTables.task(db, id: id) else { return nil }
             task.storedPieces = .some(try Store.pieces(db, of: id))
             return (task, try TaskTables.segments(db, of: task))
