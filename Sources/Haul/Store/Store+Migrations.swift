@@ -186,6 +186,14 @@ extension Store {
             // not every row: a million tasks counted in a fifth of the time.
             try db.create(index: "task_on_background_state", on: "task", columns: ["background", "state"])
         }
+        migrator.registerMigration("v19: the part-file index holds only tasks that have one") { db in
+            // A task claims its part file when it starts and forgets it when it ends: indexed
+            // with every task, NULL and all, each of those moved the task's entry from one
+            // end of an index of the whole queue to the other. Only running and paused tasks
+            // have one, and only those are looked up by it (`partPath = ?`).
+            try db.drop(index: "task_on_partPath")
+            try db.execute(sql: "CREATE INDEX task_on_partPath ON task (partPath) WHERE partPath IS NOT NULL")
+        }
         return migrator
     }
 

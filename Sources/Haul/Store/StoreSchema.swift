@@ -46,9 +46,6 @@ enum StoreSchema {
         CREATE INDEX "task_on_queueOrder" ON "task"("queueOrder")
         """,
         """
-        CREATE INDEX "task_on_partPath" ON "task"("partPath")
-        """,
-        """
         CREATE TABLE "setting" ("name" TEXT PRIMARY KEY NOT NULL, "value" INTEGER NOT NULL)
         """,
         """
@@ -65,6 +62,9 @@ enum StoreSchema {
         """,
         """
         CREATE INDEX "task_on_background_state" ON "task"("background", "state")
+        """,
+        """
+        CREATE INDEX task_on_partPath ON task (partPath) WHERE partPath IS NOT NULL
         """,
     ]
 

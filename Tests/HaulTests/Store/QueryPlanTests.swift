@@ -60,4 +60,56 @@ struct QueryPlanTests {
             #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(sql): \(plan)")
         }
     }
+
+    @Test("a part file is looked up in the index of the tasks that have one, which holds no other task")
+    func partFilesFromTheirOwnIndex() async throws {
+        let temp = try TemporaryDirectory()
+        let store = try Store(path: temp.file("haul.sqlite"))
+        let tasks = (0..<20).map { index in
+            TaskRecord(
+                id: UUID(),
+                url: URL(string: "http://h.test/\(index)")!,
+                destination: .directory(temp.path),
+                explicitName: false,
+                requestHeaders: [],
+                checksum: nil,
+                overwrite: false,
+                background: true,
+                now: Date()
+            )
+        }
+        try await store.insertMany(tasks)
+        let part = temp.file("0.part")
+        #expect(try await store.claimPart(tasks[0].id, path: part, identity: "1:2"))
+        #expect(try await !store.claimPart(tasks[1].id, path: part, identity: "1:3"))
+        #expect(try await store.isPartPathTaken(part, byOtherThan: tasks[1].id))
+        #expect(try await !store.isPartPathTaken(part, byOtherThan: tasks[0].id))
+        let (plans, partial) = try await store.read { db in
+            let statements = Mutex<[String]>([])
+            db.trace(options: .statement) { event in
+                guard case .statement(let statement) = event, statement.sql.hasPrefix("SELECT") else { return }
+                statements.withLock { $0.append(statement.expandedSQL) }
+            }
+            _ = try TaskTables.isPartPathTaken(db, part, byOtherThan: tasks[1].id)
+            _ = try TaskRecord.filter(TaskRecord.Columns.partPath == part && TaskRecord.Columns.id != tasks[1].id)
+                .fetchCount(db)
+            db.trace(options: .statement, nil)
+            let plans = try statements.withLock { $0 }.map { sql in
+                (sql, try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql).map { $0["detail"] as String })
+            }
+            // A partial index: the tasks without a part file have no entry in it.
+            let partial = try Int.fetchOne(
+                db,
+                sql: "SELECT partial FROM pragma_index_list('task') WHERE name = 'task_on_partPath'"
+            )
+            return (plans, partial)
+        }
+        #expect(plans.count == 2, "\(plans.map(\.0))")
+        for (sql, plan) in plans {
+            #expect(plan.contains { $0.contains("task_on_partPath") }, "\(sql): \(plan)")
+        }
+        #expect(partial == 1)
+        try await store.setPart(tasks[0].id, path: nil, identity: nil)
+        #expect(try await !store.isPartPathTaken(part, byOtherThan: tasks[1].id))
+    }
 }
