@@ -1,7 +1,8 @@
 import Foundation
 
 /// One attempt's connections over a plan (``SegmentWorker``), with the checkpoints beside
-/// them (``Checkpointer``) and, with piece hashes, each piece checked as it completes. Each
+/// them (``Checkpointer``; none for a run with little to write, ``Checkpointer/watchesRun``)
+/// and, with piece hashes, each piece checked as it completes. Each
 /// connection holds its host's share (``HostConnections``) while it runs. Whichever ends
 /// first — the connections (done, or failed), or the checkpointer, which ends only by
 /// failing (the store refuses a checkpoint) — stops the other: connections do not fetch what
@@ -18,6 +19,11 @@ struct ConnectionRun {
     func run(first: SegmentResponse?, extra: Int) async throws {
         let (worker, checkpointer, pieces, share) = (worker, checkpointer, pieces, share)
         do {
+            if pieces == nil, !checkpointer.watchesRun {
+                // Little to write: no checkpointer beside the connections.
+                try await Self.runWorkers(worker, first: first, extra: extra, share: share)
+                return
+            }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await checkpointer.run() }
                 group.addTask {

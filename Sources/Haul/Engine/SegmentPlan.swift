@@ -86,6 +86,16 @@ final class SegmentPlan: Sendable {
     var bytesWritten: Int64 { state.withLock { $0.segments.reduce(0) { $0 + ($1.written - $1.start) } } }
     /// Bytes committed in all segments.
     var bytesCommitted: Int64 { state.withLock { $0.segments.reduce(0) { $0 + ($1.committed - $1.start) } } }
+    /// Bytes still to write in all segments; `Int64.max` when a segment's end is unknown.
+    var bytesUnwritten: Int64 {
+        state.withLock { state in
+            state.segments.reduce(0) { total, segment in
+                guard let end = segment.end else { return .max }
+                let (sum, overflow) = total.addingReportingOverflow(max(0, end - segment.written))
+                return overflow ? .max : sum
+            }
+        }
+    }
     /// Whether every segment is complete.
     var isComplete: Bool { state.withLock { $0.segments.allSatisfy(\.isFinished) } }
     var count: Int { state.withLock { $0.segments.count } }

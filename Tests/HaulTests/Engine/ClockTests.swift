@@ -302,4 +302,35 @@ struct ClockTests {
             }
         }
     }
+
+    @Test("a download with at most 64 KiB to fetch keeps no checkpointer waiting on the clock; a larger one does")
+    func smallRunsUnwatched() async throws {
+        let temp = try TemporaryDirectory()
+        let clock = TestClock()
+        try await TestServer.withServer { server in
+            server.set("/small", .init(size: 48 << 10, seed: 11, holdAt: 16 << 10))
+            server.set("/large", .init(size: 256 << 10, seed: 12, holdAt: 16 << 10))
+            var configuration = testConfiguration(store: temp.file("s.sqlite"))
+            configuration.clock = clock
+            try await Downloader.withDownloader(configuration: configuration) { downloader in
+                let small = try await downloader.download(
+                    DownloadRequest(url: server.url("/small"), destination: .directory(temp.path))
+                )
+                // Held under way, its connection running: nothing of it waits on the clock.
+                #expect(try await waitUntil { server.heldResponses == 1 })
+                #expect(clock.sleepers == 0)
+                let large = try await downloader.download(
+                    DownloadRequest(url: server.url("/large"), destination: .directory(temp.path))
+                )
+                #expect(try await waitUntil { server.heldResponses == 2 })
+                await clock.waitForSleepers(1)  // The large one's checkpointer, for its next tick.
+                #expect(clock.sleepers == 1)
+                server.release()
+                _ = try await small.result()
+                _ = try await large.result()
+            }
+            #expect(sha256(file: temp.file("small")) == server.sha256("/small"))
+            #expect(sha256(file: temp.file("large")) == server.sha256("/large"))
+        }
+    }
 }

@@ -92,4 +92,25 @@ struct SegmentPlanTests {
         #expect(records.first?.committed == 50)
         for (a, b) in zip(records, records.dropFirst()) { #expect(a.end == b.start) }
     }
+
+    @Test("what is left to write: to each segment's end, from what is written; unbounded with an end unknown")
+    func bytesUnwritten() {
+        let plan = plan(100)
+        #expect(plan.bytesUnwritten == 100)
+        plan.own(0)
+        #expect(plan.split(0, into: 2) == 1)
+        #expect(plan.accept(30, segmentStart: 0) == (30, false))
+        plan.wrote(upTo: 30, segmentStart: 0)
+        #expect(plan.bytesUnwritten == 70)
+        let resumed = SegmentPlan(
+            [SegmentRecord(taskID: UUID(), ordinal: 0, start: 0, end: 1 << 20, committed: (1 << 20) - 10)],
+            minSplit: 10
+        )
+        #expect(resumed.bytesUnwritten == 10)
+        let open = SegmentPlan(
+            [SegmentRecord(taskID: UUID(), ordinal: 0, start: 0, end: nil, committed: 5)],
+            minSplit: 10
+        )
+        #expect(open.bytesUnwritten == .max)
+    }
 }
