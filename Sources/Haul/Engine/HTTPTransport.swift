@@ -215,8 +215,12 @@ struct HTTPTransport: Sendable {
         transport.tls = TLSSource(tls)
         transport.proxies = proxy
         transport.credentials = credentials
-        // Most downloads name neither file: no hop to a file thread for nothing.
-        guard credentials.netrcFile != nil || cookies.enabled else { return transport }
+        // Most downloads name neither file: no hop to a file thread for nothing (a jar kept in
+        // memory, from a `Cookie` header at most, reads no file).
+        guard credentials.netrcFile != nil || (cookies.enabled && cookies.load != nil) else {
+            transport.cookies = cookies.enabled ? try CookieJar.starting(with: cookies, url: url) : nil
+            return transport
+        }
         let (netrc, jar) = try await FileIO.run {
             (
                 try credentials.netrcFile.map { try Netrc(file: $0) },
