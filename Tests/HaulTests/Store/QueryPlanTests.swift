@@ -16,42 +16,23 @@ struct QueryPlanTests {
     func pagesReadTheQueueOrder() async throws {
         let temp = try TemporaryDirectory()
         let store = try Store(path: temp.file("haul.sqlite"))
-        let tasks = (0..<40).map { index in
-            var task = TaskRecord(
-                id: UUID(),
-                url: URL(string: "http://h.test/\(index)")!,
-                destination: .directory(temp.path),
-                explicitName: false,
-                requestHeaders: [],
-                checksum: nil,
-                overwrite: false,
-                background: index % 4 != 0,
-                now: Date()
-            )
+        let tasks = Self.tasks(40, in: temp) { index, task in
+            task.background = index % 4 != 0
             task.state = index % 3 == 0 ? .paused : .queued
-            return task
         }
         try await store.insertMany(tasks)
         let after = tasks[5].id
         let plans = try await store.read { db in
-            let statements = Mutex<[String]>([])
-            db.trace(options: .statement) { event in
-                guard case .statement(let statement) = event, statement.sql.hasPrefix("SELECT") else { return }
-                statements.withLock { $0.append(statement.expandedSQL) }
-            }
-            _ = try TaskTables.infos(db, background: true, session: nil, page: TaskPage(limit: 50))
-            _ = try TaskTables.infos(db, background: true, session: nil, page: TaskPage(limit: 10, after: after))
-            _ = try TaskTables.infos(
-                db,
-                background: true,
-                session: nil,
-                page: TaskPage(limit: 10, offset: 3, states: [.paused, .queued], fromEnd: true)
-            )
-            _ = try TaskTables.tasks(db, inStates: [.queued, .paused], background: true, after: 7, limit: 10_000)
-            db.trace(options: .statement, nil)
-            let listings = statements.withLock { $0 }.filter { $0.contains("ORDER BY") }
-            return try listings.map { sql in
-                (sql, try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql).map { $0["detail"] as String })
+            try Self.plans(in: db, of: { $0.contains("ORDER BY") }) {
+                _ = try TaskTables.infos(db, background: true, session: nil, page: TaskPage(limit: 50))
+                _ = try TaskTables.infos(db, background: true, session: nil, page: TaskPage(limit: 10, after: after))
+                _ = try TaskTables.infos(
+                    db,
+                    background: true,
+                    session: nil,
+                    page: TaskPage(limit: 10, offset: 3, states: [.paused, .queued], fromEnd: true)
+                )
+                _ = try TaskTables.tasks(db, inStates: [.queued, .paused], background: true, after: 7, limit: 10_000)
             }
         }
         #expect(plans.count == 4, "\(plans.map(\.0))")
@@ -65,19 +46,7 @@ struct QueryPlanTests {
     func partFilesFromTheirOwnIndex() async throws {
         let temp = try TemporaryDirectory()
         let store = try Store(path: temp.file("haul.sqlite"))
-        let tasks = (0..<20).map { index in
-            TaskRecord(
-                id: UUID(),
-                url: URL(string: "http://h.test/\(index)")!,
-                destination: .directory(temp.path),
-                explicitName: false,
-                requestHeaders: [],
-                checksum: nil,
-                overwrite: false,
-                background: true,
-                now: Date()
-            )
-        }
+        let tasks = Self.tasks(20, in: temp) { _, _ in }
         try await store.insertMany(tasks)
         let part = temp.file("0.part")
         #expect(try await store.claimPart(tasks[0].id, path: part, identity: "1:2"))
@@ -85,17 +54,10 @@ struct QueryPlanTests {
         #expect(try await store.isPartPathTaken(part, byOtherThan: tasks[1].id))
         #expect(try await !store.isPartPathTaken(part, byOtherThan: tasks[0].id))
         let (plans, partial) = try await store.read { db in
-            let statements = Mutex<[String]>([])
-            db.trace(options: .statement) { event in
-                guard case .statement(let statement) = event, statement.sql.hasPrefix("SELECT") else { return }
-                statements.withLock { $0.append(statement.expandedSQL) }
-            }
-            _ = try TaskTables.isPartPathTaken(db, part, byOtherThan: tasks[1].id)
-            _ = try TaskRecord.filter(TaskRecord.Columns.partPath == part && TaskRecord.Columns.id != tasks[1].id)
-                .fetchCount(db)
-            db.trace(options: .statement, nil)
-            let plans = try statements.withLock { $0 }.map { sql in
-                (sql, try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql).map { $0["detail"] as String })
+            let plans = try Self.plans(in: db) {
+                _ = try TaskTables.isPartPathTaken(db, part, byOtherThan: tasks[1].id)
+                _ = try TaskRecord.filter(TaskRecord.Columns.partPath == part && TaskRecord.Columns.id != tasks[1].id)
+                    .fetchCount(db)
             }
             // A partial index: the tasks without a part file have no entry in it.
             let partial = try Int.fetchOne(
@@ -111,5 +73,47 @@ struct QueryPlanTests {
         #expect(partial == 1)
         try await store.setPart(tasks[0].id, path: nil, identity: nil)
         #expect(try await !store.isPartPathTaken(part, byOtherThan: tasks[1].id))
+    }
+
+    /// `count` tasks of `http://h.test/INDEX` into `temp`, each shaped by `shape`.
+    static func tasks(
+        _ count: Int,
+        in temp: TemporaryDirectory,
+        _ shape: (Int, inout TaskRecord) -> Void
+    ) -> [TaskRecord] {
+        (0..<count).map { index in
+            var task = TaskRecord(
+                id: UUID(),
+                url: URL(string: "http://h.test/\(index)")!,
+                destination: .directory(temp.path),
+                explicitName: false,
+                requestHeaders: [],
+                checksum: nil,
+                overwrite: false,
+                background: true,
+                now: Date()
+            )
+            shape(index, &task)
+            return task
+        }
+    }
+
+    /// SQLite's plan of each `SELECT` that `body` runs on `db` (those `chosen`): the statement
+    /// as run, with its plan's details.
+    static func plans(
+        in db: Database,
+        of chosen: (String) -> Bool = { _ in true },
+        _ body: () throws -> Void
+    ) throws -> [(String, [String])] {
+        let statements = Mutex<[String]>([])
+        db.trace(options: .statement) { event in
+            guard case .statement(let statement) = event, statement.sql.hasPrefix("SELECT") else { return }
+            statements.withLock { $0.append(statement.expandedSQL) }
+        }
+        defer { db.trace(options: .statement, nil) }
+        try body()
+        return try statements.withLock { $0 }.filter(chosen).map { sql in
+            (sql, try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql).map { $0["detail"] as String })
+        }
     }
 }
