@@ -102,6 +102,47 @@ struct GroupCommitTests {
         #expect(count.commits.withLock { $0 } == 2)
     }
 
+    @Test("writes queued together that all succeed share one transaction without a savepoint each")
+    func togetherWithoutSavepoints() async throws {
+        let temp = try TemporaryDirectory()
+        let pool = try await database(in: temp)
+        let count = CommitCount()
+        pool.add(transactionObserver: count, extent: .observerLifetime)
+        let savepoints = Mutex(0)
+        try await pool.writeWithoutTransaction { db in
+            db.trace { event in
+                if case .statement(let statement) = event, statement.sql.hasPrefix("SAVEPOINT") {
+                    savepoints.withLock { $0 += 1 }
+                }
+            }
+        }
+        let group = GroupCommit(writer: pool)
+        let held = await holdWriter(group)
+        let results = Task {
+            try await withThrowingTaskGroup(of: (Int, Int).self) { tasks in
+                for n in 1...10 {
+                    tasks.addTask {
+                        let value = try await group.write { db -> Int in
+                            try db.execute(sql: "INSERT INTO t VALUES (?)", arguments: [n])
+                            return try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t")!
+                        }
+                        return (n, value)
+                    }
+                }
+                return try await tasks.reduce(into: [Int: Int]()) { $0[$1.0] = $1.1 }
+            }
+        }
+        while group.waiting < 10 { await Task.yield() }
+        held.release()
+        try await held.write.value
+        let counts = try await results.value
+        // Each saw the rows of those before it in the shared transaction, its own included.
+        #expect(Set(counts.values) == Set(2...11))
+        #expect(try await pool.read { try Int.fetchAll($0, sql: "SELECT n FROM t ORDER BY n") } == Array(0...10))
+        #expect(count.commits.withLock { $0 } == 2)
+        #expect(savepoints.withLock { $0 } == 0)
+    }
+
     @Test("a write that makes SQLite roll the whole transaction back fails those before it; those after it commit next")
     func abandoned() async throws {
         let temp = try TemporaryDirectory()
