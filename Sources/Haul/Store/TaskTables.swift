@@ -132,19 +132,23 @@ enum TaskTables {
         forgettingPart: Bool
     ) throws {
         let keepsStreak = state == .queued || state == .running || state == .failed
-        try db.cachedStatement(
-            sql: """
-                UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
-                    retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?,
-                    partPath = CASE WHEN ? THEN NULL ELSE partPath END,
-                    partIdentity = CASE WHEN ? THEN NULL ELSE partIdentity END
-                WHERE id = ?
-                """
-        ).execute(
-            arguments: [
-                state.rawValue, error, code?.description, keepsStreak, StoreDate.now, forgettingPart,
-                forgettingPart, id,
-            ]
+        // The part file's columns are named only when they change: a column in the SET list
+        // has its index entry (task_on_partPath) rewritten even when its value stays.
+        let sql =
+            forgettingPart
+            ? """
+            UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
+                retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?,
+                partPath = NULL, partIdentity = NULL
+            WHERE id = ?
+            """
+            : """
+            UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
+                retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?
+            WHERE id = ?
+            """
+        try db.cachedStatement(sql: sql).execute(
+            arguments: [state.rawValue, error, code?.description, keepsStreak, StoreDate.now, id]
         )
     }
 
