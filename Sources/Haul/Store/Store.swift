@@ -255,21 +255,14 @@ public final class Store: TaskStore {
     ) async throws -> Bool {
         let sources = task.sources.isEmpty ? nil : try TaskRecord.json(task.sources)
         return try await write { db in
-            if recordingRunning {
-                try TaskTables.setState(db, task.id, .running, error: nil, code: nil, forgettingPart: false)
-            }
-            let claimed =
-                try part.map { try TaskTables.claimPart(db, task.id, path: $0.path, identity: $0.identity) } ?? false
-            try db.cachedStatement(
-                sql: """
-                    UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,
-                        totalLength = ?, sources = ?, updatedAt = ? WHERE id = ?
-                    """
-            ).execute(
-                arguments: [
-                    task.finalURL?.absoluteString, task.fileName, task.etag, task.lastModified, task.serverDate,
-                    task.totalLength, sources, StoreDate.now, task.id,
-                ]
+            // The part is claimed unless another task records that path.
+            let claimed = try part.map { try !TaskTables.isPartPathTaken(db, $0.path, byOtherThan: task.id) } ?? false
+            try TaskTables.recordResponse(
+                db,
+                task,
+                sources: sources,
+                part: claimed ? part : nil,
+                running: recordingRunning
             )
             try TaskTables.replaceSegments(db, of: task.id, with: segments)
             return claimed

@@ -131,25 +131,60 @@ enum TaskTables {
         code: HaulError.Code?,
         forgettingPart: Bool
     ) throws {
-        let keepsStreak = state == .queued || state == .running || state == .failed
         // The part file's columns are named only when they change: a column in the SET list
         // has its index entry (task_on_partPath) rewritten even when its value stays.
-        let sql =
-            forgettingPart
-            ? """
-            UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
-                retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?,
-                partPath = NULL, partIdentity = NULL
-            WHERE id = ?
-            """
-            : """
-            UPDATE task SET state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
-                retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END, updatedAt = ?
-            WHERE id = ?
-            """
-        try db.cachedStatement(sql: sql).execute(
-            arguments: [state.rawValue, error, code?.description, keepsStreak, StoreDate.now, id]
+        try db.cachedStatement(sql: forgettingPart ? setStateForgettingPartSQL : setStateSQL).execute(
+            arguments: stateArguments(state, error: error, code: code) + [StoreDate.now, id]
         )
+    }
+
+    /// What a change of state sets, as an UPDATE's assignments (``stateArguments(_:error:code:)``
+    /// are their values): the time of a next try goes; the start of a streak of tries stays
+    /// only while the task may still be retried.
+    private static let stateAssignments = """
+        state = ?, errorMessage = ?, errorCode = ?, nextTryAt = NULL,
+            retryingSince = CASE WHEN ? THEN retryingSince ELSE NULL END
+        """
+
+    private static func stateArguments(_ state: TaskState, error: String?, code: HaulError.Code?) -> StatementArguments
+    {
+        let keepsStreak = state == .queued || state == .running || state == .failed
+        return [state.rawValue, error, code?.description, keepsStreak]
+    }
+
+    private static let setStateSQL = "UPDATE task SET \(stateAssignments), updatedAt = ? WHERE id = ?"
+    private static let setStateForgettingPartSQL =
+        "UPDATE task SET \(stateAssignments), updatedAt = ?, partPath = NULL, partIdentity = NULL WHERE id = ?"
+
+    /// Records what a response said of the file (``Store/saveResponse(_:segments:claimingPart:recordingRunning:)``),
+    /// with the part file `part` and the state "running" when given: one UPDATE of the task's
+    /// row, which SQLite writes whole however few of its columns change.
+    static func recordResponse(
+        _ db: Database,
+        _ task: TaskRecord,
+        sources: String?,
+        part: (path: String, identity: String?)?,
+        running: Bool
+    ) throws {
+        var arguments: StatementArguments = [
+            task.finalURL?.absoluteString, task.fileName, task.etag, task.lastModified, task.serverDate,
+            task.totalLength, sources, StoreDate.now,
+        ]
+        if let part { arguments += [part.path, part.identity] }
+        if running { arguments += stateArguments(.running, error: nil, code: nil) }
+        arguments += [task.id]
+        try db.cachedStatement(sql: recordResponseSQL[(part == nil ? 0 : 1) + (running ? 2 : 0)])
+            .execute(arguments: arguments)
+    }
+
+    /// ``recordResponse(_:_:sources:part:running:)``'s statements: without and with the part
+    /// file's columns (bit 0), without and with the state's (bit 1).
+    private static let recordResponseSQL: [String] = (0..<4).map { variant in
+        "UPDATE task SET finalURL = ?, fileName = ?, etag = ?, lastModified = ?, serverDate = ?,"
+            + " totalLength = ?, sources = ?, updatedAt = ?"
+            + (variant & 1 != 0 ? ", partPath = ?, partIdentity = ?" : "")
+            + (variant & 2 != 0 ? ", \(stateAssignments)" : "")
+            + " WHERE id = ?"
     }
 
     /// Every task with its committed bytes, in queue order, in one query: only the columns

@@ -192,6 +192,21 @@ struct TaskStoreTests {
             ) { _ in }.record
             #expect(try await store.claimPart(other.id, path: part, identity: nil) == false)
             #expect(try await store.isPartPathTaken(part, byOtherThan: other.id))
+            // Its response naming that part file: the response and "running" are recorded, the part is not.
+            var answered = other
+            answered.fileName = "q.bin"
+            let fresh = [SegmentRecord(taskID: other.id, ordinal: 0, start: 0, end: nil, committed: 0)]
+            #expect(
+                try await store.saveResponse(
+                    answered,
+                    segments: fresh,
+                    claimingPart: (part, nil),
+                    recordingRunning: true
+                )
+                    == false
+            )
+            let otherRun = try #require(try await store.taskForRun(other.id)).0
+            #expect(otherRun.state == .running && otherRun.fileName == "q.bin" && otherRun.partPath == nil)
 
             var done = halves
             done[0].committed = 1024
