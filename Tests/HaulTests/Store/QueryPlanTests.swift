@@ -82,17 +82,7 @@ struct QueryPlanTests {
         _ shape: (Int, inout TaskRecord) -> Void
     ) -> [TaskRecord] {
         (0..<count).map { index in
-            var task = TaskRecord(
-                id: UUID(),
-                url: URL(string: "http://h.test/\(index)")!,
-                destination: .directory(temp.path),
-                explicitName: false,
-                requestHeaders: [],
-                checksum: nil,
-                overwrite: false,
-                background: true,
-                now: Date()
-            )
+            var task = StoreRecords.record("http://h.test/\(index)", into: temp.path)
             shape(index, &task)
             return task
         }

@@ -2,9 +2,10 @@ import Foundation
 
 @testable import Haul
 
-/// Tasks as the store tests add them: a plain record and the re-add that changes nothing.
-enum StoreRecords {
-    static func record(
+/// Tasks as the store tests of several targets add them: a plain record and the re-add that
+/// changes nothing.
+package enum StoreRecords {
+    package static func record(
         _ url: String,
         into directory: String,
         name: String? = nil,
@@ -26,7 +27,7 @@ enum StoreRecords {
         )
     }
 
-    static let plainReAdd = TaskReAdd(
+    package static let plainReAdd = TaskReAdd(
         background: true,
         session: "default",
         requestHeaders: [],
