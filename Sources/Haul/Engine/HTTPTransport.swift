@@ -168,14 +168,18 @@ struct HTTPTransport: Sendable {
         }
     }
 
-    /// The logger AsyncHTTPClient is given: Haul's own, but the client's debug lines (its
-    /// connections and event loops, `ahc-el=SelectableEventLoop {…}`) only at `trace`, so
-    /// `-v` and `--log-level debug` show Haul's requests and decisions, not a library's internals.
+    /// The logger AsyncHTTPClient is given: Haul's own at `trace`, and below that one that
+    /// drops everything, so `-v` and `--log-level debug` show Haul's requests and decisions,
+    /// not a library's internals (its connections and event loops,
+    /// `ahc-el=SelectableEventLoop {…}`). The client logs only at debug and trace, so it says
+    /// nothing either way; but it sets its request's and connection's ids on the logger it is
+    /// given for every request, and Haul's `StreamLogHandler` formats all of its metadata
+    /// again at each change (a hundredth of the daemon's CPU for a burst of 1 KiB files).
     static func clientLogger(_ logger: Logger) -> Logger {
-        var quieter = logger
-        if logger.logLevel > .trace { quieter.logLevel = max(logger.logLevel, .info) }
-        return quieter
+        logger.logLevel > .trace ? silentClientLogger : logger
     }
+
+    private static let silentClientLogger = Logger(label: "haul.http-client") { _ in SwiftLogNoOpLogHandler() }
 
     /// Where the redirect from `current` to `location` leads, when it may be followed: the
     /// `hops`-th of a GET of `start`.
