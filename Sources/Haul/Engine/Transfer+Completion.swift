@@ -100,18 +100,12 @@ extension Transfer {
         try await checkWholeFile(part, total: total, destination: destination, partPath: partPath)
         var recordedWithPlacement = false
         do {
-            try checkDestinationFree()
-            let replacing = mayReplaceDestination
-            // Placed as the store's step making the task completed: with a shared queue,
-            // under this manager's claim, so that a pause or cancel from another manager
-            // cannot land between the claim's check and the file's placement (and the last
-            // checkpoint recorded in that step too).
-            recordedWithPlacement = try await environment.placeFinished(task.id, unrecorded?.1.record) {
-                try await FileIO.run {
-                    try FileOps.rename(partPath, to: destination, replacing: replacing)
-                    part.unmark()  // The finished file is the user's, not a part file.
-                }
-            }
+            recordedWithPlacement = try await place(
+                part,
+                from: partPath,
+                to: destination,
+                completing: unrecorded?.1.record
+            )
         } catch {
             try await recordCheckpoint()
             throw error
@@ -163,27 +157,55 @@ extension Transfer {
         }
     }
 
-    /// Gives the finished part file its length, the server's modification time and its
-    /// origin (as asked), and syncs it. Blocking file work (truncate, fsync, reading the
-    /// whole file for a digest, rename and the directory's fsync) runs on NIO's thread pool,
-    /// never on Swift's cooperative threads.
+    /// Moves the finished part file into place as the store's step making the task completed:
+    /// with a shared queue, under this manager's claim, so that a pause or cancel from another
+    /// manager cannot land between the claim's check and the file's placement (and the last
+    /// checkpoint recorded in that step too). Returns whether that step recorded it.
+    private func place(
+        _ part: PartFile,
+        from partPath: String,
+        to destination: String,
+        completing checkpoint: CheckpointRecord?
+    ) async throws -> Bool {
+        try checkDestinationFree()
+        let replacing = mayReplaceDestination
+        let origin = originToRecord
+        let logger = logger
+        return try await environment.placeFinished(task.id, checkpoint) {
+            let labelled = try await FileIO.run {
+                try FileOps.rename(partPath, to: destination, replacing: replacing)
+                // The finished file is the user's, not a part file; then where it came from
+                // goes in the room the mark leaves: ext4 keeps a URL of up to about 56 bytes in
+                // the inode, where beside the mark it took a block of its own.
+                part.unmark()
+                return origin.map { part.setAttribute(Transfer.originAttribute, to: $0) } ?? true
+            }
+            if !labelled {
+                logger.debug("the file system keeps no extended attributes here", metadata: ["path": "\(destination)"])
+            }
+        }
+    }
+
+    /// Where a finished file came from, as freedesktop.org's convention (and wget --xattr)
+    /// records it in `user.xdg.origin.url`: without credentials; nil when not asked for.
+    private var originToRecord: String? {
+        environment.setsOriginAttribute ? Redaction.url(HTTPTransport.withoutCredentials(task.url)) : nil
+    }
+
+    /// Gives the finished part file its length and the server's modification time (as
+    /// asked), and syncs it. Blocking file work (truncate, fsync, reading the whole file for
+    /// a digest, rename and the directory's fsync) runs on NIO's thread pool, never on
+    /// Swift's cooperative threads.
     private func syncFinished(_ part: PartFile, total: Int64, at partPath: String) async throws {
         // The server's Last-Modified, as wget and `curl -R` set it; a date it cannot be is left out.
         let modified = environment.setsRemoteTime ? task.validators.lastModified.flatMap(HTTPDate.parse) : nil
-        // Where it came from, as freedesktop.org's convention (and wget --xattr) records it.
-        let origin =
-            environment.setsOriginAttribute ? Redaction.url(HTTPTransport.withoutCredentials(task.url)) : nil
-        let (timed, labelled) = try await FileIO.run {
+        let timed = try await FileIO.run {
             if try part.size() != total { try part.truncate(to: total) }
             let timed = modified.map { part.setModificationTime($0) } ?? true
-            let labelled = origin.map { part.setAttribute(Transfer.originAttribute, to: $0) } ?? true
             try part.sync()
-            return (timed, labelled)
+            return timed
         }
         if !timed { logger.notice("cannot set the file's modification time", metadata: ["path": "\(partPath)"]) }
-        if !labelled {
-            logger.debug("the file system keeps no extended attributes here", metadata: ["path": "\(partPath)"])
-        }
     }
 
     /// Checks the whole file against the user's checksum, else the server's digest of it; a
