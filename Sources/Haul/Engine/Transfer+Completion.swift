@@ -167,13 +167,17 @@ extension Transfer {
         to destination: String,
         completing checkpoint: CheckpointRecord?
     ) async throws -> Bool {
-        try checkDestinationFree()
         let replacing = mayReplaceDestination
-        let origin = originToRecord
-        let logger = logger
+        let (url, origin, logger) = (url, originToRecord, logger)
         return try await environment.placeFinished(task.id, checkpoint) {
             let labelled = try await FileIO.run {
-                try FileOps.rename(partPath, to: destination, replacing: replacing)
+                do {
+                    // Never over another file unless asked to (checkDestinationFree): the
+                    // rename itself refuses, so no file that appeared meanwhile is replaced.
+                    try FileOps.rename(partPath, to: destination, replacing: replacing)
+                } catch let error as HaulError where error.code == .destinationExists {
+                    throw HaulError.destinationExists(destination, url: url)
+                }
                 // The finished file is the user's, not a part file; then where it came from
                 // goes in the room the mark leaves: ext4 keeps a URL of up to about 56 bytes in
                 // the inode, where beside the mark it took a block of its own.

@@ -198,6 +198,24 @@ extension FaultTests {
             }
         }
 
+        @Test("a file that appears at the destination while the download runs is not replaced")
+        func fileAppearsWhileDownloading() async throws {
+            try await withHarness { server, downloader, temp in
+                server.set("/f.bin", .init(size: 1 << 20, holdAt: 1 << 19))
+                let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(temp.file("f.bin")))
+                let task = try await downloader.download(request)
+                #expect(try await waitUntil { task.progress.bytesReceived >= 1 << 19 })
+                let stranger = Data("someone else's".utf8)
+                _ = FileManager.default.createFile(atPath: temp.file("f.bin"), contents: stranger)
+                server.release("/f.bin")
+                // Refused by the rename into place, which never replaces a file unless asked.
+                let error = await expectHaulError(.destinationExists) { _ = try await task.result() }
+                #expect(error?.url == server.url("/f.bin") && error?.path == temp.file("f.bin"))
+                #expect(FileManager.default.contents(atPath: temp.file("f.bin")) == stranger)
+                #expect(fileSize(temp.file("f.bin.part")) == 1 << 20, "the finished part file is kept")
+            }
+        }
+
         @Test("a stranger's file of another length at the destination is still refused")
         func strangerFileRefused() async throws {
             try await withHarness { server, downloader, temp in
