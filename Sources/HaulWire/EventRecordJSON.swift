@@ -51,7 +51,7 @@ extension EventRecord {
         line.field("state", state?.rawValue)
         line.field("status", status.map(Int64.init))
         line.field("thisRun", thisRun)
-        line.field("time", time.map(JSONLine.internetTime))
+        line.field("time", time: time)
         line.field("to", to?.rawValue)
         line.field("total", total)
         line.field("url", url)
@@ -94,8 +94,22 @@ private struct JSONLine {
         bytes.append(UInt8(ascii: ":"))
     }
 
+    mutating func field(_ key: String, time: Date?) {
+        guard let time else { return }
+        name(key)
+        bytes.append(UInt8(ascii: "\""))
+        JSONLine.appendInternetTime(time, to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+    }
+
     private mutating func string(_ text: String) {
         bytes.append(UInt8(ascii: "\""))
+        // Most text needs no escape: copied whole.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            bytes.append(contentsOf: text.utf8)
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): bytes.append(contentsOf: #"\""#.utf8)
@@ -117,16 +131,25 @@ private struct JSONLine {
     }
 
     /// `yyyy-MM-ddTHH:mm:ssZ` in UTC, the second rounded down, as the `.iso8601` strategy
-    /// writes a date.
-    static func internetTime(_ date: Date) -> String {
+    /// writes a date (for the years 1583 to 9999 `jsonLine` writes itself).
+    static func appendInternetTime(_ date: Date, to bytes: inout [UInt8]) {
         var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        func append(_ value: Int32, digits: Int32, then separator: Unicode.Scalar) {
+            var divisor: Int32 = 1
+            for _ in 1..<digits { divisor *= 10 }
+            while divisor > 0 {
+                bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
+            bytes.append(UInt8(ascii: separator))
         }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
+        append(parts.tm_year + 1900, digits: 4, then: "-")
+        append(parts.tm_mon + 1, digits: 2, then: "-")
+        append(parts.tm_mday, digits: 2, then: "T")
+        append(parts.tm_hour, digits: 2, then: ":")
+        append(parts.tm_min, digits: 2, then: ":")
+        append(parts.tm_sec, digits: 2, then: "Z")
     }
 }

@@ -17,26 +17,31 @@ package enum StoreDate {
         let (days, inDay) = floorDivision(milliseconds, 86_400_000)
         let (year, month, day) = civil(days: days)
         guard (0...9999).contains(year) else { return slowText(year, month, day, inDay) }
-        let fields: [(Int64, Int)] = [
-            (year, 4), (month, 2), (day, 2), (inDay / 3_600_000, 2), (inDay / 60_000 % 60, 2),
-            (inDay / 1000 % 60, 2), (inDay % 1000, 3),
-        ]
-        let separators: [UInt8] = [
-            UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: " "), UInt8(ascii: ":"),
-            UInt8(ascii: ":"), UInt8(ascii: "."),
-        ]
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(23)
-        for (index, (value, width)) in fields.enumerated() {
-            if index > 0 { bytes.append(separators[index - 1]) }
-            var divisor: Int64 = 1
-            for _ in 1..<width { divisor *= 10 }
-            while divisor > 0 {
-                bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-                divisor /= 10
+        // Written straight into the text's storage: a task's write has three dates, an event one.
+        return String(unsafeUninitializedCapacity: 23) { buffer in
+            var count = 0
+            func append(_ value: Int64, digits: Int, then separator: Unicode.Scalar?) {
+                var divisor: Int64 = 1
+                for _ in 1..<digits { divisor *= 10 }
+                while divisor > 0 {
+                    buffer[count] = UInt8(ascii: "0") + UInt8(value / divisor % 10)
+                    count += 1
+                    divisor /= 10
+                }
+                if let separator {
+                    buffer[count] = UInt8(ascii: separator)
+                    count += 1
+                }
             }
+            append(year, digits: 4, then: "-")
+            append(month, digits: 2, then: "-")
+            append(day, digits: 2, then: " ")
+            append(inDay / 3_600_000, digits: 2, then: ":")
+            append(inDay / 60_000 % 60, digits: 2, then: ":")
+            append(inDay / 1000 % 60, digits: 2, then: ".")
+            append(inDay % 1000, digits: 3, then: nil)
+            return count
         }
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// A year outside 0–9999 (a date from a server's far past or future): the same fields,
