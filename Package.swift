@@ -150,7 +150,8 @@ let package = Package(
                         "-Xlinker", "--no-warn-symbol-ordering", "-Xlinker",
                         "--script=\(Context.packageDirectory)/Sources/haul/layout.ld",
                         // -lstdc++ finds Sources/haul/link/libstdc++.so first: a linker script
-                        // naming the static libstdc++.a.
+                        // naming the static libstdc++.a; and -lz finds libz.so there, zlib
+                        // linked only as needed (none of its functions is called).
                         "-L", "\(Context.packageDirectory)/Sources/haul/link",
                     ],
                     .when(configuration: .release)
