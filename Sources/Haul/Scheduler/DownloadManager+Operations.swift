@@ -47,9 +47,17 @@ extension DownloadManager {
         )
         var infos: [DownloadInfo] = []
         infos.reserveCapacity(prepared.count)
+        // The new tasks as just recorded, as many as may start at once: those that do run
+        // from this, without reading back what the add wrote; one that waits in line reads
+        // its task when it starts (it may change meanwhile).
+        var recorded: [UUID: (TaskRecord, [SegmentRecord])] = [:]
+        let room = sharedQueue == nil ? max(0, machine.maxConcurrent - machine.running.count) : 0
         for item in prepared {
             guard !item.isNew else {
                 infos.append(enqueueNew(item.record))
+                if recorded.count < room {
+                    recorded[item.record.id] = (DownloadManager.readForRun(item.record), item.segments)
+                }
                 continue
             }
             let info = try await inTurn(item.record.id) {
@@ -62,8 +70,18 @@ extension DownloadManager {
             }
             infos.append(info)
         }
+        startReads.merge(recorded) { _, new in new }
         admitAndStart()
+        for id in recorded.keys { startReads.removeValue(forKey: id) }
         return infos
+    }
+
+    /// A task just inserted, as its run's first read (``TaskStore/taskForRun(_:)``) gives it:
+    /// with its piece hashes as the store has them (the request's, none verified).
+    private static func readForRun(_ inserted: TaskRecord) -> TaskRecord {
+        var record = inserted
+        record.storedPieces = .some(inserted.pieces.map { StoredPieces(hashes: $0, verified: nil) })
+        return record
     }
 
     /// A task just recorded: it waits for its turn (or stays paused, as recorded), announced;

@@ -82,12 +82,12 @@ extension DownloadManager {
             guard let (record, segments) = records[id], mayStart(record, under: sharedQueue) else { continue }
             disarmRetry(id)
             machine.claimed(DownloadManager.entry(for: record))
-            if let segments { claimedReads[id] = (record, segments) }
+            if let segments { startReads[id] = (record, segments) }
         }
         // Those that start now start from this read, taken under their claims; one that
         // waits in line reads its task again when it starts (it may change meanwhile).
         admitAndStart()
-        claimedReads.removeAll()
+        startReads.removeAll()
         await giveBackUnstarted(ids, to: sharedQueue)
     }
 

@@ -124,9 +124,10 @@ public actor DownloadManager {
     /// The runs to start, each with what its run reads first when that was read already.
     private let starts: AsyncStream<(UUID, TransferHandles, (TaskRecord, [SegmentRecord])?)>
     private let startSink: AsyncStream<(UUID, TransferHandles, (TaskRecord, [SegmentRecord])?)>.Continuation
-    /// Tasks just claimed in a shared queue, as read with their claims, for the runs that
-    /// start at once (``claimWaitingTasks()``); empty between claims.
-    var claimedReads: [UUID: (TaskRecord, [SegmentRecord])] = [:]
+    /// What the runs that start at once read first, known already: tasks just claimed in a
+    /// shared queue, as read with their claims (``claimWaitingTasks()``), or just recorded by
+    /// an add (``download(_:priority:paused:)``); empty between those.
+    var startReads: [UUID: (TaskRecord, [SegmentRecord])] = [:]
     let logger: Logger
     private let recoversTasks: Bool
     let background: Bool
@@ -301,7 +302,7 @@ public actor DownloadManager {
             case .start(let id):
                 let transfer = TransferHandles(clock: downloader.timeline.clock)
                 runs[id] = RunningTransfer(handles: transfer)
-                startSink.yield((id, transfer, claimedReads.removeValue(forKey: id)))
+                startSink.yield((id, transfer, startReads.removeValue(forKey: id)))
             case .stop(let id, let reason):
                 runs[id]?.handles.control.request(reason)
             case .publish(let id, let from, let to, let reason):

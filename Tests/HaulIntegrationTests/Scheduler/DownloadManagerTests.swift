@@ -274,4 +274,38 @@ struct DownloadManagerTests {
             }
         }
     }
+
+    @Test(
+        "a task that starts as it is added runs from what the add recorded; one that waits reads its task as it starts"
+    )
+    func startsFromTheAdd() async throws {
+        let temp = try TemporaryDirectory()
+        let store = try Store(path: temp.file("s.sqlite"))
+        // A run's first read of its task is on the store's writer (the other reads are on
+        // the pool's readers).
+        let taskReads = Mutex(0)
+        try await store.writer.writeWithoutTransaction { db in
+            db.trace { event in
+                if case .statement(let statement) = event, statement.sql == "SELECT * FROM task WHERE id = ?" {
+                    taskReads.withLock { $0 += 1 }
+                }
+            }
+        }
+        try await TestServer.withServer { server in
+            for index in 0..<3 { server.set("/f\(index)", .init(size: 64 << 10, seed: UInt64(index))) }
+            let configuration = ManagerFixtures.configuration(.store(store), limit: 1)
+            try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
+                let infos = try await manager.download(
+                    (0..<3).map { DownloadRequest(url: server.url("/f\($0)"), destination: .directory(temp.path)) }
+                )
+                #expect(infos.count == 3)
+                #expect(try await waitUntil { try await manager.tasks().allSatisfy { $0.state == .completed } })
+            }
+            for index in 0..<3 {
+                #expect(sha256(file: temp.file("f\(index)")) == server.sha256("/f\(index)"))
+            }
+        }
+        // The first started from the add; the two that waited in line read their tasks.
+        #expect(taskReads.withLock { $0 } == 2)
+    }
 }
