@@ -138,18 +138,23 @@ public final class Downloader: Sendable {
     ///   - priority: the priority of the tasks it records (an existing task keeps its own).
     ///   - paused: the tasks it records are recorded paused, in the same transaction, so
     ///     that no runner (another daemon sharing the store) can start one before it is paused.
+    ///   - ids: the ids of the tasks it records, one for each request (new ones otherwise):
+    ///     the caller knows them before they are in the store.
     func prepare(
         _ requests: [DownloadRequest],
         background: Bool = false,
         priority: Int = 0,
-        paused: Bool = false
+        paused: Bool = false,
+        ids: [UUID]? = nil
     ) async throws -> [(record: TaskRecord, segments: [SegmentRecord], isNew: Bool)] {
         let now = Date()
         var checkedDirectories: Set<String> = []
-        let items = try requests.map { request -> (new: TaskRecord, reAdd: TaskReAdd) in
+        let ids = ids ?? requests.map { _ in UUID() }
+        precondition(ids.count == requests.count, "one id for each request")
+        let items = try zip(ids, requests).map { id, request -> (new: TaskRecord, reAdd: TaskReAdd) in
             try request.validate(checkedDirectories: &checkedDirectories)
             var record = TaskRecord(
-                id: UUID(),
+                id: id,
                 url: request.url,
                 destination: request.destination,
                 explicitName: request.destination.fileName != nil,

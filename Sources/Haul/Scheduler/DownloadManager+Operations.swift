@@ -39,11 +39,18 @@ extension DownloadManager {
         paused: Bool = false
     ) async throws -> [DownloadInfo] {
         try DownloadManager.validatePriority(priority)
+        // Known as this add's before they are in the store: a shared queue's claim may find
+        // them there before this add announces them, and leaves them to it (they would run
+        // unannounced otherwise: ``claimWaitingTasks()``).
+        let ids = requests.map { _ in UUID() }
+        adding.formUnion(ids)
+        defer { adding.subtract(ids) }
         let prepared = try await downloader.prepare(
             requests,
             background: background,
             priority: priority,
-            paused: paused
+            paused: paused,
+            ids: ids
         )
         var infos: [DownloadInfo] = []
         infos.reserveCapacity(prepared.count)
@@ -55,6 +62,7 @@ extension DownloadManager {
         for item in prepared {
             guard !item.isNew else {
                 infos.append(enqueueNew(item.record))
+                adding.remove(item.record.id)
                 if recorded.count < room {
                     recorded[item.record.id] = (DownloadManager.readForRun(item.record), item.segments)
                 }
@@ -73,6 +81,8 @@ extension DownloadManager {
         startReads.merge(recorded) { _, new in new }
         admitAndStart()
         for id in recorded.keys { startReads.removeValue(forKey: id) }
+        // A claim that found the new ones before they were announced left them: claim again.
+        if sharedQueue != nil, prepared.contains(where: \.isNew) { claimDoorbell.ring() }
         return infos
     }
 

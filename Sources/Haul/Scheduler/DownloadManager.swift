@@ -128,6 +128,8 @@ public actor DownloadManager {
     /// shared queue, as read with their claims (``claimWaitingTasks()``), or just recorded by
     /// an add (``download(_:priority:paused:)``); empty between those.
     var startReads: [UUID: (TaskRecord, [SegmentRecord])] = [:]
+    /// The tasks an add here is recording and has not announced yet (``download(_:priority:paused:)``).
+    var adding: Set<UUID> = []
     let logger: Logger
     private let recoversTasks: Bool
     let background: Bool

@@ -292,4 +292,88 @@ struct FleetManagerTests {
             }
         }
     }
+
+    @Test("a new task a claim finds before its add has announced it is announced once, before it runs")
+    func claimedBeforeAnnounced() async throws {
+        let temp = try TemporaryDirectory()
+        try await TestServer.withServer { server in
+            server.set("/x", .init(size: 64 << 10, seed: 1))
+            server.set("/y", .init(size: 64 << 10, seed: 2))
+            try await Self.withNodes(["a"]) { nodes in
+                try await DownloadManager.withDownloadManager(configuration: Self.configuration(nodes[0], limit: 2)) {
+                    manager in
+                    let told = EventList(manager.events())
+                    let x = DownloadRequest(url: server.url("/x"), destination: .directory(temp.path))
+                    let y = DownloadRequest(url: server.url("/y"), destination: .directory(temp.path))
+                    let first = try await manager.download(x)
+                    #expect(try await waitUntil { try await manager.info(first.id).state == .completed })
+                    // An add of x again and of y, held at x (its turn taken) after both are
+                    // recorded: y is in the shared queue, not yet announced, when a claim runs.
+                    let (taken, turnTaken) = AsyncStream<Void>.makeStream()
+                    let (gate, openGate) = AsyncStream<Void>.makeStream()
+                    let holder = Task { await manager.holdTurn(first.id, taken: turnTaken, until: gate) }
+                    for await _ in taken { break }
+                    let adding = Task { try await manager.download([x, y]) }
+                    #expect(
+                        try await waitUntil {
+                            try await nodes[0].infos(ids: nil, background: true, session: nil).count == 2
+                        }
+                    )
+                    await manager.claimWaitingTasks()
+                    openGate.finish()
+                    let infos = try await adding.value
+                    await holder.value
+                    let yID = infos[1].id
+                    #expect(try await waitUntil { try await manager.info(yID).state == .completed })
+                    let events = told.events(of: yID)
+                    told.task.cancel()
+                    #expect(events.filter { $0 == "added" }.count == 1, "\(events)")
+                    #expect(events.first == "added", "\(events)")
+                }
+            }
+            #expect(sha256(file: temp.file("y")) == server.sha256("/y"))
+            #expect(server.requests(for: "/y").count == 1)
+        }
+    }
+}
+
+extension DownloadManager {
+    /// Takes task `id`'s turn, as a user's operation on it does, tells `taken`, and keeps it
+    /// until `gate` ends.
+    fileprivate func holdTurn(_ id: UUID, taken: AsyncStream<Void>.Continuation, until gate: AsyncStream<Void>) async {
+        try? await inTurn(id) {
+            taken.yield()
+            for await _ in gate {}
+        }
+    }
+}
+
+/// The events a manager told, as kinds by task, collected as they come.
+private struct EventList {
+    final class Kinds: Sendable {
+        private let list = Mutex<[(UUID, String)]>([])
+        func append(_ id: UUID, _ kind: String) { list.withLock { $0.append((id, kind)) } }
+        func of(_ id: UUID) -> [String] { list.withLock { $0.filter { $0.0 == id }.map(\.1) } }
+    }
+
+    let kinds = Kinds()
+    let task: Task<Void, Never>
+
+    init(_ events: DownloadEvents) {
+        let kinds = self.kinds
+        task = Task {
+            for await event in events {
+                let kind: String? =
+                    switch event {
+                    case .added: "added"
+                    case .stateChanged(_, _, let to, _): "\(to)"
+                    case .completed: "completed"
+                    default: nil
+                    }
+                if let kind, let id = event.taskID { kinds.append(id, kind) }
+            }
+        }
+    }
+
+    func events(of id: UUID) -> [String] { kinds.of(id) }
 }
