@@ -13,6 +13,7 @@ import browser
 import time
 
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -64,14 +65,11 @@ def active_id():
 
 
 def press(keys):
-    """Sends keys to whatever has the focus, again if it was redrawn before they went."""
-    for _ in range(50):
-        try:
-            driver.switch_to.active_element.send_keys(keys)
-            return
-        except StaleElementReferenceException:
-            time.sleep(0.02)
-    raise RuntimeError("the focused element kept going stale")
+    """Types keys as the keyboard does: to whatever has the focus. (Sent to the focused
+    element through WebDriver's element calls instead, a key is refused when WebDriver finds
+    that element not interactable — a button the task list just redrew out of view, under a
+    loaded machine — though a keyboard would still deliver it.)"""
+    ActionChains(driver).send_keys(keys).perform()
 
 
 def shot(name):
