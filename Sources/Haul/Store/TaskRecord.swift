@@ -159,10 +159,12 @@ package struct TaskRecord: Sendable, Equatable, FetchableRecord, PersistableReco
 // MARK: Reading and writing rows
 
 extension TaskRecord {
-    package init(row: Row) throws {
-        let id = try row.decode(UUID.self, forColumn: Columns.id)
-        let reader = TaskRowReader(row: row, taskID: id)
-        self.id = id
+    package init(row: Row) throws { try self.init(row: row, positions: nil) }
+
+    /// A task from `row`, whose columns are found by name, or at `positions` (by name).
+    init(row: Row, positions: [String: Int]?) throws {
+        let reader = try TaskRowReader(row: row, positions: positions)
+        id = reader.taskID
         session = try reader.value(Columns.session)
         url = try reader.url(Columns.url)
         finalURL = try reader.optionalURL(Columns.finalURL)

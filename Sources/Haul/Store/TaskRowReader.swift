@@ -7,6 +7,20 @@ import Synchronization
 struct TaskRowReader {
     let row: Row
     let taskID: UUID
+    /// Where each column is in the row, when it holds ``TaskRecord/storedColumns`` in their
+    /// order (``TaskRecord/storedColumnsSQL``): found by name otherwise, which GRDB does by
+    /// lowercasing the name and looking it up twice — for forty columns, a fifth of reading
+    /// a task for its run.
+    let positions: [String: Int]?
+
+    init(row: Row, positions: [String: Int]?) throws {
+        self.row = row
+        self.positions = positions
+        taskID =
+            if let index = positions?[TaskRecord.Columns.id.name] { try row.decode(atIndex: index) } else {
+                try row.decode(forColumn: TaskRecord.Columns.id)
+            }
+    }
 
     func unreadable(_ column: Column, _ what: String) -> HaulError {
         HaulError(
@@ -18,6 +32,7 @@ struct TaskRowReader {
 
     func value<Value: DatabaseValueConvertible>(_ column: Column) throws -> Value {
         do {
+            if let index = positions?[column.name] { return try row.decode(Value.self, atIndex: index) }
             return try row.decode(Value.self, forColumn: column)
         } catch {
             throw unreadable(column, "holds a value of the wrong type")
@@ -117,7 +132,8 @@ struct TaskRowReader {
     }
 
     func date(_ column: Column) throws -> Date {
-        guard let date = StoreDate.date(row[column] as DatabaseValue) else {
+        let value: DatabaseValue = if let index = positions?[column.name] { row[index] } else { row[column] }
+        guard let date = StoreDate.date(value) else {
             throw unreadable(column, "is not a date")
         }
         return date

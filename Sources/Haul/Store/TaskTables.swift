@@ -8,7 +8,23 @@ import GRDB
 enum TaskTables {
     /// A task by its id, with a statement cached on the connection (every run reads its task).
     static func task(_ db: Database, id: UUID) throws -> TaskRecord? {
-        try TaskRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM task WHERE id = ?"), arguments: [id])
+        try tasks(db.cachedStatement(sql: "SELECT \(taskColumns) FROM task WHERE id = ?"), [id]).next()
+    }
+
+    /// A task row's columns in the order of ``TaskRecord/storedColumns``, and where each is
+    /// in a row selected with them: read by place, not by name (``TaskRowReader/positions``).
+    private static let taskColumns = TaskRecord.storedColumns.map { "\"\($0.name)\"" }.joined(separator: ", ")
+    private static let taskPositions = Dictionary(
+        uniqueKeysWithValues: TaskRecord.storedColumns.enumerated().map { ($0.element.name, $0.offset) }
+    )
+
+    /// The tasks of `statement`, which selects ``taskColumns``, each read from its row in place
+    /// (with `arguments`, or those the statement has).
+    private static func tasks(
+        _ statement: Statement,
+        _ arguments: StatementArguments? = nil
+    ) throws -> some Cursor<TaskRecord> {
+        try Row.fetchCursor(statement, arguments: arguments).map { try TaskRecord(row: $0, positions: taskPositions) }
     }
 
     /// Tasks in any of `states` in queue order (``TaskStore/tasks(inStates:background:after:limit:)``).
@@ -21,7 +37,7 @@ enum TaskTables {
     ) throws -> [TaskRecord] {
         // `+`: in queue order from its index, never by the index on (background, state) and a
         // sort of every task it names (a million: 0.4 s a page; see `listingConditions`).
-        var request = TaskRecord.filter(
+        var request = TaskRecord.select(sql: taskColumns).filter(
             sql: "+state IN (\(states.map { _ in "?" }.joined(separator: ",")))",
             arguments: StatementArguments(states.map(\.rawValue))
         )
@@ -29,7 +45,8 @@ enum TaskTables {
         if let after { request = request.filter(TaskRecord.Columns.queueOrder > after) }
         request = request.order(TaskRecord.Columns.queueOrder)
         if let limit { request = request.limit(limit) }
-        return try request.fetchAll(db)
+        let prepared = try request.asRequest(of: Row.self).makePreparedRequest(db, forSingleResult: false)
+        return try Array(tasks(prepared.statement))
     }
 
     /// A task's segments in order, checked (``SegmentRecord/checked(_:of:)``).
@@ -70,10 +87,7 @@ enum TaskTables {
             arguments = [url.absoluteString, directory]
         }
         guard let rowID = try Int64.fetchOne(statement, arguments: arguments) else { return nil }
-        return try TaskRecord.fetchOne(
-            db.cachedStatement(sql: "SELECT * FROM task WHERE rowid = ?"),
-            arguments: [rowID]
-        )
+        return try tasks(db.cachedStatement(sql: "SELECT \(taskColumns) FROM task WHERE rowid = ?"), [rowID]).next()
     }
 
     /// Writes a re-add's request group (``TaskReAdd``) over task `id`'s.

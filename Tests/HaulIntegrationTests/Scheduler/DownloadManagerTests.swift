@@ -286,7 +286,7 @@ struct DownloadManagerTests {
         let taskReads = Mutex(0)
         try await store.writer.writeWithoutTransaction { db in
             db.trace { event in
-                if case .statement(let statement) = event, statement.sql == "SELECT * FROM task WHERE id = ?" {
+                if case .statement(let statement) = event, statement.sql.hasSuffix(" FROM task WHERE id = ?") {
                     taskReads.withLock { $0 += 1 }
                 }
             }

@@ -63,6 +63,37 @@ struct TaskRecordTests {
         }
     }
 
+    @Test("a task read by its columns' places is the task read by their names, every column holding a value")
+    func readByPlace() async throws {
+        try await withStore { store, record, raw in
+            // Every column of its own value, so that one read from another's place shows.
+            try await raw.write { db in
+                try db.execute(
+                    sql: """
+                        UPDATE task SET finalURL = 'https://example.test/final', fileName = 'f.bin', etag = '"e1"',
+                        lastModified = 'Tue, 01 Dec 2026 00:00:00 GMT', serverDate = 'Tue, 01 Dec 2026 00:00:01 GMT',
+                        totalLength = 12345, errorMessage = 'an error', priority = 7, queueOrder = 42,
+                        background = 1, connections = 3, minSplitSize = 1048576, partPath = '/tmp/p.part',
+                        partIdentity = 'inode 9', nextTryAt = '2026-12-01 00:00:05.000',
+                        retryingSince = '2026-12-01 00:00:02.000', allowsMetered = 0, checkNewer = 1,
+                        continuesExisting = 1, maxConnectionsPerServer = 4, followsMetalink = 0, state = 'retrying'
+                        WHERE id = ?
+                        """,
+                    arguments: [record.id]
+                )
+            }
+            let byName = try #require(
+                try await raw.read { db in
+                    try TaskRecord.fetchOne(db, sql: "SELECT * FROM task WHERE id = ?", arguments: [record.id])
+                }
+            )
+            #expect(byName.etag == "\"e1\"" && byName.maxConnectionsPerServer == 4 && !byName.followsMetalink)
+            #expect(try await store.task(id: record.id) == byName)
+            #expect(try await store.tasks(inStates: [.retrying], background: true, after: nil, limit: 10) == [byName])
+            #expect(try await store.findTask(url: record.url, directory: record.directory, fileName: "f.bin") == byName)
+        }
+    }
+
     @Test("TLS options are stored as a JSON object, NULL for the defaults, and read back the same")
     func tlsRoundTrip() async throws {
         try await withStore { store, record, raw in
