@@ -16,10 +16,19 @@ struct TaskRowReader {
     init(row: Row, positions: [String: Int]?) throws {
         self.row = row
         self.positions = positions
-        taskID =
-            if let index = positions?[TaskRecord.Columns.id.name] { try row.decode(atIndex: index) } else {
-                try row.decode(forColumn: TaskRecord.Columns.id)
-            }
+        do {
+            taskID =
+                if let index = positions?[TaskRecord.Columns.id.name] { try row.decode(atIndex: index) } else {
+                    try row.decode(forColumn: TaskRecord.Columns.id)
+                }
+        } catch {
+            // Not GRDB's error: it shows the whole row, request headers and all.
+            throw HaulError(
+                .store,
+                "A task in the Haul store cannot be read: its id is not a task id",
+                hint: "Point HAUL_HOME at another directory, or delete that row with sqlite3"
+            )
+        }
     }
 
     func unreadable(_ column: Column, _ what: String) -> HaulError {

@@ -153,6 +153,24 @@ struct TaskRecordTests {
         }
     }
 
+    @Test("a row whose id is not a task id is an error of one sentence that shows nothing of the row")
+    func unreadableID() async throws {
+        try await withStore { store, _, raw in
+            try await raw.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA foreign_keys = OFF; UPDATE task SET id = 'not an id'")
+            }
+            let reads: [() async throws -> [TaskRecord]] = [
+                { try await store.allTasks() },
+                { try await store.tasks(inStates: [.queued], background: nil, after: nil, limit: nil) },
+            ]
+            for read in reads {
+                let error = await expectHaulError(.store) { _ = try await read() }
+                #expect(error?.message == "A task in the Haul store cannot be read: its id is not a task id")
+                #expect(error.map { !"\($0)".contains("Bearer") } == true, "\(String(describing: error))")
+            }
+        }
+    }
+
     @Test("the listing query refuses an unreadable state or URL by the task's id too")
     func unreadableListing() async throws {
         try await withStore { store, record, raw in
