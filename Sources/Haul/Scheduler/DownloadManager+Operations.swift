@@ -81,8 +81,11 @@ extension DownloadManager {
         startReads.merge(recorded) { _, new in new }
         admitAndStart()
         for id in recorded.keys { startReads.removeValue(forKey: id) }
-        // A claim that found the new ones before they were announced left them: claim again.
-        if sharedQueue != nil, prepared.contains(where: \.isNew) { claimDoorbell.ring() }
+        // A claim that found new ones before they were announced left them: claim again.
+        if claimLeftAddedTasks {
+            claimLeftAddedTasks = false
+            claimDoorbell.ring()
+        }
         return infos
     }
 

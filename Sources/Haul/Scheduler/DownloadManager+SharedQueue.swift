@@ -82,8 +82,11 @@ extension DownloadManager {
             // One that an add here has recorded and not announced yet is the add's to announce
             // and queue: claimed now it would run before (or without) its `added` event. Its
             // claim goes back below; the next claim after the add takes it.
-            guard !adding.contains(id), let (record, segments) = records[id], mayStart(record, under: sharedQueue)
-            else { continue }
+            if adding.contains(id) {
+                claimLeftAddedTasks = true
+                continue
+            }
+            guard let (record, segments) = records[id], mayStart(record, under: sharedQueue) else { continue }
             disarmRetry(id)
             machine.claimed(DownloadManager.entry(for: record))
             if let segments { startReads[id] = (record, segments) }

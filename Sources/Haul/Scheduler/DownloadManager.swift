@@ -128,8 +128,10 @@ public actor DownloadManager {
     /// shared queue, as read with their claims (``claimWaitingTasks()``), or just recorded by
     /// an add (``download(_:priority:paused:)``); empty between those.
     var startReads: [UUID: (TaskRecord, [SegmentRecord])] = [:]
-    /// The tasks an add here is recording and has not announced yet (``download(_:priority:paused:)``).
+    /// The tasks an add here is recording and has not announced yet (``download(_:priority:paused:)``),
+    /// and whether a claim found one of them and left it (the add then has the queue claimed again).
     var adding: Set<UUID> = []
+    var claimLeftAddedTasks = false
     let logger: Logger
     private let recoversTasks: Bool
     let background: Bool

@@ -7,10 +7,9 @@ import Synchronization
 struct TaskRowReader {
     let row: Row
     let taskID: UUID
-    /// Where each column is in the row, when it holds ``TaskRecord/storedColumns`` in their
-    /// order (``TaskRecord/storedColumnsSQL``): found by name otherwise, which GRDB does by
-    /// lowercasing the name and looking it up twice — for forty columns, a fifth of reading
-    /// a task for its run.
+    /// Where each column is in the row, when the row holds ``TaskRecord/storedColumns`` in
+    /// their order (the task reads of ``TaskTables``): found by name otherwise, which GRDB
+    /// does by lowercasing the name and looking it up twice, forty times a row.
     let positions: [String: Int]?
 
     init(row: Row, positions: [String: Int]?) throws {
