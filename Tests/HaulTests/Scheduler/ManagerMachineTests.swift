@@ -15,19 +15,6 @@ import Testing
 /// states they summarise. Seeded, so a failure names the sequence that shows it.
 @Suite("Manager machine invariants under random events", .timeLimit(.minutes(2)))
 struct ManagerMachineTests {
-    /// SplitMix64: a small generator whose sequence a seed fixes.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// The machine, and the transfers it started as the manager runs them.
     struct Model {
         var machine: ManagerMachine

@@ -199,7 +199,7 @@ struct SchedulerTests {
     func longLine() async {
         // Thousands of steps against a reference kept by linear scans: off the pool.
         let (waiting, expected, started, reference, removals) = await offCooperativePool {
-            var generator = ManagerMachineTests.SeededGenerator(state: 35)
+            var generator = SeededGenerator(state: 35)
             var scheduler = Scheduler(maxConcurrent: 8, perHostLimit: 3)
             // The reference: the line sorted by priority, then queue order, then as added.
             var line: [(entry: Scheduler.Entry, added: Int)] = []
