@@ -137,30 +137,27 @@ enum HTTPDate {
         guard let hour = times[0], let minute = times[1], let second = times[2],
             hour < 24, minute < 60, second < 61, (1...31).contains(day), year >= 1900
         else { return nil }
-        var parts = tm()
-        parts.tm_year = Int32(year - 1900)
-        parts.tm_mon = Int32(month)
-        parts.tm_mday = Int32(day)
-        parts.tm_hour = Int32(hour)
-        parts.tm_min = Int32(minute)
-        parts.tm_sec = Int32(second)
-        var seconds = timegm(&parts)
-        // timegm moves 31 Feb to 3 Mar: such a date is not one.
-        var check = tm()
-        gmtime_r(&seconds, &check)
-        guard check.tm_mday == Int32(day), check.tm_mon == Int32(month) else { return nil }
+        // By hand, not `timegm`: glibc reads /etc/localtime the first time it converts any
+        // time, on the way to a download's end. 31 Feb counts on into March: not a date.
+        let dayCount = StoreDate.civilDays(year: Int64(year), month: Int64(month + 1), day: Int64(day))
+        guard StoreDate.civil(days: dayCount) == (Int64(year), Int64(month + 1), Int64(day)) else { return nil }
+        let seconds = dayCount * 86_400 + Int64(hour * 3600 + minute * 60 + second)
         return Date(timeIntervalSince1970: TimeInterval(seconds))
     }
 
     /// The IMF-fixdate of `date`, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
     static func format(_ date: Date) -> String {
-        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
+        let (whole, inDay) = seconds.quotientAndRemainder(dividingBy: 86_400)
+        let day = inDay < 0 ? whole - 1 : whole
+        let second = inDay < 0 ? inDay + 86_400 : inDay
+        let (year, month, dayOfMonth) = StoreDate.civil(days: day)
+        // 1970-01-01 was a Thursday.
+        let weekday = Int(((day % 7) + 11) % 7)
+        func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
         return
-            "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
-            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+            "\(days[weekday]), \(two(dayOfMonth)) \(months[Int(month - 1)]) \(year) "
+            + "\(two(second / 3600)):\(two(second / 60 % 60)):\(two(second % 60)) GMT"
     }
 
     /// A whole number of `digits` ASCII digits.

@@ -109,7 +109,7 @@ package enum StoreDate {
     }
 
     /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
-    private static func civil(days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+    static func civil(days: Int64) -> (year: Int64, month: Int64, day: Int64) {
         let shifted = days + 719_468
         let era = floorDivision(shifted, 146_097).0
         let dayOfEra = shifted - era * 146_097
@@ -123,7 +123,7 @@ package enum StoreDate {
 
     /// The days from 1970-01-01 to a proleptic Gregorian date (`days_from_civil`); a day past
     /// its month's end counts on into the next, as `timegm` has it.
-    private static func civilDays(year: Int64, month: Int64, day: Int64) -> Int64 {
+    static func civilDays(year: Int64, month: Int64, day: Int64) -> Int64 {
         let year = month <= 2 ? year - 1 : year
         let era = floorDivision(year, 400).0
         let yearOfEra = year - era * 400

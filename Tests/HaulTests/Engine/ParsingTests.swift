@@ -83,6 +83,33 @@ struct ValidatorTests {
         #expect(HTTPDate.parse("  Sun, 06 Nov 1994 08:49:37 GMT ") == expected)
     }
 
+    @Test("HTTP dates are written and read as the C library's UTC calendar has them, without it")
+    func httpDateFormatMatchesGmtime() {
+        var random = SeededGenerator(state: 9110)
+        for round in 0..<5_000 {
+            // 1900 to 2200, and the days around the epoch and the ends of centuries.
+            let seconds =
+                round < 40
+                ? [-2_208_988_800, -1, 0, 86_399, 86_400, 951_782_400, 951_868_799, 4_107_542_400][round % 8]
+                    + Int64(round / 8)
+                : Int64.random(in: -2_208_988_800...7_258_118_400, using: &random)
+            var time = time_t(seconds)
+            var parts = tm()
+            gmtime_r(&time, &parts)
+            let weekdays = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+            let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+            func two(_ value: Int32) -> String { String(format: "%02d", value) }
+            let expected =
+                "\(weekdays[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) "
+                + "\(parts.tm_year + 1900) \(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+            let date = Date(timeIntervalSince1970: TimeInterval(seconds))
+            #expect(HTTPDate.format(date) == expected, "\(seconds)")
+            #expect(HTTPDate.parse(expected) == date, "\(expected)")
+        }
+        #expect(HTTPDate.parse("Tue, 29 Feb 2000 00:00:00 GMT") != nil)
+        #expect(HTTPDate.parse("Thu, 29 Feb 2001 00:00:00 GMT") == nil)
+    }
+
     @Test(
         "HTTP dates that are not dates are refused, without ICU",
         arguments: [
