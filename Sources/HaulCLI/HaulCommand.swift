@@ -25,10 +25,18 @@ public struct HaulCommand: AsyncParsableCommand {
 
     public init() {}
 
-    /// The `haul` executable's entry point: runs the command line, with argument errors
-    /// told in one line (the option, what was wrong, where to read more) instead of the
-    /// usage dump, and a closed stdout or stderr never fatal.
-    public static func runMain() async {
+    /// The command line as `haul` runs it: as typed, and with the configuration file's defaults.
+    public struct CommandLineWords: Sendable {
+        let typed: [String]
+        let arguments: [String]
+        let configuration: ConfigFile?
+    }
+
+    /// The first part of the `haul` executable's start, on the main thread before any task
+    /// runs: the configuration file's defaults added, and `get`'s store opening on a thread of
+    /// its own (``StoreHeadStart``) while Swift's cooperative threads start and the words
+    /// are parsed. A configuration file that cannot be read ends the program here, saying why.
+    public static func start() -> CommandLineWords {
         Output.ignoreBrokenPipes()
         ProcessMemory.retainFreedMemory()
         let typed = Array(CommandLine.arguments.dropFirst())
@@ -53,6 +61,14 @@ public struct HaulCommand: AsyncParsableCommand {
         if ConfigFile.command(in: arguments)?.0 == .get {
             StoreHeadStart.begin(for: arguments.dropFirst(), path: HaulHome.resolve().storePath)
         }
+        return CommandLineWords(typed: typed, arguments: arguments, configuration: configuration)
+    }
+
+    /// The `haul` executable's entry point after ``start()``: runs the command line, with
+    /// argument errors told in one line (the option, what was wrong, where to read more)
+    /// instead of the usage dump, and a closed stdout or stderr never fatal.
+    public static func runMain(_ words: CommandLineWords) async {
+        let (typed, arguments, configuration) = (words.typed, words.arguments, words.configuration)
         do {
             var command = try getCommand(arguments) ?? parseAsRoot(arguments)
             if var command = command as? any AsyncParsableCommand {

@@ -6,8 +6,9 @@ import Synchronization
 ///
 /// Parsing `get`'s fifty options takes ArgumentParser about as long as opening the store (the
 /// runtime's first look at each option's type scans every conformance in the binary), and the
-/// two need nothing from each other: the store's path comes from the environment. So `runMain`
-/// starts the opening on a thread of its own before parsing, and `get` takes the store when it
+/// two need nothing from each other: the store's path comes from the environment. So
+/// ``HaulCommand/start()`` starts the opening on a thread of its own, on the main thread before
+/// Swift's cooperative threads exist (they take most of a millisecond to start), and `get` takes the store when it
 /// asks for the same path with the same readers, or else drops it and opens its own. The
 /// opening's error, if any, is the one `get` would have met itself and is thrown there.
 ///
@@ -19,7 +20,38 @@ enum StoreHeadStart {
     private struct Opening {
         let path: String
         let readers: Store.Readers
-        let task: Task<Store, any Error>
+        let result: Outcome
+    }
+
+    /// The opening's result, told once by its thread and awaited by `take`.
+    final class Outcome: Sendable {
+        private let state = Mutex<(result: Result<Store, any Error>?, waiter: CheckedContinuation<Store, any Error>?)>(
+            (nil, nil)
+        )
+
+        /// Whether `value` waits for the result (for tests).
+        var isAwaited: Bool { state.withLock { $0.waiter != nil } }
+
+        func tell(_ result: Result<Store, any Error>) {
+            let waiter = state.withLock { state in
+                defer { state.waiter = nil }
+                if state.waiter == nil { state.result = result }
+                return state.waiter
+            }
+            waiter?.resume(with: result)
+        }
+
+        var value: Store {
+            get async throws {
+                try await withCheckedThrowingContinuation { continuation in
+                    let result = state.withLock { state in
+                        if state.result == nil { state.waiter = continuation }
+                        return state.result
+                    }
+                    if let result { continuation.resume(with: result) }
+                }
+            }
+        }
     }
 
     private static let opening = Mutex<Opening?>(nil)
@@ -28,16 +60,14 @@ enum StoreHeadStart {
     /// download to files; nothing otherwise.
     static func begin(for arguments: ArraySlice<String>, path: String) {
         guard let readers = readers(for: arguments) else { return }
-        // On a thread of its own: opening blocks (a file lock, a new store's sync), and NIO's
+        // On a thread of its own, started now (not from a task, which would wait for the
+        // cooperative threads): opening blocks (a file lock, a new store's sync), and NIO's
         // file pool is not started yet: `get` sizes it for its connections first.
-        let task = Task {
-            try await withCheckedThrowingContinuation { continuation in
-                Thread.detachNewThread {
-                    continuation.resume(with: Result { try Store(path: path, readers: readers) })
-                }
-            }
+        let result = Outcome()
+        opening.withLock { $0 = Opening(path: path, readers: readers, result: result) }
+        Thread.detachNewThread {
+            result.tell(Result { try Store(path: path, readers: readers) })
         }
-        opening.withLock { $0 = Opening(path: path, readers: readers, task: task) }
     }
 
     /// The store opened ahead for `path` with `readers` (or the error opening it met); nil when
@@ -47,7 +77,7 @@ enum StoreHeadStart {
         guard let started = opening.withLock({ $0.take() }), started.path == path, started.readers == readers else {
             return nil
         }
-        return try await started.task.value
+        return try await started.result.value
     }
 
     /// How `get` will read its store for `arguments`, as far as the words tell without parsing

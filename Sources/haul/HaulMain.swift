@@ -12,9 +12,10 @@ import HaulCLI
 @main
 enum HaulMain {
     static func main() {
+        let words = HaulCommand.start()
         let finished = DispatchSemaphore(value: 0)
         Task.detached {
-            await HaulCommand.runMain()
+            await HaulCommand.runMain(words)
             finished.signal()
         }
         finished.wait()

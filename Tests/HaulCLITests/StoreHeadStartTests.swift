@@ -30,6 +30,21 @@ struct StoreHeadStartTests {
         #expect(readers("-h") == nil)
     }
 
+    @Test("the opening's result reaches get whether the opening ends before get asks or after")
+    func resultEitherWay() async throws {
+        let store = try Store.inMemory()
+        let toldFirst = StoreHeadStart.Outcome()
+        toldFirst.tell(.success(store))
+        #expect(try await toldFirst.value === store)
+
+        let askedFirst = StoreHeadStart.Outcome()
+        let waiting = Task { try await askedFirst.value }
+        // Told once the asker waits for it.
+        while !askedFirst.isAwaited { await Task.yield() }
+        askedFirst.tell(.failure(HaulError(.store, "Cannot open the Haul store")))
+        await #expect(throws: HaulError.self) { try await waiting.value }
+    }
+
     @Test("get takes the store opened for its path and readers, once; for other readers it opens its own")
     func takenWhenItMatches() async throws {
         let temp = try TemporaryDirectory()
