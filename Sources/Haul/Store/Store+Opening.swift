@@ -12,7 +12,8 @@ extension Store {
         case concurrent
         /// Reads and writes take turns on one connection (a `DatabaseQueue`): for a process
         /// that runs a few downloads and exits, as `haul get` does. Opening costs one
-        /// connection instead of one more for each read at once, and writes nothing.
+        /// connection instead of one more for each read at once, and writes nothing but an
+        /// empty write-ahead log's header.
         case serial
     }
 
@@ -63,7 +64,9 @@ extension Store {
             // A pool sets up its WAL at every opening (a write and two syncs when the file has
             // none, as after each clean close) and opens a connection per concurrent read.
             case .concurrent: writer = try DatabasePool(path: path, configuration: opening)
-            case .serial: writer = try DatabaseQueue(path: path, configuration: opening)
+            case .serial:
+                writer = try DatabaseQueue(path: path, configuration: opening)
+                try Store.startLog(of: writer, at: path)
             }
             writer.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
             try self.init(writer: writer)
@@ -80,6 +83,17 @@ extension Store {
     /// - Throws: ``HaulError/Code/store`` when the file cannot be opened or migrated.
     public static func opened(at path: String, readers: Readers = .concurrent) async throws -> Store {
         try await FileIO.run { try Store(path: path, readers: readers) }
+    }
+
+    /// Gives an empty write-ahead log its header now. SQLite writes and syncs it, with its
+    /// directory when the file is new, at the first write after the log was emptied (a new
+    /// store, or one a daemon's stop folded in): `haul get` opens its store while it parses its
+    /// options, and its first write is the add a download waits for. A write that changes
+    /// nothing (the application id set again) makes the header here instead.
+    private static func startLog(of writer: any DatabaseWriter, at path: String) throws {
+        var log = stat()
+        guard stat(path + "-wal", &log) != 0 || log.st_size == 0 else { return }
+        try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA application_id = \(applicationID)") }
     }
 
     /// `PRAGMA application_id` of a Haul store: "HAUL".

@@ -111,7 +111,7 @@ struct StoreCreationTests {
     }
 
     @Test(
-        "read in turn (haul get's way), a store opens on one connection and writes nothing; each process sees the other's writes; a clean close folds the WAL in"
+        "read in turn (haul get's way), a store opens on one connection and writes only an empty WAL's header; each process sees the other's writes; a clean close folds the WAL in"
     )
     func readInTurn() async throws {
         let temp = try TemporaryDirectory()
@@ -120,10 +120,14 @@ struct StoreCreationTests {
         func task(_ name: String) -> TaskRecord { Self.record(name, in: temp) }
         let serial = try Store(path: path, readers: .serial)
         #expect(try await serial.allTasks().isEmpty)
-        // Nothing written by opening and reading: the WAL is empty (a pool writes to it at once).
-        #expect(fileSize(path + "-wal") == 0)
+        // The empty WAL given its header (and one page that changed nothing) at the opening,
+        // not at the first add a download waits for; a WAL already begun is left as it is.
+        let begun = fileSize(path + "-wal")
+        #expect(begun > 0)
+        let again = try Store(path: path, readers: .serial)
+        #expect(fileSize(path + "-wal") == begun, "a second opening writes nothing")
+        try again.writer.close()
         let pooled = try Store(path: path)
-        #expect(fileSize(path + "-wal") > 0)
 
         let first = try await pooled.insert(task("a.bin"), segments: [])
         #expect(try await serial.allTasks().map(\.id) == [first.id])
