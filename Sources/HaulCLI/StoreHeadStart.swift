@@ -7,10 +7,11 @@ import Synchronization
 /// Parsing `get`'s fifty options takes ArgumentParser about as long as opening the store (the
 /// runtime's first look at each option's type scans every conformance in the binary), and the
 /// two need nothing from each other: the store's path comes from the environment. So
-/// ``HaulCommand/start()`` starts the opening on a thread of its own, on the main thread before
-/// Swift's cooperative threads exist (they take most of a millisecond to start), and `get` takes the store when it
-/// asks for the same path with the same readers, or else drops it and opens its own. The
-/// opening's error, if any, is the one `get` would have met itself and is thrown there.
+/// ``HaulCommand/start()`` starts the opening on a thread of its own, from the main thread
+/// before Swift's cooperative threads exist (they take most of a millisecond to start), and
+/// `get` takes the store when it asks for the same path with the same readers, or else drops
+/// it and opens its own. The opening's error, if any, is the one `get` would have met itself
+/// and is thrown there.
 ///
 /// Nothing is opened for arguments that need no store (`-o -`, help), so those still leave a
 /// missing store missing. Arguments that fail to parse may have made a missing store, as the
