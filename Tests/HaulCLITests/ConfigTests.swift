@@ -4,6 +4,7 @@ import HaulTesting
 import Testing
 
 @testable import Haul
+@testable import HaulCLI
 
 /// The configuration file: defaults for `haul get`, `haul add` and `haul daemon`, the
 /// command line winning, as wget's `.wgetrc` and aria2's `aria2.conf`.
@@ -188,6 +189,36 @@ struct ConfigTests {
         #expect(result.status == 2)
         #expect(result.stderr.contains(temp.file("haul.toml")), "the file is named: \(result.stderr)")
         #expect(result.stderr.contains(message), "\(result.stderr)")
+    }
+
+    @Test(
+        "escapes that stand for control characters are found as the regular expression found them, in 20,000 drawn texts"
+    )
+    func controlEscapesScanned() {
+        let parts = [
+            "\\", "\\u00", "\\U0000", "\\U000000", "u", "U", "0", "1", "7", "7F", "7f", "1f", "0a", "f", "F", "a", "g",
+            "00",
+            "\n", "\"", "é",
+        ]
+        var random = SeededGenerator(state: 32)
+        var found = 0
+        for round in 0..<20_000 {
+            let text = (0..<Int.random(in: 1...12, using: &random)).map { _ in parts.randomElement(using: &random)! }
+                .joined()
+            // TOML's \U takes eight digits: the expression of before took six, and refused
+            // \U00000041 ("A") and \U000001F6 ("Ƕ") as control characters.
+            let expected = text.firstMatch(of: #/\\(u00[01][0-9A-Fa-f]|u007[Ff]|U000000[01][0-9A-Fa-f]|U0000007[Ff])/#)
+                .map { (String($0.output.0), text[..<$0.range.lowerBound].filter { $0 == "\n" }.count + 1) }
+            let scanned = ConfigFile.controlEscape(in: text)
+            #expect(
+                scanned?.escape == expected?.0 && scanned?.line == expected?.1,
+                "round \(round): \(text.debugDescription)"
+            )
+            if expected != nil { found += 1 }
+        }
+        #expect(found > 2_000, "the texts drawn hold such escapes")
+        #expect(ConfigFile.controlEscape(in: "a = \"\\U00000041\\U000001F6\"") == nil)
+        #expect(ConfigFile.controlEscape(in: "a = 1\nb = \"\\U0000007f\"")! == ("\\U0000007f", 2))
     }
 
     @Test func missingNamedFile() async throws {
