@@ -148,9 +148,7 @@ enum HTTPDate {
     /// The IMF-fixdate of `date`, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
     static func format(_ date: Date) -> String {
         let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
-        let (whole, inDay) = seconds.quotientAndRemainder(dividingBy: 86_400)
-        let day = inDay < 0 ? whole - 1 : whole
-        let second = inDay < 0 ? inDay + 86_400 : inDay
+        let (day, second) = StoreDate.floorDivision(seconds, 86_400)
         let (year, month, dayOfMonth) = StoreDate.civil(days: day)
         // 1970-01-01 was a Thursday.
         let weekday = Int(((day % 7) + 11) % 7)

@@ -103,7 +103,7 @@ package enum StoreDate {
     package static var now: String { text(Date()) }
 
     /// The quotient rounded down and the remainder that goes with it (never negative).
-    private static func floorDivision(_ value: Int64, _ divisor: Int64) -> (Int64, Int64) {
+    static func floorDivision(_ value: Int64, _ divisor: Int64) -> (Int64, Int64) {
         let (quotient, remainder) = value.quotientAndRemainder(dividingBy: divisor)
         return remainder < 0 ? (quotient - 1, remainder + divisor) : (quotient, remainder)
     }
