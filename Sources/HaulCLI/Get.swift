@@ -150,7 +150,9 @@ extension HaulCommand {
                     try await StandardOutputStream(request: requests[0], quiet: quiet).run(downloader)
                     return
                 }
-                // The store opened while the arguments were parsed, when it is the one wanted.
+                // The store opened while the arguments were parsed, when it is the one wanted;
+                // the event loops started while it opens.
+                Downloader.startEventLoops()
                 if let store = try await StoreHeadStart.take(path: path, readers: readers) {
                     downloader.store = .store(store)
                 }
