@@ -47,10 +47,11 @@ extension Store {
             // A file that is there must be a Haul store: an empty file or another program's
             // database is refused, never taken for a new store. A new one is created whole
             // under another name and renamed into place, so a crash never leaves a half.
+            var creator: DatabaseQueue?
             if FileManager.default.fileExists(atPath: path) {
                 try Store.checkIsHaulStore(at: path)
             } else {
-                try Store.create(at: path, configuration: configuration)
+                creator = try Store.create(at: path, configuration: configuration)
             }
             // The last connection leaves the WAL at close: a `haul get` would otherwise fold it
             // into the database and remove it (two syncs) at every exit, and the next one make
@@ -69,7 +70,7 @@ extension Store {
                 try Store.startLog(of: writer, at: path)
             }
             writer.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
-            try self.init(writer: writer)
+            try self.init(writer: writer, creator: creator)
         } catch let error as HaulError {
             throw error
         } catch {
@@ -161,8 +162,10 @@ extension Store {
         return id == UInt32(bitPattern: applicationID) ? .haulStore : .otherSQLite
     }
 
-    /// Creates a new store at `path`: its schema made under a temporary name, synced, then renamed.
-    static func create(at path: String, configuration: Configuration) throws {
+    /// Creates a new store at `path`: its schema made under a temporary name, synced, then
+    /// renamed. Returns the connection that made it, closed (``creator``).
+    @discardableResult
+    static func create(at path: String, configuration: Configuration) throws -> DatabaseQueue {
         let temporary = path + ".new"
         for leftover in ["", "-journal", "-wal", "-shm"] { unlink(temporary + leftover) }
         // No sync and no journal file per migration: the file is synced once, whole, before
@@ -190,6 +193,7 @@ extension Store {
             close(descriptor)
         }
         guard rename(temporary, path) == 0 else { throw HaulError.fileSystem("rename", path: temporary, errno: errno) }
+        return database
     }
 
     /// A store that lives in memory only, for tests and throwaway downloads.

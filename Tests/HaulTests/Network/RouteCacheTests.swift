@@ -21,6 +21,17 @@ import Testing
         }
     }
 
+    @Test("brackets around an address are trimmed, however many; a host of brackets alone is no address")
+    func bracketsTrimmed() {
+        #expect(NetworkMonitor.route(to: "[::1]")?.interface == "lo")
+        #expect(NetworkMonitor.route(to: "[[127.0.0.1]]")?.interface == "lo")
+        #expect(NetworkMonitor.route(to: "]127.0.0.1[")?.interface == "lo")
+        // No address: the route any other host would take (none on a machine without one).
+        for host in ["", "[", "]]", "[]", "[\u{301}]", "[127.0.0.1\u{301}]"] {
+            #expect(NetworkMonitor.route(to: host)?.interface == NetworkMonitor.route(to: "example.org")?.interface)
+        }
+    }
+
     @Test("while watching: one look per host until the network changes, then a new look with the new answer")
     func keptUntilChange() {
         let kernel = Kernel()
