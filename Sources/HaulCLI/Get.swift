@@ -84,6 +84,10 @@ extension HaulCommand {
         @Option(name: .customLong("checkpoint-interval"), help: .hidden)
         var checkpointInterval: Double?
 
+        /// The write-ahead log a get leaves in the store, at most (``Store/foldLog(ifLargerThan:)``):
+        /// each 1 KiB download adds about 90 KiB to it, and the next get reads all of it.
+        static let largestLog: Int64 = 1 << 20
+
         func validate() throws {
             guard DownloadManager.limits.contains(maxConcurrent) else {
                 throw ValidationError(
@@ -150,12 +154,12 @@ extension HaulCommand {
                     try await StandardOutputStream(request: requests[0], quiet: quiet).run(downloader)
                     return
                 }
-                // The store opened while the arguments were parsed, when it is the one wanted;
-                // the event loops started while it opens.
+                // The store opened while the arguments were parsed, when it is the one wanted
+                // (else now); the event loops started while it opens.
                 Downloader.startEventLoops()
-                if let store = try await StoreHeadStart.take(path: path, readers: readers) {
-                    downloader.store = .store(store)
-                }
+                let ahead = try await StoreHeadStart.take(path: path, readers: readers)
+                let store = if let ahead { ahead } else { try await Store.opened(at: path, readers: readers) }
+                downloader.store = .store(store)
                 // Only the downloads this command asks for run: leftovers of other commands in
                 // the same store wait for their own command (or the daemon).
                 var configuration = DownloadManager.Configuration(
@@ -178,6 +182,8 @@ extension HaulCommand {
                 let summary = try await DownloadManager.withDownloadManager(configuration: configuration) { manager in
                     try await GetSession(manager: manager, requests: requests, quiet: quiet, json: json).run()
                 }
+                // The next get indexes the log the store keeps: at most a MiB of it.
+                store.foldLog(ifLargerThan: Self.largestLog)
                 try report(summary)
             } catch let error as HaulError {
                 CLIError.print(error)

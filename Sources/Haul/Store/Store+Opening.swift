@@ -201,6 +201,32 @@ extension Store {
         try Store(writer: DatabaseQueue())
     }
 
+    /// Folds the write-ahead log into the database and empties it, when it holds more than
+    /// `bytes` and no other connection is using the store at that moment (nothing waits: the
+    /// fold is left for a later time). A store opened with ``Readers/serial`` keeps its log
+    /// when its last connection closes, and the next process to open it reads all of the log
+    /// to index it: 0.26 ms a MiB on this machine, up to a millisecond more for each
+    /// `haul get` when the log is left to grow to SQLite's 1,000 pages. Returns whether it folded.
+    @discardableResult
+    public func foldLog(ifLargerThan bytes: Int64) -> Bool {
+        var log = stat()
+        guard stat(writer.path + "-wal", &log) == 0, Int64(log.st_size) > bytes else { return false }
+        do {
+            return try writer.writeWithoutTransaction { db in
+                guard try String.fetchOne(db, sql: "PRAGMA journal_mode") == "wal" else { return false }
+                // No waiting for another process's reads or writes: the store's busy timeout
+                // is 30 seconds.
+                let timeout = try Int.fetchOne(db, sql: "PRAGMA busy_timeout") ?? 0
+                try db.execute(sql: "PRAGMA busy_timeout = 0")
+                defer { try? db.execute(sql: "PRAGMA busy_timeout = \(timeout)") }
+                _ = try db.checkpoint(.truncate)
+                return true
+            }
+        } catch {
+            return false
+        }
+    }
+
     /// Closes the database (checkpointing its WAL), so nothing is written after this
     /// returns. Any later use of the store fails.
     package func closeDatabase() throws {
