@@ -13,6 +13,8 @@ import Logging
 final class RunPart {
     /// The open, locked file, once opened.
     private(set) var file: PartFile?
+    /// NAME.part being made while a new download's first request is under way (``makeAhead()``).
+    private var ahead: Task<PartFile?, Never>?
     private let recorder: RunRecorder
     private let logger: Logger
 
@@ -89,10 +91,30 @@ final class RunPart {
         )
     }
 
+    /// Starts making `NAME.part` for a download's first response while its request is under
+    /// way, when the name is known and nothing is open: the file work (and, at a process's
+    /// first download, the file threads' start) waits for the network instead of the response
+    /// waiting for it. ``makeFirst()`` takes it; ``close(deleting:)`` removes it when no
+    /// response did.
+    func makeAhead() {
+        guard ahead == nil, file == nil, let destination = task.destinationPath else { return }
+        let owner = task.id
+        ahead = Task { try? await FileIO.run { try PartFile.create(at: destination + ".part", owner: owner) } }
+    }
+
     /// The part file for a download's first response, when it has none: `NAME.part`, made
-    /// now only when that name is free (anything else is ``open()``'s to settle), to be
-    /// claimed with the response's record. Nil when there is none to make.
+    /// now (or ahead) only when that name is free (anything else is ``open()``'s to settle),
+    /// to be claimed with the response's record. Nil when there is none to make.
     func makeFirst() async -> PartFile? {
+        if let ahead {
+            self.ahead = nil
+            let made = await ahead.value
+            guard file == nil, let made, made.path == task.destinationPath.map({ $0 + ".part" }) else {
+                if let made { await discard(made) }
+                return nil
+            }
+            return made
+        }
         guard file == nil, let destination = task.destinationPath else { return nil }
         let owner = task.id
         return try? await FileIO.run { try PartFile.create(at: destination + ".part", owner: owner) }
@@ -145,6 +167,10 @@ final class RunPart {
     /// data goes through its own locked handle: a sync still in flight elsewhere would keep a
     /// reopening from it).
     func close(deleting: Bool = false) async {
+        if let ahead {
+            self.ahead = nil
+            if let made = await ahead.value { await discard(made) }
+        }
         guard let open = file else { return }
         file = nil
         await cleanUp {

@@ -52,6 +52,8 @@ extension Transfer {
                     return
                 }
                 progress.update { [offset = segments[0].committed] in $0.bytesReceived = offset }
+                // A new download's part file is made while its request goes out.
+                if opening == .whole, committedBytes == 0 { partFile.makeAhead() }
                 let response = try await transport.get(
                     openingURL,
                     headers: task.requestHeaders,

@@ -125,8 +125,12 @@ final class Transfer {
             mayReplaceDestination = task.overwrite || newer != nil || (task.checkNewer && committedBytes > 0)
             try checkDestinationFree()
             // Take the part file's lock before touching the task's records, so a second
-            // process asked for the same download stops here and changes nothing.
-            if task.destinationPath != nil { _ = try await openPart() }
+            // process asked for the same download stops here and changes nothing. A new
+            // download has none yet: its first answer makes NAME.part and claims it with the
+            // answer's record (one write, not two, and the request waits for neither), and
+            // takes the lock before it records anything when the name is taken (resetToZero).
+            let startsNew = task.partPath == nil && committedBytes == 0 && newer == nil && !task.continuesExisting
+            if task.destinationPath != nil, !startsNew { _ = try await openPart() }
             // Read with the task for this run, or now.
             let store = environment.store
             let stored = if let known = task.storedPieces { known } else { try await store.pieces(of: task.id) }
@@ -267,6 +271,11 @@ final class Transfer {
         try await pieces?.forgetVerified()
         try await partFile.truncate()
         let made = creatingPart ? await partFile.makeFirst() : nil
+        // NAME.part taken (another process's run of this download, another task's file): the
+        // part file is opened or made under another name, locked, before the record changes.
+        if creatingPart, made == nil, partFile.file == nil, task.destinationPath != nil {
+            _ = try await partFile.open()
+        }
         let claimed: Bool
         do {
             claimed = try await recorder.startFromZero(

@@ -119,6 +119,52 @@ extension FaultTests {
             }
         }
 
+        @Test(
+            "a new download whose NAME.part another run of it has just made, locked, stops at the lock before recording the answer"
+        )
+        func newDownloadMeetsAnotherRunsPart() async throws {
+            try await withHarness { server, downloader, temp in
+                server.set("/f.bin", .init(size: 100_000))
+                let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(temp.file("f.bin")))
+                // The other run: the task recorded, its NAME.part made and locked, not yet claimed
+                // (its answer is on its way), as another process has it between the two.
+                let id = try await downloader.prepare(request).record.id
+                let other = try PartFile.create(at: temp.file("f.bin.part"), owner: id)
+                defer { other.close() }
+                let error = await expectHaulError(.busy) { _ = try await downloader.download(request).result() }
+                #expect(error?.description.contains("Another Haul process") == true)
+                #expect(server.requests(for: "/f.bin").count == 1)
+                // Nothing of this run's answer recorded: the task as the other run left it.
+                let task = try #require(try await downloader.store.task(id: id))
+                #expect(task.validators == Validators())
+                #expect(task.partPath == nil)
+                #expect(task.state == .queued)
+                #expect(FileManager.default.fileExists(atPath: temp.file("f.bin.part")))
+            }
+        }
+
+        @Test("a new download's NAME.part, made while its request is under way: kept across a retry, gone after a 404")
+        func partMadeAhead() async throws {
+            try await withHarness { server, downloader, temp in
+                server.set("/f.bin", .init(size: 100_000, failFirst: 1, failStatus: 503, retryAfter: "0"))
+                let request = DownloadRequest(url: server.url("/f.bin"), destination: .file(temp.file("f.bin")))
+                let result = try await downloader.download(request).result()
+                #expect(sha256(file: result.path) == server.sha256("/f.bin"))
+                #expect(server.requests(for: "/f.bin").count == 2)
+                #expect(
+                    try FileManager.default.contentsOfDirectory(atPath: temp.path).filter { $0.hasPrefix("f") } == [
+                        "f.bin"
+                    ]
+                )
+
+                let missing = DownloadRequest(url: server.url("/none.bin"), destination: .file(temp.file("none.bin")))
+                _ = await expectHaulError(.httpStatus) { _ = try await downloader.download(missing).result() }
+                #expect(
+                    try FileManager.default.contentsOfDirectory(atPath: temp.path).filter { $0.hasPrefix("none") } == []
+                )
+            }
+        }
+
         @Test("a crash between the rename and recording completion: the rerun recognises the file as its own")
         func crashAfterRename() async throws {
             try await withHarness { server, downloader, temp in
