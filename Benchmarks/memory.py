@@ -5,7 +5,8 @@ anonymous, side by side on the same local nginx (issue 36's memory rows).
 - the same over eight: haul -x 8, aria2c -x8 -s8;
 - a 1 KiB file: haul, curl (and the wall time from start to exit, median of --runs; and again
   without GNU time or the sampler, whose 5 ms polls round a run this short: the median of
-  20 or 4 × --runs runs, the two alternating);
+  20 or 4 × --runs runs, the two alternating; once in a new HAUL_HOME each run, as a user's
+  first get, and once with the store in place, a new file each run, as every get after it);
 - 200 files of 1 MiB (--files), 16 at once: haul -j16, aria2c -j16, curl --parallel;
 - an idle daemon, two seconds after it first answers.
 
@@ -77,6 +78,26 @@ def settle_binary(haul, env):
         subprocess.run([haul, "--version"], env=env, stdout=subprocess.DEVNULL, check=True)
 
 
+def kept_store_walls(rounds, ctx, single_commands, fresh, sha256, unsampled):
+    """Median start-to-exit times of a 1 KiB get into one HAUL_HOME kept across the runs, each
+    run a new file (a new task in a store that has others, its log as the runs leave it), and
+    of curl alternating with it; the store is made by one run before them, not counted."""
+    url = f"http://127.0.0.1:{ctx['port']}/small.bin"
+    digest = ctx["digests"]["small.bin"]
+    shutil.rmtree(ctx["home"], ignore_errors=True)
+    walls = {"haul": [], "curl": []}
+    for index in range(rounds + 1):
+        for tool in walls:
+            fresh(ctx["out"])
+            out = os.path.join(ctx["out"], f"small-{index}.bin")
+            wall = unsampled(single_commands(tool, url, out, ctx["haul"]))
+            if sha256(out) != digest:
+                sys.exit(f"{tool}: SHA-256 mismatch for small.bin")
+            if index > 0:
+                walls[tool].append(wall)
+    return {tool: statistics.median(values) for tool, values in walls.items()}
+
+
 def memory(args, ctx, single_commands, many_commands, fresh, sha256):
     haul, env, port = ctx["haul"], ctx["env"], ctx["port"]
     settle_binary(haul, env)
@@ -139,6 +160,12 @@ def memory(args, ctx, single_commands, many_commands, fresh, sha256):
               flush=True)
     print(f"haul get / curl of 1 KiB, start to exit without the sampler: "
           f"{medians['haul'] / medians['curl']:.2f}x (issue 36's bar: 2x)", flush=True)
+    kept_medians = kept_store_walls(rounds, ctx, single_commands, fresh, sha256, unsampled)
+    for tool, wall in kept_medians.items():
+        print(f"| 1 KiB, the store in place, a new file each run (median of {rounds}): {tool} | {wall:.4f} | - | - |",
+              flush=True)
+    print(f"haul get / curl of 1 KiB, the store in place (every get after a user's first): "
+          f"{kept_medians['haul'] / kept_medians['curl']:.2f}x", flush=True)
 
     names = ctx["many"]
     urls = [f"http://127.0.0.1:{port}/many/{n}" for n in names]
