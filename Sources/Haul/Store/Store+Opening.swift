@@ -47,11 +47,10 @@ extension Store {
             // A file that is there must be a Haul store: an empty file or another program's
             // database is refused, never taken for a new store. A new one is created whole
             // under another name and renamed into place, so a crash never leaves a half.
-            var creator: DatabaseQueue?
             if FileManager.default.fileExists(atPath: path) {
                 try Store.checkIsHaulStore(at: path)
             } else {
-                creator = try Store.create(at: path, configuration: configuration)
+                try Store.create(at: path)
             }
             // The last connection leaves the WAL at close: a `haul get` would otherwise fold it
             // into the database and remove it (two syncs) at every exit, and the next one make
@@ -70,7 +69,7 @@ extension Store {
                 try Store.startLog(of: writer, at: path)
             }
             writer.add(transactionObserver: StoreFaultObserver(path: path), extent: .databaseLifetime)
-            try self.init(writer: writer, creator: creator)
+            try self.init(writer: writer)
         } catch let error as HaulError {
             throw error
         } catch {
@@ -162,38 +161,39 @@ extension Store {
         return id == UInt32(bitPattern: applicationID) ? .haulStore : .otherSQLite
     }
 
-    /// Creates a new store at `path`: its schema made under a temporary name, synced, then
-    /// renamed. Returns the connection that made it, closed (``creator``).
-    @discardableResult
-    static func create(at path: String, configuration: Configuration) throws -> DatabaseQueue {
+    /// Creates a new store at `path`: ``StoreImage`` written under a temporary name, synced,
+    /// then renamed into place, so a crash never leaves half of one (only the temporary file,
+    /// made again next time). The file is in WAL mode already: the first opening switches
+    /// nothing (a rollback journal and three syncs), and finds no migration to run.
+    static func create(at path: String) throws {
         let temporary = path + ".new"
         for leftover in ["", "-journal", "-wal", "-shm"] { unlink(temporary + leftover) }
-        // No sync and no journal file per migration: the file is synced once, whole, before
-        // it is renamed into place, and a crash before that leaves only the temporary file,
-        // made again next time (a failed migration still rolls back, from memory).
-        var creating = configuration
-        creating.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = OFF")
-            try db.execute(sql: "PRAGMA journal_mode = MEMORY")
+        guard let image = StoreImage.bytes else {
+            throw HaulError(.store, "This build of Haul has a damaged image of a new store; build or install it again")
         }
-        let database = try DatabaseQueue(path: temporary, configuration: creating)
-        // At the migrations' last schema in one transaction (`Store.init` then finds none to run).
-        try database.writeWithoutTransaction { db in try StoreSchema.create(in: db, migrations: migrator.migrations) }
-        // Switched to WAL here, where nothing needs syncing: the mode is kept in the file, so
-        // the store's first opening does not switch it (a rollback journal and three syncs).
-        try database.writeWithoutTransaction { db in
-            guard try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") == "wal" else {
-                throw HaulError(.store, "SQLite did not switch the new store at \(path) to write-ahead logging")
+        let descriptor = SystemCall.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        guard descriptor >= 0 else { throw HaulError.fileSystem("create", path: temporary, errno: errno) }
+        do {
+            var written = 0
+            while written < image.count {
+                let count = image.withUnsafeBytes {
+                    SystemCall.write(descriptor, $0.baseAddress! + written, image.count - written)
+                }
+                guard count > 0 || (count < 0 && errno == EINTR) else {
+                    throw HaulError.fileSystem("write", path: temporary, errno: count < 0 ? errno : EIO)
+                }
+                written += max(count, 0)
             }
+            guard fsync(descriptor) == 0 else { throw HaulError.fileSystem("sync", path: temporary, errno: errno) }
+        } catch {
+            _ = SystemCall.close(descriptor)
+            unlink(temporary)
+            throw error
         }
-        try database.close()
-        let descriptor = open(temporary, O_RDONLY | O_CLOEXEC)
-        if descriptor >= 0 {
-            fsync(descriptor)
-            close(descriptor)
+        _ = SystemCall.close(descriptor)
+        guard SystemCall.rename(temporary, path) == 0 else {
+            throw HaulError.fileSystem("rename", path: temporary, errno: errno)
         }
-        guard rename(temporary, path) == 0 else { throw HaulError.fileSystem("rename", path: temporary, errno: errno) }
-        return database
     }
 
     /// A store that lives in memory only, for tests and throwaway downloads.

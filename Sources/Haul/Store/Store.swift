@@ -11,15 +11,10 @@ public final class Store: TaskStore {
     let writer: any DatabaseWriter
     /// Every write of a body of statements goes through it, so that writes at once share transactions.
     let commits: GroupCommit
-    /// The closed connection that made the file, when this opening made it: kept as long as the
-    /// store, because GRDB's teardown of a connection first touches Foundation's notification
-    /// center (0.15 ms), and a `haul get` waits for its new store.
-    let creator: DatabaseQueue?
 
     /// A store over an open database, migrated; see Store+Opening for the ways to open one.
-    init(writer: any DatabaseWriter, creator: DatabaseQueue? = nil) throws {
+    init(writer: any DatabaseWriter) throws {
         self.writer = writer
-        self.creator = creator
         commits = GroupCommit(writer: writer)
         let superseded: Bool
         do {

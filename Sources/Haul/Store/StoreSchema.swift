@@ -1,14 +1,14 @@
 import GRDB
 
 /// A new store's schema, as the store's migrations (``Store/migrator``) leave an empty
-/// database, created in one transaction: through the migrator a first run (a new
-/// `HAUL_HOME`) compiled and ran 222 statements in 23 transactions, and a `haul get` of 1 KiB
-/// took 66 ms instead of 51.
-/// Every migration is recorded as applied, so a later Haul runs only its own new ones.
+/// database, made in one transaction: through the migrator a first run (a new `HAUL_HOME`)
+/// compiled and ran 222 statements in 23 transactions, and a `haul get` of 1 KiB took 66 ms
+/// instead of 51. Every migration is recorded as applied, so a later Haul runs only its own
+/// new ones. ``StoreImage`` is the file SQLite makes of it, which a new store is written from.
 ///
 /// The statements are SQLite's own text of the migrated schema (`sqlite_master`, in its
 /// order). `StoreCreationTests` checks them against the migrations and, when a migration is
-/// added, prints the statements to put here.
+/// added, prints the statements to put here (and then the image).
 enum StoreSchema {
     /// The schema's statements, in order (lines ending in `\` continue without a break).
     static let statements: [String] = [

@@ -33,7 +33,7 @@ struct StoreCreationTests {
         // A crash's leftovers from an earlier creation are made again, not used.
         try Data("half".utf8).write(to: URL(fileURLWithPath: path + ".new"))
         try Data("stale".utf8).write(to: URL(fileURLWithPath: path + ".new-journal"))
-        try Store.create(at: path, configuration: Configuration())
+        try Store.create(at: path)
         #expect(try FileManager.default.contentsOfDirectory(atPath: temp.path) == ["haul.sqlite"])
         // SQLite's header says WAL (bytes 18 and 19 are 2; 1 for a rollback journal): the
         // first opening finds the mode set and makes no journal to switch it.
@@ -54,7 +54,7 @@ struct StoreCreationTests {
     func knownByItsHeader() throws {
         let temp = try TemporaryDirectory()
         let store = temp.file("haul.sqlite")
-        try Store.create(at: store, configuration: Configuration())
+        try Store.create(at: store)
         #expect(try Store.header(of: store) == .haulStore)
 
         let other = temp.file("other.sqlite")
@@ -77,7 +77,7 @@ struct StoreCreationTests {
     func storeBeforeTheApplicationIDOpens() async throws {
         let temp = try TemporaryDirectory()
         let path = temp.file("haul.sqlite")
-        try Store.create(at: path, configuration: Configuration())
+        try Store.create(at: path)
         let database = try DatabaseQueue(path: path)
         try await database.writeWithoutTransaction { try $0.execute(sql: "PRAGMA application_id = 0") }
         try database.close()
@@ -116,7 +116,7 @@ struct StoreCreationTests {
     func readInTurn() async throws {
         let temp = try TemporaryDirectory()
         let path = temp.file("haul.sqlite")
-        try Store.create(at: path, configuration: Configuration())
+        try Store.create(at: path)
         func task(_ name: String) -> TaskRecord { Self.record(name, in: temp) }
         let serial = try Store(path: path, readers: .serial)
         #expect(try await serial.allTasks().isEmpty)
@@ -142,6 +142,42 @@ struct StoreCreationTests {
         try FileManager.default.copyItem(atPath: path, toPath: copy)
         let count = try await DatabaseQueue(path: copy).read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM task") }
         #expect(count == 2)
+    }
+
+    /// A new store made by SQLite, as Haul made it before it wrote ``StoreImage``: the schema's
+    /// statements in one transaction with no journal file and no syncs, then WAL mode set.
+    private static func madeBySQLite(at path: String) throws -> [UInt8] {
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = OFF")
+            try db.execute(sql: "PRAGMA journal_mode = MEMORY")
+        }
+        let database = try DatabaseQueue(path: path, configuration: configuration)
+        try database.writeWithoutTransaction { try StoreSchema.create(in: $0, migrations: Store.migrator.migrations) }
+        try database.writeWithoutTransaction { _ = try String.fetchOne($0, sql: "PRAGMA journal_mode = WAL") }
+        try database.close()
+        return Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+    }
+
+    @Test("is written from an image that is the file SQLite makes of the schema, and SQLite finds it sound")
+    func imageIsTheSchema() async throws {
+        let temp = try TemporaryDirectory()
+        let made = try Self.madeBySQLite(at: temp.file("made.sqlite"))
+        let image = try #require(StoreImage.bytes)
+        // Bytes 92 to 99 say which version of SQLite wrote the file, and when: not the schema.
+        func schemaBytes(_ bytes: [UInt8]) -> [UInt8] {
+            bytes.enumerated().map { 92..<100 ~= $0.offset ? 0 : $0.element }
+        }
+        #expect(
+            schemaBytes(image) == schemaBytes(made),
+            "The schema changed: StoreImage.swift should say\n\(StoreImageSource.text(for: made))"
+        )
+        let path = temp.file("haul.sqlite")
+        try Store.create(at: path)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(image))
+        let database = try DatabaseQueue(path: path)
+        #expect(try await database.read { try String.fetchOne($0, sql: "PRAGMA integrity_check") } == "ok")
+        try database.close()
     }
 
     @Test(
