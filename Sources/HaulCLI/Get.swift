@@ -183,7 +183,7 @@ extension HaulCommand {
                     try await GetSession(manager: manager, requests: requests, quiet: quiet, json: json).run()
                 }
                 // The next get indexes the log the store keeps: at most a MiB of it.
-                store.foldLog(ifLargerThan: Self.largestLog)
+                await store.foldLog(ifLargerThan: Self.largestLog)
                 try report(summary)
             } catch let error as HaulError {
                 CLIError.print(error)

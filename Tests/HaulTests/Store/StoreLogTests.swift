@@ -32,9 +32,9 @@ struct StoreLogTests {
         let store = try await Self.store(at: path, tasks: 20, in: temp)
         let grown = Int64(fileSize(path + "-wal"))
         #expect(grown > 40_000)
-        #expect(!store.foldLog(ifLargerThan: grown))
+        #expect(!store.foldLogNow(ifLargerThan: grown))
         #expect(Int64(fileSize(path + "-wal")) == grown)
-        #expect(store.foldLog(ifLargerThan: grown - 1))
+        #expect(await store.foldLog(ifLargerThan: grown - 1))
         #expect(Int64(fileSize(path + "-wal")) == 0)
         #expect(try await store.allTasks().count == 20)
         // The database file alone holds them.
@@ -67,7 +67,7 @@ struct StoreLogTests {
         let folded = Mutex<Bool?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            folded.withLock { $0 = store.foldLog(ifLargerThan: 0) }
+            folded.withLock { $0 = store.foldLogNow(ifLargerThan: 0) }
             done.signal()
         }
         let answered = done.wait(timeout: .now() + 10) == .success
