@@ -4,9 +4,9 @@ import Synchronization
 
 /// The store a `haul get` will open, opened while its arguments are parsed.
 ///
-/// Opening the store (creating it, the first time: a schema, a sync, a rename) takes as long as
-/// reading `get`'s words, making its requests and starting the event loops, and the two need
-/// nothing from each other: the store's path comes from the environment. So
+/// Opening the store (creating it, the first time: its image written, synced, renamed) takes
+/// about as long as reading `get`'s words, making its requests and starting the event loops,
+/// and the two need nothing from each other: the store's path comes from the environment. So
 /// ``HaulCommand/start()`` starts the opening on a thread of its own, from the main thread
 /// before Swift's cooperative threads exist (they take most of a millisecond to start), and
 /// `get` takes the store when it asks for the same path with the same readers, or else drops

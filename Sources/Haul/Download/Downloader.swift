@@ -90,7 +90,7 @@ public final class Downloader: Sendable {
     /// Starts the event loops downloads read their connections on (one thread a core), which
     /// the first downloader would otherwise start: a program that waits for something else
     /// first, as `haul get` waits for the store it opens on another thread, starts them
-    /// meanwhile (half a millisecond of a 1 KiB download's eleven).
+    /// meanwhile.
     public static func startEventLoops() {
         _ = ClientPool.loops
     }
