@@ -106,18 +106,16 @@ final class RunPart {
     /// now (or ahead) only when that name is free (anything else is ``open()``'s to settle),
     /// to be claimed with the response's record. Nil when there is none to make.
     func makeFirst() async -> PartFile? {
-        if let ahead {
-            self.ahead = nil
-            let made = await ahead.value
-            guard file == nil, let made, made.path == task.destinationPath.map({ $0 + ".part" }) else {
-                if let made { await discard(made) }
-                return nil
-            }
-            return made
+        makeAhead()  // Nothing when one is under way already, or there is none to make.
+        guard let ahead else { return nil }
+        self.ahead = nil
+        let made = await ahead.value
+        // Opened meanwhile (`open()`): the one made ahead is nobody's.
+        guard file == nil, let made else {
+            if let made { await discard(made) }
+            return nil
         }
-        guard file == nil, let destination = task.destinationPath else { return nil }
-        let owner = task.id
-        return try? await FileIO.run { try PartFile.create(at: destination + ".part", owner: owner) }
+        return made
     }
 
     /// Keeps `made` (from ``makeFirst()``) as the run's part file once the store claimed it.

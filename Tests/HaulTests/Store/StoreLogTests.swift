@@ -25,12 +25,19 @@ struct StoreLogTests {
         return store
     }
 
-    @Test("a log past the size is folded in and emptied, its tasks kept; one under it is left")
-    func foldsPastTheSize() async throws {
+    /// A serial store in a new directory with `tasks` tasks, and the size of its log then.
+    private static func grown(
+        tasks: Int
+    ) async throws -> (temp: TemporaryDirectory, path: String, store: Store, log: Int64) {
         let temp = try TemporaryDirectory()
         let path = temp.file("haul.sqlite")
-        let store = try await Self.store(at: path, tasks: 20, in: temp)
-        let grown = Int64(fileSize(path + "-wal"))
+        let store = try await Self.store(at: path, tasks: tasks, in: temp)
+        return (temp, path, store, Int64(fileSize(path + "-wal")))
+    }
+
+    @Test("a log past the size is folded in and emptied, its tasks kept; one under it is left")
+    func foldsPastTheSize() async throws {
+        let (temp, path, store, grown) = try await Self.grown(tasks: 20)
         #expect(grown > 40_000)
         #expect(!store.foldLogNow(ifLargerThan: grown))
         #expect(Int64(fileSize(path + "-wal")) == grown)
@@ -50,10 +57,8 @@ struct StoreLogTests {
 
     @Test("another connection reading: the fold does not wait for it and leaves the log")
     func readerNotAwaited() async throws {
-        let temp = try TemporaryDirectory()
-        let path = temp.file("haul.sqlite")
-        let store = try await Self.store(at: path, tasks: 10, in: temp)
-        let grown = Int64(fileSize(path + "-wal"))
+        let (temp, path, store, grown) = try await Self.grown(tasks: 10)
+        defer { withExtendedLifetime(temp) {} }
         // Another process's read, as a daemon's: a transaction open on the store's last snapshot.
         var configuration = Configuration()
         configuration.allowsUnsafeTransactions = true
